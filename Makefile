@@ -1,0 +1,93 @@
+# hearth - a plain Makefile. Targets:
+#   make            build build/hearth and build/hearth-tests
+#   make test       run the test suite (last line: "N passed, N failed, N skipped")
+#   make sanitize   build with ASan+UBSan into build-san/ and run the suite there
+#   make valgrind   run the suite under valgrind memcheck (in-process, no fork)
+#   make fuzz       build libFuzzer targets (clang) into build-fuzz/
+#   make bench      build and run the benchmarks
+#   make clean
+
+CC      ?= cc
+BUILD   ?= build
+PKGS    := libpcre2-8 libutf8proc jansson zlib libxxhash
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+           -Wformat=2 -Wvla -Wundef -Wno-format-nonliteral -Wno-format-truncation
+OPT     ?= -O2
+CFLAGS  ?=
+CFLAGS_ALL = -std=c11 $(OPT) -g $(WARN) -D_DEFAULT_SOURCE -Isrc -Itests $(PKG_CFLAGS) \
+             -MMD -MP $(SAN) $(CFLAGS)
+LDLIBS  := $(PKG_LIBS) -lm -lpthread
+SIMD_AVX2 := -mavx2 -mfma -mf16c
+
+LIB_SRC   := $(filter-out src/cli/%,$(wildcard src/*/*.c))
+CLI_SRC   := $(wildcard src/cli/*.c)
+TEST_SRC  := $(wildcard tests/*.c)
+BENCH_SRC := $(wildcard bench/*.c)
+
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all test sanitize valgrind fuzz bench clean
+all: $(BUILD)/hearth $(BUILD)/hearth-tests
+
+$(BUILD)/libhearth.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
+	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
+
+$(BUILD)/hearth-tests: $(TEST_OBJ) $(BUILD)/libhearth.a
+	$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libhearth.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libhearth.a $(LDLIBS)
+
+# SIMD variants get their own flags; everything else targets baseline x86-64.
+$(BUILD)/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(SIMD_AVX2) -c -o $@ $<
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c -o $@ $<
+
+test: $(BUILD)/hearth $(BUILD)/hearth-tests
+	HEARTH_BIN=$(BUILD)/hearth $(BUILD)/hearth-tests $(T)
+
+sanitize:
+	$(MAKE) BUILD=build-san OPT=-O1 \
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+	    test
+
+valgrind: $(BUILD)/hearth $(BUILD)/hearth-tests
+	HEARTH_BIN=$(BUILD)/hearth HEARTH_VALGRIND=1 valgrind -q --error-exitcode=99 \
+	    --leak-check=full --errors-for-leak-kinds=definite $(BUILD)/hearth-tests -n $(T)
+
+FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 \
+	    SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" \
+	    build-fuzz/libhearth.a
+	@mkdir -p build-fuzz/fuzz
+	for f in $(FUZZ_SRC); do \
+	    n=$$(basename $$f .c); \
+	    clang -std=c11 -O1 -g -Isrc -Itests $(PKG_CFLAGS) \
+	        -fsanitize=fuzzer,address,undefined -o build-fuzz/fuzz/$$n $$f \
+	        build-fuzz/libhearth.a $(LDLIBS) || exit 1; \
+	done
+
+bench: $(BENCH_BIN)
+	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
+
+clean:
+	rm -rf build build-san build-fuzz
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,147 @@
+#define _POSIX_C_SOURCE 200809L
+#include "base/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static hl_status read_gz(const char *path, char **out_buf, size_t *out_len, hl_err *err) {
+    gzFile gz = gzopen(path, "rb");
+    if (!gz) return hl_fail(err, HL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        gzclose(gz);
+        return hl_fail(err, HL_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (;;) {
+        if (len == cap) {
+            char *nb = realloc(buf, cap * 2 + 1);
+            if (!nb) {
+                free(buf);
+                gzclose(gz);
+                return hl_fail(err, HL_ERR_NOMEM, "%s: out of memory", path);
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t want = cap - len;
+        if (want > (1u << 30)) want = 1u << 30;
+        int n = gzread(gz, buf + len, (unsigned)want);
+        if (n < 0) {
+            int zerr = 0;
+            const char *msg = gzerror(gz, &zerr);
+            hl_fail(err, HL_ERR_FORMAT, "%s: gzip error: %s", path, msg ? msg : "?");
+            free(buf);
+            gzclose(gz);
+            return HL_ERR_FORMAT;
+        }
+        if (n == 0) break;
+        len += (size_t)n;
+    }
+    gzclose(gz);
+    buf[len] = '\0';
+    *out_buf = buf;
+    *out_len = len;
+    return HL_OK;
+}
+
+hl_status hl_file_read(const char *path, char **out_buf, size_t *out_len, hl_err *err) {
+    *out_buf = NULL;
+    *out_len = 0;
+    if (ends_with(path, ".gz")) return read_gz(path, out_buf, out_len, err);
+    FILE *f = fopen(path, "rb");
+    if (!f) return hl_fail(err, HL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return hl_fail(err, HL_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        fclose(f);
+        return hl_fail(err, HL_ERR_NOMEM, "%s: out of memory (%zu bytes)", path, size);
+    }
+    size_t got = fread(buf, 1, size, f);
+    fclose(f);
+    if (got != size) {
+        free(buf);
+        return hl_fail(err, HL_ERR_IO, "%s: short read", path);
+    }
+    buf[size] = '\0';
+    *out_buf = buf;
+    *out_len = size;
+    return HL_OK;
+}
+
+hl_status hl_file_write(const char *path, const void *buf, size_t len, hl_err *err) {
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (!tmp) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    snprintf(tmp, plen + 16, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        hl_fail(err, HL_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return HL_ERR_IO;
+    }
+    int ok = (len == 0 || fwrite(buf, 1, len, f) == len);
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        hl_fail(err, HL_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return HL_ERR_IO;
+    }
+    free(tmp);
+    return HL_OK;
+}
+
+hl_status hl_map_open(const char *path, hl_map *out, hl_err *err) {
+    out->data = NULL;
+    out->size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return hl_fail(err, HL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return hl_fail(err, HL_ERR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        return HL_OK;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return hl_fail(err, HL_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
+    out->data = p;
+    out->size = (size_t)st.st_size;
+    return HL_OK;
+}
+
+void hl_map_close(hl_map *m) {
+    if (m && m->data) munmap((void *)m->data, m->size);
+    if (m) {
+        m->data = NULL;
+        m->size = 0;
+    }
+}
+
+uint64_t hl_time_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

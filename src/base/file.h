@@ -1,0 +1,32 @@
+/*
+ * file.h - whole-file reads and read-only mappings.
+ *
+ * hl_file_read() returns a malloc'd buffer (plus a terminating NUL byte not counted
+ * in *len) that the caller frees with free(). A path ending in ".gz" is inflated
+ * with zlib. hl_map_open() maps a file read-only; hl_map_close() unmaps it.
+ */
+#ifndef HL_BASE_FILE_H
+#define HL_BASE_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+hl_status hl_file_read(const char *path, char **out_buf, size_t *out_len, hl_err *err);
+
+/* Writes len bytes to path atomically (temp file + rename). */
+hl_status hl_file_write(const char *path, const void *buf, size_t len, hl_err *err);
+
+typedef struct hl_map {
+    const uint8_t *data; /* NULL for an empty file */
+    size_t size;
+} hl_map;
+
+hl_status hl_map_open(const char *path, hl_map *out, hl_err *err);
+void hl_map_close(hl_map *m); /* accepts a zeroed struct */
+
+/* Monotonic clock in nanoseconds. */
+uint64_t hl_time_ns(void);
+
+#endif

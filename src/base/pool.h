@@ -1,0 +1,24 @@
+/*
+ * pool.h - a persistent thread pool for compute kernels.
+ *
+ * hl_pool_create(n) starts n-1 worker threads once; the calling thread is worker 0.
+ * hl_pool_run(pool, fn, ctx) calls fn(ctx, ith, nth) on every worker (ith in
+ * [0, nth)) and returns when all have finished: ggml-style row splitting, no thread
+ * creation per op. A NULL pool runs fn(ctx, 0, 1) inline. Only one thread may call
+ * hl_pool_run on a given pool at a time.
+ */
+#ifndef HL_BASE_POOL_H
+#define HL_BASE_POOL_H
+
+#include "base/status.h"
+
+typedef struct hl_pool hl_pool;
+typedef void (*hl_pool_fn)(void *ctx, int ith, int nth);
+
+/* n_threads <= 0 means the number of online CPUs. */
+hl_status hl_pool_create(int n_threads, hl_pool **out, hl_err *err);
+void hl_pool_destroy(hl_pool *p); /* accepts NULL; joins the workers */
+int hl_pool_n_threads(const hl_pool *p); /* 1 for NULL */
+void hl_pool_run(hl_pool *p, hl_pool_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,34 @@
+/*
+ * main.c - the hearth command line: dispatches subcommands.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#define HEARTH_VERSION "0.1.0"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: hearth <command> [args]\n"
+            "\n"
+            "commands:\n"
+            "  generate   generate text from a GGUF model\n"
+            "  --version  print the version\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("hearth version %s\n", HEARTH_VERSION);
+        return 0;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "hearth: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

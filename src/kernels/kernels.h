@@ -1,0 +1,41 @@
+/*
+ * kernels.h - the compute kernels the forward pass calls: dot products and matrix
+ * multiplication over any weight type, plus the small f32 ops.
+ *
+ * Each kernel has a scalar reference (_ref, always built, never removed) and may
+ * have SIMD variants chosen once at run time (kern_init(), __builtin_cpu_supports).
+ * HEARTH_CPU=ref forces the reference path, for tests and comparisons.
+ *
+ * Matmul: W is n_rows x n_cols of a weight type, row-major, each row hl_row_size()
+ * bytes; x is n_tok x n_cols f32; out is n_tok x n_rows f32 (out[t*n_rows + r] =
+ * dot(W[r], x[t])). Activations are first converted to the weight type's
+ * vec_dot_type in caller-provided scratch (kern_matmul_scratch_size() bytes), so the
+ * hot path never allocates. Work is split across the pool by rows.
+ */
+#ifndef HL_KERNELS_H
+#define HL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/pool.h"
+#include "tensor/types.h"
+
+/* Selects SIMD variants (idempotent; called by everything below on first use). */
+void kern_init(void);
+const char *kern_variant(void); /* "ref", "avx2", ... */
+
+/* Dot of n elements: a row of `type` with a row of traits(type)->vec_dot_type. */
+float kern_vec_dot(hl_type type, int64_t n, const void *row, const void *vec);
+
+size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok);
+void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int64_t n_cols,
+                 const float *x, int64_t n_tok, float *out, void *scratch);
+
+/* Small f32 ops. */
+void kern_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps);
+void kern_softmax(float *x, int64_t n);
+/* out[i] = silu(gate[i]) * up[i] */
+void kern_swiglu(float *out, const float *gate, const float *up, int64_t n);
+
+#endif

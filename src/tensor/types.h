@@ -1,0 +1,114 @@
+/*
+ * types.h - tensor element types: GGUF/ggml type ids, block layouts, traits,
+ * fp16/bf16 conversion, and the scalar reference (de)quantizers.
+ *
+ * Type ids and block layouts are GGUF's (they are ggml's), so weights are used
+ * straight from the mapped file. A quantized row of n elements is n/block_size
+ * blocks of type_size bytes; hl_row_size() gives its size. The block structs are
+ * declared here with static size asserts so kernels and tests share one layout.
+ *
+ * hl_dequantize_row()/hl_quantize_row() are the scalar reference (_ref) paths:
+ * every SIMD kernel is tested against them.
+ */
+#ifndef HL_TENSOR_TYPES_H
+#define HL_TENSOR_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum hl_type {
+    HL_TYPE_F32 = 0,
+    HL_TYPE_F16 = 1,
+    HL_TYPE_Q4_0 = 2,
+    HL_TYPE_Q4_1 = 3,
+    HL_TYPE_Q5_0 = 6,
+    HL_TYPE_Q5_1 = 7,
+    HL_TYPE_Q8_0 = 8,
+    HL_TYPE_Q8_1 = 9,
+    HL_TYPE_Q2_K = 10,
+    HL_TYPE_Q3_K = 11,
+    HL_TYPE_Q4_K = 12,
+    HL_TYPE_Q5_K = 13,
+    HL_TYPE_Q6_K = 14,
+    HL_TYPE_Q8_K = 15,
+    HL_TYPE_I8 = 24,
+    HL_TYPE_I16 = 25,
+    HL_TYPE_I32 = 26,
+    HL_TYPE_I64 = 27,
+    HL_TYPE_F64 = 28,
+    HL_TYPE_BF16 = 30,
+    HL_TYPE_COUNT = 40 /* upper bound on ids we know of, for tables */
+} hl_type;
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef uint16_t hl_fp16;
+typedef uint16_t hl_bf16;
+
+typedef struct { hl_fp16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
+typedef struct { hl_fp16 d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
+typedef struct { hl_fp16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
+typedef struct { hl_fp16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
+typedef struct { hl_fp16 d; int8_t qs[QK8_0]; } block_q8_0;
+typedef struct { hl_fp16 d, s; int8_t qs[QK8_1]; } block_q8_1; /* s = d * sum(qs) */
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; hl_fp16 d, dmin; } block_q2_K;
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; hl_fp16 d; } block_q3_K;
+typedef struct { hl_fp16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } block_q4_K;
+typedef struct { hl_fp16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; hl_fp16 d; } block_q6_K;
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+
+_Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(block_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(block_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(block_q5_1) == 24, "q5_1 layout");
+_Static_assert(sizeof(block_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(block_q8_1) == 36, "q8_1 layout");
+_Static_assert(sizeof(block_q2_K) == 84, "q2_K layout");
+_Static_assert(sizeof(block_q3_K) == 110, "q3_K layout");
+_Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
+_Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
+_Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
+_Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
+
+typedef struct hl_type_traits {
+    const char *name;      /* "f32", "q4_0", "q4_K", ... as ggml spells them */
+    int64_t block_size;    /* elements per block (1 for plain types) */
+    size_t type_size;      /* bytes per block */
+    bool is_quantized;
+    bool can_dequantize;   /* hl_dequantize_row() supports it */
+    bool can_quantize;     /* hl_quantize_row() supports it */
+    bool can_matmul;       /* kern_matmul() supports it as a weight type */
+    hl_type vec_dot_type;  /* activations are converted to this before the dot */
+} hl_type_traits;
+
+/* NULL for an id we know nothing about. Callers must check before use: ids come
+ * from files. */
+const hl_type_traits *hl_type_traits_get(uint32_t type);
+const char *hl_type_name(uint32_t type); /* "unknown" if not known */
+/* Parses a name such as "q4_K" or "Q8_0" (case-insensitive). Returns false if unknown. */
+bool hl_type_from_name(const char *name, hl_type *out);
+
+/* Bytes of a row of n elements; 0 if type unknown or n is not a multiple of the
+ * block size. */
+size_t hl_row_size(uint32_t type, int64_t n);
+
+float hl_fp16_to_fp32(hl_fp16 h);
+hl_fp16 hl_fp32_to_fp16(float f); /* round to nearest even */
+float hl_bf16_to_fp32(hl_bf16 h);
+hl_bf16 hl_fp32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+
+/* Reference paths. n must be a multiple of the block size; the type must have
+ * can_dequantize / can_quantize set. */
+void hl_dequantize_row(hl_type type, const void *src, float *dst, int64_t n);
+void hl_quantize_row(hl_type type, const float *src, void *dst, int64_t n);
+
+#endif
