@@ -8,6 +8,7 @@
  * and hl_quantize_row produce (Q8 never stores -128; Q4 values are small).
  */
 #include <immintrin.h>
+#include <string.h>
 
 #include "kernels/kern_internal.h"
 
@@ -119,6 +120,99 @@ static float dot_q8_0(int64_t n, const void *row, const void *vec) {
     return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
+/* ---- K-quants against Q8_K ---------------------------------------------------------- */
+
+/* The 8 scales and 8 mins of a Q4_K/Q5_K block (6 bits each, packed in 12 bytes, see
+ * hl_q4_K_scale_min), unpacked four at a time with 32-bit masks. */
+static inline void q4_K_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, packed, 4);
+    memcpy(&w1, packed + 4, 4);
+    memcpy(&w2, packed + 8, 4);
+    const uint32_t s_lo = w0 & 0x3f3f3f3fu, m_lo = w1 & 0x3f3f3f3fu;
+    const uint32_t s_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+    memcpy(sc, &s_lo, 4);
+    memcpy(sc + 4, &s_hi, 4);
+    memcpy(mn, &m_lo, 4);
+    memcpy(mn + 4, &m_hi, 4);
+}
+
+static float dot_q4_K(int64_t n, const void *row, const void *vec) {
+    const block_q4_K *x = row;
+    const block_q8_K *y = vec;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        q4_K_scales_mins(x[i].scales, sc, mn);
+        int summ = 0;
+        for (int j = 0; j < 8; j++) summ += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
+        /* each 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high) */
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q4 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i lo = _mm256_and_si256(q4, low4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
+            const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
+            const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
+            /* unsigned nibbles: maddubs needs no sign trick (15*127*2 fits int16) */
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
+                                                 _mm256_set1_epi16(sc[2 * j]));
+            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
+                                                 _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        const __m256 d = _mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc) - acc_min;
+}
+
+/* Q6_K: quants are 0..63 with a bias of 32; the bias is taken off after the
+ * unsigned multiply as 32 * sum(y). */
+static float dot_q6_K(int64_t n, const void *row, const void *vec) {
+    const block_q6_K *x = row;
+    const block_q8_K *y = vec;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
+    const __m256i m32 = _mm256_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = x[i].ql + 64 * half;
+            const int8_t *sc = x[i].scales + 8 * half;
+            const int8_t *q8 = y[i].qs + 128 * half;
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * half));
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
+            for (int g = 0; g < 4; g++) {
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)(q8 + 32 * g));
+                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], yv),
+                                                     _mm256_maddubs_epi16(m32, yv));
+                /* lane 0 is elements 0..15 (scale 2g), lane 1 is 16..31 (scale 2g+1) */
+                const __m256i scale = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])), _mm_set1_epi16(sc[2 * g + 1]), 1);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scale));
+            }
+        }
+        const __m256 d = _mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
 /* ---- activation quantizer --------------------------------------------------------- */
 
 /* roundf(): half away from zero, as the reference quantizer rounds. v - trunc(v)
@@ -166,5 +260,7 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot[HL_TYPE_BF16] = dot_bf16;
     t->vec_dot[HL_TYPE_Q4_0] = dot_q4_0;
     t->vec_dot[HL_TYPE_Q8_0] = dot_q8_0;
+    t->vec_dot[HL_TYPE_Q4_K] = dot_q4_K;
+    t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K;
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
 }
