@@ -98,6 +98,67 @@ static float dot_q4_0(int64_t n, const void *row, const void *vec) {
     return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
+/* 32 bits -> 32 bytes, byte k = 0xff if bit k is set (Q5 high bits) */
+static inline __m256i bits_to_bytes(const uint8_t qh[4]) {
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)bits),
+        _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                           0x0303030303030303));
+    /* every bit but bit k%8 forced on: all ones iff bit k%8 was set */
+    const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
+}
+
+/* Q4_1/Q5_1: unsigned quants need no sign trick; the min term is m * s (s = d*sum). */
+static float dot_q4_1(int64_t n, const void *row, const void *vec) {
+    const block_q4_1 *x = row;
+    const block_q8_1 *y = vec;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(unpack_nibbles(x[i].qs), yv),
+                                            _mm256_set1_epi16(1));
+        const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+        summs += fp16_to_f32(x[i].m) * fp16_to_f32(y[i].s);
+    }
+    return hsum_ps(acc) + summs;
+}
+
+static float dot_q5_0(int64_t n, const void *row, const void *vec) {
+    const block_q5_0 *x = row;
+    const block_q8_0 *y = vec;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        const __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(x[i].qs), hi),
+                                          _mm256_set1_epi8(16));
+        const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
+        acc = _mm256_fmadd_ps(d, dot_i8x32(q, _mm256_loadu_si256((const __m256i *)y[i].qs)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float dot_q5_1(int64_t n, const void *row, const void *vec) {
+    const block_q5_1 *x = row;
+    const block_q8_1 *y = vec;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        const __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
+        const __m256i q = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
+        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), _mm256_set1_epi16(1));
+        const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+        summs += fp16_to_f32(x[i].m) * fp16_to_f32(y[i].s);
+    }
+    return hsum_ps(acc) + summs;
+}
+
 static float dot_q8_0(int64_t n, const void *row, const void *vec) {
     const block_q8_0 *x = row;
     const block_q8_0 *y = vec;
@@ -159,6 +220,43 @@ static float dot_q4_K(int64_t n, const void *row, const void *vec) {
             const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
             const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
             /* unsigned nibbles: maddubs needs no sign trick (15*127*2 fits int16) */
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
+                                                 _mm256_set1_epi16(sc[2 * j]));
+            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
+                                                 _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        const __m256 d = _mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc) - acc_min;
+}
+
+/* Q5_K: Q4_K plus a 5th bit per element: bit 2j / 2j+1 of qh[l] for sub-blocks 2j / 2j+1. */
+static float dot_q5_K(int64_t n, const void *row, const void *vec) {
+    const block_q5_K *x = row;
+    const block_q8_K *y = vec;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), bit0 = _mm256_set1_epi8(1);
+    const __m256i bit1 = _mm256_set1_epi8(2);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        q4_K_scales_mins(x[i].scales, sc, mn);
+        int summ = 0;
+        for (int j = 0; j < 8; j++) summ += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
+        /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
+        __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++, qh = _mm256_srli_epi16(qh, 2)) {
+            const __m256i q4 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, low4),
+                                               _mm256_slli_epi16(_mm256_and_si256(qh, bit0), 4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), low4),
+                                               _mm256_slli_epi16(_mm256_and_si256(qh, bit1), 3));
+            const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
+            const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
             const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
                                                  _mm256_set1_epi16(sc[2 * j]));
             const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
@@ -260,7 +358,11 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot[HL_TYPE_BF16] = dot_bf16;
     t->vec_dot[HL_TYPE_Q4_0] = dot_q4_0;
     t->vec_dot[HL_TYPE_Q8_0] = dot_q8_0;
+    t->vec_dot[HL_TYPE_Q4_1] = dot_q4_1;
+    t->vec_dot[HL_TYPE_Q5_0] = dot_q5_0;
+    t->vec_dot[HL_TYPE_Q5_1] = dot_q5_1;
     t->vec_dot[HL_TYPE_Q4_K] = dot_q4_K;
+    t->vec_dot[HL_TYPE_Q5_K] = dot_q5_K;
     t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K;
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
 }
