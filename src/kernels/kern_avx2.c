@@ -76,26 +76,38 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
     return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
-static float dot_q4_0(int64_t n, const void *row, const void *vec) {
+/* The *_rows kernels dot one weight row with nt (1..4) activation rows `stride`
+ * bytes apart, unpacking each weight block once for all of them. Per token the
+ * arithmetic is the same for any nt, so multi-token matmul results equal the
+ * single-token dot bit for bit (prefill and decode agree exactly). */
+#define ROWS_INLINE static inline __attribute__((always_inline))
+
+ROWS_INLINE void q4_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride,
+                           int nt, float *out) {
     const block_q4_0 *x = row;
-    const block_q8_0 *y = vec;
-    const int64_t nb = n / QK4_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256i q0 = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
-        const __m256i q1 = _mm256_sub_epi8(unpack_nibbles(x[i + 1].qs), _mm256_set1_epi8(8));
-        const __m256 d0 = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
-        const __m256 d1 = _mm256_set1_ps(fp16_to_f32(x[i + 1].d) * fp16_to_f32(y[i + 1].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(q0, _mm256_loadu_si256((const __m256i *)y[i].qs)), acc0);
-        acc1 = _mm256_fmadd_ps(d1, dot_i8x32(q1, _mm256_loadu_si256((const __m256i *)y[i + 1].qs)), acc1);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        const __m256i q = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+        const float dx = fp16_to_f32(x[i].d);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0 *y = (const block_q8_0 *)(vec + (size_t)t * stride) + i;
+            const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));
+            acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, _mm256_loadu_si256((const __m256i *)y->qs)),
+                                     acc[t]);
+        }
     }
-    for (; i < nb; i++) {
-        const __m256i q0 = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
-        const __m256 d0 = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(q0, _mm256_loadu_si256((const __m256i *)y[i].qs)), acc0);
-    }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+}
+
+static float dot_q4_0(int64_t n, const void *row, const void *vec) {
+    float out;
+    q4_0_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+static void dot4_q4_0(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q4_0_rows(n, row, vec, stride, 4, out);
 }
 
 /* 32 bits -> 32 bytes, byte k = 0xff if bit k is set (Q5 high bits) */
@@ -159,26 +171,32 @@ static float dot_q5_1(int64_t n, const void *row, const void *vec) {
     return hsum_ps(acc) + summs;
 }
 
-static float dot_q8_0(int64_t n, const void *row, const void *vec) {
+ROWS_INLINE void q8_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride,
+                           int nt, float *out) {
     const block_q8_0 *x = row;
-    const block_q8_0 *y = vec;
-    const int64_t nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256 d0 = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
-        const __m256 d1 = _mm256_set1_ps(fp16_to_f32(x[i + 1].d) * fp16_to_f32(y[i + 1].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(_mm256_loadu_si256((const __m256i *)x[i].qs),
-                                             _mm256_loadu_si256((const __m256i *)y[i].qs)), acc0);
-        acc1 = _mm256_fmadd_ps(d1, dot_i8x32(_mm256_loadu_si256((const __m256i *)x[i + 1].qs),
-                                             _mm256_loadu_si256((const __m256i *)y[i + 1].qs)), acc1);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const float dx = fp16_to_f32(x[i].d);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0 *y = (const block_q8_0 *)(vec + (size_t)t * stride) + i;
+            const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));
+            acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, _mm256_loadu_si256((const __m256i *)y->qs)),
+                                     acc[t]);
+        }
     }
-    for (; i < nb; i++) {
-        const __m256 d0 = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(_mm256_loadu_si256((const __m256i *)x[i].qs),
-                                             _mm256_loadu_si256((const __m256i *)y[i].qs)), acc0);
-    }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+}
+
+static float dot_q8_0(int64_t n, const void *row, const void *vec) {
+    float out;
+    q8_0_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+static void dot4_q8_0(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q8_0_rows(n, row, vec, stride, 4, out);
 }
 
 /* ---- K-quants against Q8_K ---------------------------------------------------------- */
@@ -199,37 +217,55 @@ static inline void q4_K_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_
     memcpy(mn + 4, &m_hi, 4);
 }
 
-static float dot_q4_K(int64_t n, const void *row, const void *vec) {
+ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride,
+                           int nt, float *out) {
     const block_q4_K *x = row;
-    const block_q8_K *y = vec;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps();
-    float acc_min = 0.0f;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float acc_min[4] = {0, 0, 0, 0};
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], mn[8];
         q4_K_scales_mins(x[i].scales, sc, mn);
-        int summ = 0;
-        for (int j = 0; j < 8; j++) summ += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
+        const float dx = fp16_to_f32(x[i].d), dminx = fp16_to_f32(x[i].dmin);
         /* each 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high) */
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i lo[4], hi[4];
         for (int j = 0; j < 4; j++) {
             const __m256i q4 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            const __m256i lo = _mm256_and_si256(q4, low4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
-            const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
-            const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
-            /* unsigned nibbles: maddubs needs no sign trick (15*127*2 fits int16) */
-            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
-                                                 _mm256_set1_epi16(sc[2 * j]));
-            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
-                                                 _mm256_set1_epi16(sc[2 * j + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            lo[j] = _mm256_and_si256(q4, low4);
+            hi[j] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
         }
-        const __m256 d = _mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            int summ = 0;
+            for (int j = 0; j < 8; j++) summ += mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+            acc_min[t] += y->d * dminx * (float)summ;
+            __m256i sumi = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
+                const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
+                /* unsigned nibbles: maddubs needs no sign trick (15*127*2 fits int16) */
+                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], y0),
+                                                     _mm256_set1_epi16(sc[2 * j]));
+                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], y1),
+                                                     _mm256_set1_epi16(sc[2 * j + 1]));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            }
+            const __m256 d = _mm256_set1_ps(y->d * dx);
+            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
     }
-    return hsum_ps(acc) - acc_min;
+    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]) - acc_min[t];
+}
+
+static float dot_q4_K(int64_t n, const void *row, const void *vec) {
+    float out;
+    q4_K_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+static void dot4_q4_K(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q4_K_rows(n, row, vec, stride, 4, out);
 }
 
 /* Q5_K: Q4_K plus a 5th bit per element: bit 2j / 2j+1 of qh[l] for sub-blocks 2j / 2j+1. */
@@ -271,22 +307,23 @@ static float dot_q5_K(int64_t n, const void *row, const void *vec) {
 
 /* Q6_K: quants are 0..63 with a bias of 32; the bias is taken off after the
  * unsigned multiply as 32 * sum(y). */
-static float dot_q6_K(int64_t n, const void *row, const void *vec) {
+ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride,
+                           int nt, float *out) {
     const block_q6_K *x = row;
-    const block_q8_K *y = vec;
     const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
     const __m256i m32 = _mm256_set1_epi8(32);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
+                           _mm256_setzero_si256(), _mm256_setzero_si256()};
         for (int half = 0; half < 2; half++) {
             const uint8_t *ql = x[i].ql + 64 * half;
             const int8_t *sc = x[i].scales + 8 * half;
-            const int8_t *q8 = y[i].qs + 128 * half;
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * half));
             const __m256i ql0 = _mm256_loadu_si256((const __m256i *)ql);
             const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i q[4];
+            __m256i q[4], scale[4];
             q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4),
                                    _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
             q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4),
@@ -295,20 +332,37 @@ static float dot_q6_K(int64_t n, const void *row, const void *vec) {
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4));
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
-            for (int g = 0; g < 4; g++) {
-                const __m256i yv = _mm256_loadu_si256((const __m256i *)(q8 + 32 * g));
-                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], yv),
-                                                     _mm256_maddubs_epi16(m32, yv));
-                /* lane 0 is elements 0..15 (scale 2g), lane 1 is 16..31 (scale 2g+1) */
-                const __m256i scale = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])), _mm_set1_epi16(sc[2 * g + 1]), 1);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scale));
+            /* lane 0 is elements 0..15 (scale 2g), lane 1 is 16..31 (scale 2g+1) */
+            for (int g = 0; g < 4; g++)
+                scale[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])),
+                                                   _mm_set1_epi16(sc[2 * g + 1]), 1);
+            for (int t = 0; t < nt; t++) {
+                const int8_t *q8 = ((const block_q8_K *)(vec + (size_t)t * stride) + i)->qs + 128 * half;
+                for (int g = 0; g < 4; g++) {
+                    const __m256i yv = _mm256_loadu_si256((const __m256i *)(q8 + 32 * g));
+                    const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], yv),
+                                                         _mm256_maddubs_epi16(m32, yv));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p16, scale[g]));
+                }
             }
         }
-        const __m256 d = _mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        const float dx = fp16_to_f32(x[i].d);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
     }
-    return hsum_ps(acc);
+    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+}
+
+static float dot_q6_K(int64_t n, const void *row, const void *vec) {
+    float out;
+    q6_K_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+static void dot4_q6_K(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q6_K_rows(n, row, vec, stride, 4, out);
 }
 
 /* ---- activation quantizer --------------------------------------------------------- */
@@ -364,5 +418,9 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot[HL_TYPE_Q4_K] = dot_q4_K;
     t->vec_dot[HL_TYPE_Q5_K] = dot_q5_K;
     t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K;
+    t->vec_dot4[HL_TYPE_Q4_0] = dot4_q4_0;
+    t->vec_dot4[HL_TYPE_Q8_0] = dot4_q8_0;
+    t->vec_dot4[HL_TYPE_Q4_K] = dot4_q4_K;
+    t->vec_dot4[HL_TYPE_Q6_K] = dot4_q6_K;
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
 }
