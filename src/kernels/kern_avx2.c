@@ -405,6 +405,53 @@ static void quantize_q8_0(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* Bit-identical to hl_quantize_row(HL_TYPE_Q8_K) for finite input: the scale comes
+ * from the first element of largest magnitude, with its sign; rounding is to
+ * nearest even (the default MXCSR mode, as rintf). */
+static void quantize_q8_K(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < QK_K; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.0f || !(amax <= 3.4e38f)) { /* zero, inf or NaN: as the reference */
+            hl_quantize_row(HL_TYPE_Q8_K, x, &y[i], QK_K);
+            continue;
+        }
+        float max = 0.0f;
+        for (int k = 0; k < QK_K; k++) {
+            if (x[k] == amax || x[k] == -amax) {
+                max = x[k];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m256 vs = _mm256_set1_ps(iscale);
+        for (int k = 0; k < QK_K; k += 32) {
+            __m256i q[4];
+            for (int v = 0; v < 4; v++)
+                q[v] = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + k + 8 * v)));
+            const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                                                 _mm256_packs_epi32(q[2], q[3]));
+            const __m256i qs = _mm256_permutevar8x32_epi32(p, perm);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + k), qs);
+            /* two bsums of 16: widen to int16, pairwise-add to int32, then to int16 */
+            const __m256i w = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qs),
+                                                _mm256_set1_epi16(1));
+            int32_t part[8];
+            _mm256_storeu_si256((__m256i *)part, w);
+            y[i].bsums[k / 16] = (int16_t)(part[0] + part[1] + part[2] + part[3]);
+            y[i].bsums[k / 16 + 1] = (int16_t)(part[4] + part[5] + part[6] + part[7]);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
 void kern_avx2_fill(kern_table *t) {
     t->name = "avx2";
     t->vec_dot[HL_TYPE_F32] = dot_f32;
@@ -423,4 +470,5 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot4[HL_TYPE_Q4_K] = dot4_q4_K;
     t->vec_dot4[HL_TYPE_Q6_K] = dot4_q6_K;
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
+    t->quantize[HL_TYPE_Q8_K] = quantize_q8_K;
 }
