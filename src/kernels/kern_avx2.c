@@ -201,6 +201,80 @@ static void dot4_q8_0(int64_t n, const void *row, const void *vec, size_t stride
 
 /* ---- K-quants against Q8_K ---------------------------------------------------------- */
 
+/* Q2_K: 2-bit quants; per 16 elements a 4-bit scale (low nibble) and 4-bit min
+ * (high nibble). 32 bytes of qs hold 4 groups of 32 elements at shifts 0,2,4,6;
+ * in each group bytes 0..15 belong to one sub-block and 16..31 to the next. */
+static inline __m256i two_scales(int a, int b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)a)),
+                                   _mm_set1_epi16((short)b), 1);
+}
+
+static inline int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static float dot_q2_K(int64_t n, const void *row, const void *vec) {
+    const block_q2_K *x = row;
+    const block_q8_K *y = vec;
+    const __m256i three = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+        const int summ = hsum_epi32(_mm256_madd_epi16(mins, bsums));
+        acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            const __m256i q2 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * half));
+            for (int s = 0; s < 4; s++) {
+                const int k = half * 8 + 2 * s;
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three);
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * half + 32 * s));
+                const __m256i sc = two_scales(x[i].scales[k] & 0x0f, x[i].scales[k + 1] & 0x0f);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sc));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc) - acc_min;
+}
+
+/* Q3_K: Q2_K's layout plus a high bit per element in hmask (byte e%32, bit e/32);
+ * value = low2 | high<<2, minus 4. The bias is taken off as 4 * sum(y). */
+static float dot_q3_K(int64_t n, const void *row, const void *vec) {
+    const block_q3_K *x = row;
+    const block_q8_K *y = vec;
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i four = _mm256_set1_epi8(4);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int scales[16];
+        for (int k = 0; k < 16; k++) scales[k] = hl_q3_K_scale(x[i].scales, k);
+        /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
+        __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            const __m256i q2 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * half));
+            for (int s = 0; s < 4; s++, hm = _mm256_srli_epi16(hm, 1)) {
+                const int k = half * 8 + 2 * s;
+                const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three),
+                                                  _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * half + 32 * s));
+                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv),
+                                                     _mm256_maddubs_epi16(four, yv));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, two_scales(scales[k], scales[k + 1])));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
 /* The 8 scales and 8 mins of a Q4_K/Q5_K block (6 bits each, packed in 12 bytes, see
  * hl_q4_K_scale_min), unpacked four at a time with 32-bit masks. */
 static inline void q4_K_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t mn[8]) {
@@ -462,6 +536,8 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot[HL_TYPE_Q4_1] = dot_q4_1;
     t->vec_dot[HL_TYPE_Q5_0] = dot_q5_0;
     t->vec_dot[HL_TYPE_Q5_1] = dot_q5_1;
+    t->vec_dot[HL_TYPE_Q2_K] = dot_q2_K;
+    t->vec_dot[HL_TYPE_Q3_K] = dot_q3_K;
     t->vec_dot[HL_TYPE_Q4_K] = dot_q4_K;
     t->vec_dot[HL_TYPE_Q5_K] = dot_q5_K;
     t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K;
