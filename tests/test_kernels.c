@@ -209,6 +209,45 @@ TEST(kernels_simd_vec_dot4_equals_vec_dot) {
     CHECK(n_dot4 >= 2);
 }
 
+/* The SIMD exp (softmax, swiglu) against expf over the whole float range, and the
+ * other small ops against the reference, on lengths with tails. */
+TEST(kernels_simd_small_ops_match_ref) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    const kern_table *ref = kern_table_ref();
+    CHECK(simd.exp_shift_sum != ref->exp_shift_sum);
+    enum { N = 4003 };
+    static float x[N], y[N], a[N], b[N];
+    for (int i = 0; i < N; i++) x[i] = -100.0f + 190.0f * (float)i / (N - 1); /* -100..90 */
+    memcpy(y, x, sizeof x);
+    simd.exp_shift_sum(y, N, 0.0f);
+    for (int i = 0; i < N; i++) {
+        const float want = expf(x[i]);
+        if (isinf(want)) CHECK_MSG(isinf(y[i]) && y[i] > 0, "exp(%g) = %g", x[i], y[i]);
+        else if (want < 1.2e-38f) CHECK_MSG(y[i] <= 1.2e-38f && y[i] >= 0, "exp(%g) = %g", x[i], y[i]);
+        else CHECK_MSG(fabsf(y[i] - want) <= 4e-7f * want, "exp(%g) = %.9g vs %.9g", x[i], y[i], want);
+    }
+    float nan_in[3] = {NAN, 0.0f, -INFINITY};
+    simd.exp_shift_sum(nan_in, 3, 0.0f);
+    CHECK(isnan(nan_in[0]) && nan_in[1] == 1.0f && nan_in[2] == 0.0f);
+    /* the sum it returns, on a short odd length */
+    for (int i = 0; i < 13; i++) a[i] = b[i] = frand() * 10.0f;
+    const float sa = simd.exp_shift_sum(a, 13, 3.0f), sb = ref->exp_shift_sum(b, 13, 3.0f);
+    CHECK_NEAR(sa, sb, 1e-6 * sb);
+    for (int n = 1; n < 40; n += 3) {
+        for (int i = 0; i < n; i++) {
+            x[i] = frand() * 12.0f;
+            y[i] = frand();
+        }
+        simd.swiglu(a, x, y, n);
+        ref->swiglu(b, x, y, n);
+        for (int i = 0; i < n; i++) CHECK_NEAR(a[i], b[i], 1e-6 * (fabsf(b[i]) + 1e-3f));
+        const float ss = simd.sum_squares(x, n), sr = ref->sum_squares(x, n);
+        CHECK_NEAR(ss, sr, 1e-6 * sr);
+    }
+}
+
 /* SIMD activation quantizers must produce the reference bytes exactly. */
 TEST(kernels_simd_quantize_matches_ref) {
     if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");

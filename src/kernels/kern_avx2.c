@@ -526,6 +526,95 @@ static void quantize_q8_K(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* ---- small f32 ops ------------------------------------------------------------------ */
+
+/* exp(x) for 8 floats: x = n*ln2 + r with |r| <= ln2/2 (ln2 split in two so n*ln2
+ * is exact enough), exp(r) by its degree-6 Taylor polynomial (error < 2e-7
+ * relative), times 2^n built in the exponent bits. Below -87.3 the result is 0
+ * (the subnormal range is dropped), above 88.7 +inf; NaN stays NaN. */
+static inline __m256 exp_ps(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.72f), lo = _mm256_set1_ps(-87.33f);
+    const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    const __m256 too_big = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    const __m256 xc = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), xc); /* ln2 high bits */
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);       /* ln2 low bits */
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* n in [-126, 128]: split 2^n = 2^(n/2) * 2^(n - n/2) so both are normal floats */
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    y = _mm256_andnot_ps(too_small, y);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), too_big);
+    /* NaN in, NaN out */
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+static float sum_squares(const float *x, int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        acc0 = _mm256_fmadd_ps(a, a, acc0);
+        acc1 = _mm256_fmadd_ps(b, b, acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += x[i] * x[i];
+    return sum;
+}
+
+static float exp_shift_sum(float *x, int64_t n, float shift) {
+    const __m256 vs = _mm256_set1_ps(shift);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum_ps(acc);
+    if (i < n) { /* the tail through the same exp, so every element is computed alike */
+        float tmp[8] = {0};
+        const int64_t rest = n - i;
+        for (int64_t k = 0; k < rest; k++) tmp[k] = x[i + k] - shift;
+        _mm256_storeu_ps(tmp, exp_ps(_mm256_loadu_ps(tmp)));
+        for (int64_t k = 0; k < rest; k++) {
+            x[i + k] = tmp[k];
+            sum += tmp[k];
+        }
+    }
+    return sum;
+}
+
+static inline __m256 silu_mul(__m256 g, __m256 u) {
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+static void swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, silu_mul(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        float g[8] = {0}, u[8] = {0};
+        const int64_t rest = n - i;
+        memcpy(g, gate + i, (size_t)rest * sizeof(float));
+        memcpy(u, up + i, (size_t)rest * sizeof(float));
+        _mm256_storeu_ps(g, silu_mul(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+        memcpy(out + i, g, (size_t)rest * sizeof(float));
+    }
+}
+
 void kern_avx2_fill(kern_table *t) {
     t->name = "avx2";
     t->vec_dot[HL_TYPE_F32] = dot_f32;
@@ -547,4 +636,7 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot4[HL_TYPE_Q6_K] = dot4_q6_K;
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
     t->quantize[HL_TYPE_Q8_K] = quantize_q8_K;
+    t->sum_squares = sum_squares;
+    t->exp_shift_sum = exp_shift_sum;
+    t->swiglu = swiglu;
 }

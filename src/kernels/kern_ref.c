@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "kernels/kern_internal.h"
-#include "kernels/kernels.h"
 
 #define FP16(h) hl_fp16_to_fp32(h)
 
@@ -255,6 +254,29 @@ static void quantize_q8_K(const float *x, void *dst, int64_t n) {
     hl_quantize_row(HL_TYPE_Q8_K, x, dst, n);
 }
 
+
+
+/* ---- small f32 ops (kernels.c wraps them as kern_rmsnorm/softmax/swiglu) ---------- */
+
+static float sum_squares(const float *x, int64_t n) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    return (float)ss;
+}
+
+static float exp_shift_sum(float *x, int64_t n, float shift) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - shift);
+        sum += x[i];
+    }
+    return (float)sum;
+}
+
+static void swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 static const kern_table g_ref = {
     .name = "ref",
     .vec_dot = {
@@ -264,6 +286,9 @@ static const kern_table g_ref = {
         [HL_TYPE_Q3_K] = dot_q3_K, [HL_TYPE_Q4_K] = dot_q4_K, [HL_TYPE_Q5_K] = dot_q5_K,
         [HL_TYPE_Q6_K] = dot_q6_K,
     },
+    .sum_squares = sum_squares,
+    .exp_shift_sum = exp_shift_sum,
+    .swiglu = swiglu,
     .quantize = {
         [HL_TYPE_Q8_0] = quantize_q8_0,
         [HL_TYPE_Q8_1] = quantize_q8_1,
@@ -272,37 +297,3 @@ static const kern_table g_ref = {
 };
 
 const kern_table *kern_table_ref(void) { return &g_ref; }
-
-/* ---- small f32 ops ---------------------------------------------------------------- */
-
-void kern_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
-    if (n <= 0) return;
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * (weight ? weight[i] : 1.0f);
-}
-
-/* Subtracting the max keeps exp() from overflowing. A row of only -inf (everything
- * masked) becomes uniform rather than NaN. */
-void kern_softmax(float *x, int64_t n) {
-    if (n <= 0) return;
-    float max = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        if (x[i] > max) max = x[i];
-    if (max == -INFINITY) {
-        for (int64_t i = 0; i < n; i++) x[i] = 1.0f / (float)n;
-        return;
-    }
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += x[i];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int64_t i = 0; i < n; i++) x[i] *= inv;
-}
-
-void kern_swiglu(float *out, const float *gate, const float *up, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
-}

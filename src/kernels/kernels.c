@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kernels.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,4 +149,34 @@ void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int
         else hl_pool_run(pool, quantize_worker, &j);
     }
     hl_pool_run(pool, matmul_worker, &j);
+}
+
+void kern_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
+    if (n <= 0) return;
+    const float ss = kern_table_active()->sum_squares(x, n);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    if (weight) {
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale;
+    }
+}
+
+/* Subtracting the max keeps exp() from overflowing. A row of only -inf (everything
+ * masked) becomes uniform rather than NaN. */
+void kern_softmax(float *x, int64_t n) {
+    if (n <= 0) return;
+    float max = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > max) max = x[i];
+    if (max == -INFINITY) {
+        for (int64_t i = 0; i < n; i++) x[i] = 1.0f / (float)n;
+        return;
+    }
+    const float inv = 1.0f / kern_table_active()->exp_shift_sum(x, n, max);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void kern_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    if (n > 0) kern_table_active()->swiglu(out, gate, up, n);
 }
