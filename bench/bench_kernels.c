@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    const hl_type types[] = {HL_TYPE_F16, HL_TYPE_Q8_0, HL_TYPE_Q4_0, HL_TYPE_Q4_K,
+    const hl_type types[] = {HL_TYPE_F16,  HL_TYPE_Q8_0, HL_TYPE_Q4_0, HL_TYPE_Q4_K,
                              HL_TYPE_Q6_K, HL_TYPE_Q5_K, HL_TYPE_Q4_1};
     const int64_t rows = 5632, cols = 2048, max_tok = 32;
     float *x = malloc(sizeof(float) * (size_t)(cols * max_tok));
@@ -43,7 +43,8 @@ int main(int argc, char **argv) {
         if (hl_type_traits_get(t)->can_quantize) {
             float *row = malloc(sizeof(float) * (size_t)cols);
             for (int64_t r = 0; r < rows; r++) {
-                for (int64_t c = 0; c < cols; c++) row[c] = (float)((r * 31 + c * 17) % 200) / 100.0f - 1.0f;
+                for (int64_t c = 0; c < cols; c++)
+                    row[c] = (float)((r * 31 + c * 17) % 200) / 100.0f - 1.0f;
                 hl_quantize_row(t, row, w + (size_t)r * hl_row_size(t, cols), cols);
             }
             free(row);

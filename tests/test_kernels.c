@@ -44,10 +44,19 @@ static void random_weights(hl_type t, void *dst, int64_t n) {
         const hl_fp16 d = hl_fp32_to_fp16(0.01f + 0.02f * fabsf(frand()));
         const hl_fp16 dmin = hl_fp32_to_fp16(0.01f * fabsf(frand()));
         switch (t) {
-        case HL_TYPE_Q2_K: ((block_q2_K *)dst)[b].d = d; ((block_q2_K *)dst)[b].dmin = dmin; break;
+        case HL_TYPE_Q2_K:
+            ((block_q2_K *)dst)[b].d = d;
+            ((block_q2_K *)dst)[b].dmin = dmin;
+            break;
         case HL_TYPE_Q3_K: ((block_q3_K *)dst)[b].d = d; break;
-        case HL_TYPE_Q4_K: ((block_q4_K *)dst)[b].d = d; ((block_q4_K *)dst)[b].dmin = dmin; break;
-        case HL_TYPE_Q5_K: ((block_q5_K *)dst)[b].d = d; ((block_q5_K *)dst)[b].dmin = dmin; break;
+        case HL_TYPE_Q4_K:
+            ((block_q4_K *)dst)[b].d = d;
+            ((block_q4_K *)dst)[b].dmin = dmin;
+            break;
+        case HL_TYPE_Q5_K:
+            ((block_q5_K *)dst)[b].d = d;
+            ((block_q5_K *)dst)[b].dmin = dmin;
+            break;
         case HL_TYPE_Q6_K: ((block_q6_K *)dst)[b].d = d; break;
         default: break;
         }
@@ -117,8 +126,8 @@ TEST(kernels_vec_dot_close_to_float_dot) {
             mag += fabs((double)wf[i] * x[i]);
         }
         const float got = kern_vec_dot(t, n, w, xq);
-        CHECK_MSG(fabs(got - want) <= 0.02 * mag, "%s: %.9g vs %.9g (mag %g)",
-                  hl_type_name(t), got, want, mag);
+        CHECK_MSG(fabs(got - want) <= 0.02 * mag, "%s: %.9g vs %.9g (mag %g)", hl_type_name(t), got,
+                  want, mag);
         free(w);
         free(xq);
     }
@@ -150,8 +159,8 @@ TEST(kernels_simd_vec_dot_matches_ref) {
         for (int k = 0; k < 4; k++) {
             /* plain types: odd element counts (1, 3, 7, 33 and 32x those + 5) */
             for (int pass = 0; pass < (bs == 1 ? 2 : 1); pass++) {
-                const int64_t n = bs == 1 ? (pass ? blocks[k] * 32 + 5 : blocks[k])
-                                          : blocks[k] * bs;
+                const int64_t n =
+                    bs == 1 ? (pass ? blocks[k] * 32 + 5 : blocks[k]) : blocks[k] * bs;
                 void *w = row_alloc(t, n), *xq = row_alloc(vdt, n);
                 float *x = malloc((size_t)n * sizeof *x);
                 for (int64_t i = 0; i < n; i++) x[i] = frand();
@@ -224,9 +233,13 @@ TEST(kernels_simd_small_ops_match_ref) {
     simd.exp_shift_sum(y, N, 0.0f);
     for (int i = 0; i < N; i++) {
         const float want = expf(x[i]);
-        if (isinf(want)) CHECK_MSG(isinf(y[i]) && y[i] > 0, "exp(%g) = %g", x[i], y[i]);
-        else if (want < 1.2e-38f) CHECK_MSG(y[i] <= 1.2e-38f && y[i] >= 0, "exp(%g) = %g", x[i], y[i]);
-        else CHECK_MSG(fabsf(y[i] - want) <= 4e-7f * want, "exp(%g) = %.9g vs %.9g", x[i], y[i], want);
+        if (isinf(want))
+            CHECK_MSG(isinf(y[i]) && y[i] > 0, "exp(%g) = %g", x[i], y[i]);
+        else if (want < 1.2e-38f)
+            CHECK_MSG(y[i] <= 1.2e-38f && y[i] >= 0, "exp(%g) = %g", x[i], y[i]);
+        else
+            CHECK_MSG(fabsf(y[i] - want) <= 4e-7f * want, "exp(%g) = %.9g vs %.9g", x[i], y[i],
+                      want);
     }
     float nan_in[3] = {NAN, 0.0f, -INFINITY};
     simd.exp_shift_sum(nan_in, 3, 0.0f);
@@ -314,9 +327,9 @@ TEST(kernels_matmul_matches_naive) {
                     for (int64_t r = 0; r < n_rows; r++) {
                         const float want = kern_vec_dot(t, n_cols, w + r * rb, xq);
                         CHECK_MSG(out[tk * n_rows + r] == want,
-                                  "%s nt=%lld th=%d tok %lld row %lld: %g vs %g",
-                                  hl_type_name(t), (long long)nt, threads[th], (long long)tk,
-                                  (long long)r, out[tk * n_rows + r], want);
+                                  "%s nt=%lld th=%d tok %lld row %lld: %g vs %g", hl_type_name(t),
+                                  (long long)nt, threads[th], (long long)tk, (long long)r,
+                                  out[tk * n_rows + r], want);
                         hl_dequantize_row(t, w + r * rb, wf, n_cols);
                         double exact = 0, mag = 0;
                         for (int64_t i = 0; i < n_cols; i++) {

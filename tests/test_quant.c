@@ -37,8 +37,8 @@ TEST(quant_fp16_to_fp32_special_values) {
     CHECK(hl_fp16_to_fp32(0x3c00) == 1.0f);
     CHECK(hl_fp16_to_fp32(0xc000) == -2.0f);
     CHECK(hl_fp16_to_fp32(0x7bff) == 65504.0f);
-    CHECK(hl_fp16_to_fp32(0x0400) == ldexpf(1.0f, -14));        /* smallest normal */
-    CHECK(hl_fp16_to_fp32(0x0001) == ldexpf(1.0f, -24));        /* smallest subnormal */
+    CHECK(hl_fp16_to_fp32(0x0400) == ldexpf(1.0f, -14));           /* smallest normal */
+    CHECK(hl_fp16_to_fp32(0x0001) == ldexpf(1.0f, -24));           /* smallest subnormal */
     CHECK(hl_fp16_to_fp32(0x03ff) == 1023.0f * ldexpf(1.0f, -24)); /* largest subnormal */
     CHECK(hl_fp16_to_fp32(0x8001) == -ldexpf(1.0f, -24));
     CHECK(isinf(hl_fp16_to_fp32(0x7c00)) && hl_fp16_to_fp32(0x7c00) > 0);
@@ -51,8 +51,8 @@ TEST(quant_fp32_to_fp16_rounding) {
     CHECK_EQ_INT(hl_fp32_to_fp16(1.0f), 0x3c00);
     CHECK_EQ_INT(hl_fp32_to_fp16(-0.0f), 0x8000);
     CHECK_EQ_INT(hl_fp32_to_fp16(65504.0f), 0x7bff);
-    CHECK_EQ_INT(hl_fp32_to_fp16(65519.0f), 0x7bff);  /* below the halfway point */
-    CHECK_EQ_INT(hl_fp32_to_fp16(65520.0f), 0x7c00);  /* tie rounds to even = inf */
+    CHECK_EQ_INT(hl_fp32_to_fp16(65519.0f), 0x7bff); /* below the halfway point */
+    CHECK_EQ_INT(hl_fp32_to_fp16(65520.0f), 0x7c00); /* tie rounds to even = inf */
     CHECK_EQ_INT(hl_fp32_to_fp16(1e6f), 0x7c00);
     CHECK_EQ_INT(hl_fp32_to_fp16(-1e6f), 0xfc00);
     CHECK_EQ_INT(hl_fp32_to_fp16(u2f(0x7f800000u)), 0x7c00);
@@ -67,10 +67,10 @@ TEST(quant_fp32_to_fp16_rounding) {
     CHECK_EQ_INT(hl_fp32_to_fp16(u2f(f2u(1.0f + ldexpf(1.0f, -11)) + 1)), 0x3c01);
     /* subnormals */
     CHECK_EQ_INT(hl_fp32_to_fp16(ldexpf(1.0f, -24)), 0x0001);
-    CHECK_EQ_INT(hl_fp32_to_fp16(ldexpf(1.0f, -25)), 0x0000);      /* tie to even: 0 */
+    CHECK_EQ_INT(hl_fp32_to_fp16(ldexpf(1.0f, -25)), 0x0000); /* tie to even: 0 */
     CHECK_EQ_INT(hl_fp32_to_fp16(ldexpf(1.0001f, -25)), 0x0001);
-    CHECK_EQ_INT(hl_fp32_to_fp16(3 * ldexpf(1.0f, -25)), 0x0002);  /* tie 1|2 -> 2 */
-    CHECK_EQ_INT(hl_fp32_to_fp16(5 * ldexpf(1.0f, -25)), 0x0002);  /* tie 2|3 -> 2 */
+    CHECK_EQ_INT(hl_fp32_to_fp16(3 * ldexpf(1.0f, -25)), 0x0002);       /* tie 1|2 -> 2 */
+    CHECK_EQ_INT(hl_fp32_to_fp16(5 * ldexpf(1.0f, -25)), 0x0002);       /* tie 2|3 -> 2 */
     CHECK_EQ_INT(hl_fp32_to_fp16(1023.5f * ldexpf(1.0f, -24)), 0x0400); /* into normal */
     CHECK_EQ_INT(hl_fp32_to_fp16(-ldexpf(1.0f, -24)), 0x8001);
     CHECK_EQ_INT(hl_fp32_to_fp16(1e-10f), 0x0000);
@@ -95,7 +95,7 @@ TEST(quant_bf16_conversion) {
     CHECK_EQ_INT(hl_fp32_to_bf16(u2f(0x7f800000u)), 0x7f80);
     CHECK_EQ_INT(hl_fp32_to_bf16(u2f(0xff800000u)), 0xff80);
     CHECK_EQ_INT(hl_fp32_to_bf16(u2f(0x7f7fffffu)), 0x7f80); /* FLT_MAX rounds to inf */
-    hl_bf16 nan = hl_fp32_to_bf16(u2f(0x7f800001u)); /* low-bit NaN must stay NaN */
+    hl_bf16 nan = hl_fp32_to_bf16(u2f(0x7f800001u));         /* low-bit NaN must stay NaN */
     CHECK((nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0);
     CHECK(isnan(hl_bf16_to_fp32(0x7fc0)));
 }
@@ -103,12 +103,12 @@ TEST(quant_bf16_conversion) {
 /* ---- traits --------------------------------------------------------------------- */
 
 TEST(quant_traits_caps) {
-    const hl_type deq[] = {HL_TYPE_F32, HL_TYPE_F16, HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1,
+    const hl_type deq[] = {HL_TYPE_F32,  HL_TYPE_F16,  HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1,
                            HL_TYPE_Q5_0, HL_TYPE_Q5_1, HL_TYPE_Q8_0, HL_TYPE_Q2_K, HL_TYPE_Q3_K,
                            HL_TYPE_Q4_K, HL_TYPE_Q5_K, HL_TYPE_Q6_K, HL_TYPE_Q8_K};
     for (size_t i = 0; i < sizeof deq / sizeof deq[0]; i++)
         CHECK_MSG(hl_type_traits_get(deq[i])->can_dequantize, "%s", hl_type_name(deq[i]));
-    const hl_type q[] = {HL_TYPE_F16, HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1, HL_TYPE_Q5_0,
+    const hl_type q[] = {HL_TYPE_F16,  HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1, HL_TYPE_Q5_0,
                          HL_TYPE_Q5_1, HL_TYPE_Q8_0, HL_TYPE_Q8_1, HL_TYPE_Q8_K};
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
         CHECK_MSG(hl_type_traits_get(q[i])->can_quantize, "%s", hl_type_name(q[i]));
@@ -170,8 +170,8 @@ TEST(quant_dequant_q5_block) {
         CHECK(y[16 + j] == (float)((15 - j) + (j % 2 == 1 ? 16 : 0) - 16));
     }
     block_q5_1 c;
-    c.d = 0x3800;  /* 0.5 */
-    c.m = 0x4000;  /* 2.0 */
+    c.d = 0x3800; /* 0.5 */
+    c.m = 0x4000; /* 2.0 */
     memcpy(c.qs, b.qs, 16);
     memcpy(c.qh, qh, 4);
     hl_dequantize_row(HL_TYPE_Q5_1, &c, y, 32);
@@ -226,8 +226,8 @@ TEST(quant_dequant_q2_K_block) {
 TEST(quant_dequant_q3_K_block) {
     static const int raw[16] = {1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 63};
     /* written out by hand from the packing rule above */
-    static const uint8_t scales[12] = {0x11, 0x55, 0x99, 0xdd, 0x11, 0x55, 0x99, 0xfd,
-                                       0xe4, 0xe4, 0xe4, 0xe4};
+    static const uint8_t scales[12] = {0x11, 0x55, 0x99, 0xdd, 0x11, 0x55,
+                                       0x99, 0xfd, 0xe4, 0xe4, 0xe4, 0xe4};
     block_q3_K b;
     memcpy(b.scales, scales, 12);
     for (int k = 0; k < 16; k++) CHECK_EQ_INT(hl_q3_K_scale(b.scales, k), raw[k] - 32);
@@ -251,8 +251,8 @@ TEST(quant_dequant_q3_K_block) {
  * byte j+4 (scale low, min high), top 2 bits in bytes j-4 (scale) and j (min). */
 static const uint8_t k4_sc[8] = {1, 2, 3, 4, 17, 33, 50, 63};
 static const uint8_t k4_mn[8] = {5, 6, 7, 8, 20, 36, 49, 62};
-static const uint8_t k4_packed[12] = {0x41, 0x82, 0xc3, 0xc4, 0x45, 0x86, 0xc7, 0xc8,
-                                      0x41, 0x41, 0x12, 0xef};
+static const uint8_t k4_packed[12] = {0x41, 0x82, 0xc3, 0xc4, 0x45, 0x86,
+                                      0xc7, 0xc8, 0x41, 0x41, 0x12, 0xef};
 
 TEST(quant_dequant_q4_K_block) {
     for (int j = 0; j < 8; j++) {
@@ -316,7 +316,8 @@ TEST(quant_dequant_q6_K_block) {
     for (int e = 0; e < QK_K; e++) {
         const int half = e / 128, g = (e % 128) / 32, l = e % 32;
         const uint8_t lo = b.ql[half * 64 + (g % 2) * 32 + l];
-        const int q = ((g < 2 ? lo & 15 : lo >> 4) | ((b.qh[half * 32 + l] >> (2 * g)) & 3) << 4) - 32;
+        const int q =
+            ((g < 2 ? lo & 15 : lo >> 4) | ((b.qh[half * 32 + l] >> (2 * g)) & 3) << 4) - 32;
         const float want = 0.25f * (float)b.scales[e / 16] * (float)q;
         CHECK_MSG(y[e] == want, "e=%d: %g vs %g", e, y[e], want);
     }
@@ -347,7 +348,7 @@ TEST(quant_q8_known_blocks) {
     CHECK_EQ_INT(b.d, hl_fp32_to_fp16(16.0f / 127.0f));
     CHECK_EQ_INT(b.qs[0], -127);
     CHECK_EQ_INT(b.qs[16], 0);
-    CHECK_EQ_INT(b.qs[24], 64);  /* 8 * 127/16 = 63.5 -> 64 (half away from zero) */
+    CHECK_EQ_INT(b.qs[24], 64); /* 8 * 127/16 = 63.5 -> 64 (half away from zero) */
     CHECK_EQ_INT(b.qs[8], -64);
     block_q8_1 c;
     hl_quantize_row(HL_TYPE_Q8_1, x, &c, 32);
@@ -386,7 +387,7 @@ static double roundtrip_bound(hl_type t, const float *x, int n) {
     switch (t) {
     case HL_TYPE_F16: return amax / 2048.0;
     case HL_TYPE_BF16: return amax / 256.0;
-    case HL_TYPE_Q4_0: return amax / 8.0 * (1 + fp16_rel) + amax * fp16_rel;  /* clamp at +7 */
+    case HL_TYPE_Q4_0: return amax / 8.0 * (1 + fp16_rel) + amax * fp16_rel; /* clamp at +7 */
     case HL_TYPE_Q5_0: return amax / 16.0 * (1 + fp16_rel) + amax * fp16_rel;
     case HL_TYPE_Q4_1: return range / 30.0 + (range + fabsf(mn)) * fp16_rel;
     case HL_TYPE_Q5_1: return range / 62.0 + (range + fabsf(mn)) * fp16_rel;
@@ -398,9 +399,8 @@ static double roundtrip_bound(hl_type t, const float *x, int n) {
 }
 
 TEST(quant_roundtrip_error_bounds) {
-    const hl_type types[] = {HL_TYPE_F16, HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1,
-                             HL_TYPE_Q5_0, HL_TYPE_Q5_1, HL_TYPE_Q8_0, HL_TYPE_Q8_1,
-                             HL_TYPE_Q8_K};
+    const hl_type types[] = {HL_TYPE_F16,  HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1, HL_TYPE_Q5_0,
+                             HL_TYPE_Q5_1, HL_TYPE_Q8_0, HL_TYPE_Q8_1, HL_TYPE_Q8_K};
     enum { N = 4096 };
     static float x[N], y[N];
     static uint8_t q[N * 4];
@@ -420,8 +420,8 @@ TEST(quant_roundtrip_error_bounds) {
             const double bound = roundtrip_bound(t, x + b0, blk);
             for (int j = b0; j < b0 + blk; j++) {
                 const double err = fabs((double)x[j] - y[j]);
-                CHECK_MSG(err <= bound, "%s: x[%d]=%g y=%g err %g > bound %g",
-                          hl_type_name(t), j, x[j], y[j], err, bound);
+                CHECK_MSG(err <= bound, "%s: x[%d]=%g y=%g err %g > bound %g", hl_type_name(t), j,
+                          x[j], y[j], err, bound);
                 if (err / bound > worst) worst = err / bound;
             }
         }

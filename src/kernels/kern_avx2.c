@@ -21,6 +21,8 @@ static inline float hsum_ps(__m256 v) {
 
 static inline float fp16_to_f32(hl_fp16 h) { return _cvtsh_ss(h); }
 
+static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
 /* ---- float weights --------------------------------------------------------------- */
 
 static inline __m256 load_f16x8(const hl_fp16 *p) {
@@ -33,24 +35,24 @@ static inline __m256 load_bf16x8(const hl_bf16 *p) {
 }
 
 /* Four accumulators hide the FMA latency. */
-#define FLOAT_DOT(NAME, WTYPE, LOAD, SCALAR)                                             \
-    static float NAME(int64_t n, const void *row, const void *vec) {                    \
-        const WTYPE *a = row;                                                           \
-        const float *b = vec;                                                           \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                  \
-        __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();                  \
-        int64_t i = 0;                                                                  \
-        for (; i + 32 <= n; i += 32) {                                                  \
-            acc0 = _mm256_fmadd_ps(LOAD(a + i), _mm256_loadu_ps(b + i), acc0);          \
-            acc1 = _mm256_fmadd_ps(LOAD(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);  \
-            acc2 = _mm256_fmadd_ps(LOAD(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2); \
-            acc3 = _mm256_fmadd_ps(LOAD(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3); \
-        }                                                                               \
-        for (; i + 8 <= n; i += 8)                                                      \
-            acc0 = _mm256_fmadd_ps(LOAD(a + i), _mm256_loadu_ps(b + i), acc0);          \
-        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3))); \
-        for (; i < n; i++) sum += SCALAR(a[i]) * b[i];                                  \
-        return sum;                                                                     \
+#define FLOAT_DOT(NAME, WTYPE, LOAD, SCALAR)                                                       \
+    static float NAME(int64_t n, const void *row, const void *vec) {                               \
+        const WTYPE *a = row;                                                                      \
+        const float *b = vec;                                                                      \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
+        __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();                             \
+        int64_t i = 0;                                                                             \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            acc0 = _mm256_fmadd_ps(LOAD(a + i), _mm256_loadu_ps(b + i), acc0);                     \
+            acc1 = _mm256_fmadd_ps(LOAD(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);             \
+            acc2 = _mm256_fmadd_ps(LOAD(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);           \
+            acc3 = _mm256_fmadd_ps(LOAD(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);           \
+        }                                                                                          \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            acc0 = _mm256_fmadd_ps(LOAD(a + i), _mm256_loadu_ps(b + i), acc0);                     \
+        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));  \
+        for (; i < n; i++) sum += SCALAR(a[i]) * b[i];                                             \
+        return sum;                                                                                \
     }
 
 #define F32_SCALAR(v) (v)
@@ -71,8 +73,8 @@ static inline __m256 dot_i8x32(__m256i x, __m256i y) {
 /* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31) */
 static inline __m256i unpack_nibbles(const uint8_t *qs) {
     const __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b),
-                                                 _mm_srli_epi16(b, 4), 1);
+    const __m256i both =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
     return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
@@ -82,8 +84,8 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
  * single-token dot bit for bit (prefill and decode agree exactly). */
 #define ROWS_INLINE static inline __attribute__((always_inline))
 
-ROWS_INLINE void q4_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride,
-                           int nt, float *out) {
+ROWS_INLINE void q4_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
     const block_q4_0 *x = row;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};
@@ -93,8 +95,7 @@ ROWS_INLINE void q4_0_rows(int64_t n, const void *row, const uint8_t *vec, size_
         for (int t = 0; t < nt; t++) {
             const block_q8_0 *y = (const block_q8_0 *)(vec + (size_t)t * stride) + i;
             const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));
-            acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, _mm256_loadu_si256((const __m256i *)y->qs)),
-                                     acc[t]);
+            acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y->qs)), acc[t]);
         }
     }
     for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
@@ -115,9 +116,8 @@ static inline __m256i bits_to_bytes(const uint8_t qh[4]) {
     uint32_t bits;
     memcpy(&bits, qh, 4);
     const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32((int)bits),
-        _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
-                           0x0303030303030303));
+        _mm256_set1_epi32((int)bits), _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                                         0x0202020202020202, 0x0303030303030303));
     /* every bit but bit k%8 forced on: all ones iff bit k%8 was set */
     const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
     return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
@@ -130,7 +130,7 @@ static float dot_q4_1(int64_t n, const void *row, const void *vec) {
     __m256 acc = _mm256_setzero_ps();
     float summs = 0.0f;
     for (int64_t i = 0; i < n / QK4_1; i++) {
-        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i yv = load256(y[i].qs);
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(unpack_nibbles(x[i].qs), yv),
                                             _mm256_set1_epi16(1));
         const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
@@ -146,10 +146,10 @@ static float dot_q5_0(int64_t n, const void *row, const void *vec) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK5_0; i++) {
         const __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
-        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(x[i].qs), hi),
-                                          _mm256_set1_epi8(16));
+        const __m256i q =
+            _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(x[i].qs), hi), _mm256_set1_epi8(16));
         const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
-        acc = _mm256_fmadd_ps(d, dot_i8x32(q, _mm256_loadu_si256((const __m256i *)y[i].qs)), acc);
+        acc = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y[i].qs)), acc);
     }
     return hsum_ps(acc);
 }
@@ -162,7 +162,7 @@ static float dot_q5_1(int64_t n, const void *row, const void *vec) {
     for (int64_t i = 0; i < n / QK5_1; i++) {
         const __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
         const __m256i q = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
-        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i yv = load256(y[i].qs);
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), _mm256_set1_epi16(1));
         const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
@@ -171,19 +171,18 @@ static float dot_q5_1(int64_t n, const void *row, const void *vec) {
     return hsum_ps(acc) + summs;
 }
 
-ROWS_INLINE void q8_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride,
-                           int nt, float *out) {
+ROWS_INLINE void q8_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
     const block_q8_0 *x = row;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i q = load256(x[i].qs);
         const float dx = fp16_to_f32(x[i].d);
         for (int t = 0; t < nt; t++) {
             const block_q8_0 *y = (const block_q8_0 *)(vec + (size_t)t * stride) + i;
             const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));
-            acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, _mm256_loadu_si256((const __m256i *)y->qs)),
-                                     acc[t]);
+            acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y->qs)), acc[t]);
         }
     }
     for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
@@ -224,22 +223,24 @@ static float dot_q2_K(int64_t n, const void *row, const void *vec) {
     float acc_min = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
-        const __m256i bsums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+        const __m256i mins =
+            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
+        const __m256i bsums = load256(y[i].bsums);
         const int summ = hsum_epi32(_mm256_madd_epi16(mins, bsums));
         acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
         __m256i sumi = _mm256_setzero_si256();
         for (int half = 0; half < 2; half++) {
-            const __m256i q2 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * half));
+            const __m256i q2 = load256(x[i].qs + 32 * half);
             for (int s = 0; s < 4; s++) {
                 const int k = half * 8 + 2 * s;
                 const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three);
-                const __m256i yv = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * half + 32 * s));
+                const __m256i yv = load256(y[i].qs + 128 * half + 32 * s);
                 const __m256i sc = two_scales(x[i].scales[k] & 0x0f, x[i].scales[k + 1] & 0x0f);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sc));
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)),
+                              _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc) - acc_min;
 }
@@ -256,21 +257,24 @@ static float dot_q3_K(int64_t n, const void *row, const void *vec) {
         int scales[16];
         for (int k = 0; k < 16; k++) scales[k] = hl_q3_K_scale(x[i].scales, k);
         /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
-        __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i hm = load256(x[i].hmask);
         __m256i sumi = _mm256_setzero_si256();
         for (int half = 0; half < 2; half++) {
-            const __m256i q2 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * half));
+            const __m256i q2 = load256(x[i].qs + 32 * half);
             for (int s = 0; s < 4; s++, hm = _mm256_srli_epi16(hm, 1)) {
                 const int k = half * 8 + 2 * s;
-                const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three),
-                                                  _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
-                const __m256i yv = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * half + 32 * s));
-                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv),
-                                                     _mm256_maddubs_epi16(four, yv));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, two_scales(scales[k], scales[k + 1])));
+                const __m256i q =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three),
+                                    _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+                const __m256i yv = load256(y[i].qs + 128 * half + 32 * s);
+                const __m256i p16 =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv), _mm256_maddubs_epi16(four, yv));
+                sumi = _mm256_add_epi32(
+                    sumi, _mm256_madd_epi16(p16, two_scales(scales[k], scales[k + 1])));
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)),
+                              _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc);
 }
@@ -291,8 +295,8 @@ static inline void q4_K_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_
     memcpy(mn + 4, &m_hi, 4);
 }
 
-ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride,
-                           int nt, float *out) {
+ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
     const block_q4_K *x = row;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
@@ -305,7 +309,7 @@ ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
         /* each 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high) */
         __m256i lo[4], hi[4];
         for (int j = 0; j < 4; j++) {
-            const __m256i q4 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i q4 = load256(x[i].qs + 32 * j);
             lo[j] = _mm256_and_si256(q4, low4);
             hi[j] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
         }
@@ -316,8 +320,8 @@ ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
             acc_min[t] += y->d * dminx * (float)summ;
             __m256i sumi = _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {
-                const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
-                const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
+                const __m256i y0 = load256(y->qs + 64 * j);
+                const __m256i y1 = load256(y->qs + 64 * j + 32);
                 /* unsigned nibbles: maddubs needs no sign trick (15*127*2 fits int16) */
                 const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], y0),
                                                      _mm256_set1_epi16(sc[2 * j]));
@@ -357,20 +361,20 @@ static float dot_q5_K(int64_t n, const void *row, const void *vec) {
         for (int j = 0; j < 8; j++) summ += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
         acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
         /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
-        __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i qh = load256(x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++, qh = _mm256_srli_epi16(qh, 2)) {
-            const __m256i q4 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i q4 = load256(x[i].qs + 32 * j);
             const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, low4),
                                                _mm256_slli_epi16(_mm256_and_si256(qh, bit0), 4));
             const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), low4),
                                                _mm256_slli_epi16(_mm256_and_si256(qh, bit1), 3));
-            const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
-            const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
-            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
-                                                 _mm256_set1_epi16(sc[2 * j]));
-            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
-                                                 _mm256_set1_epi16(sc[2 * j + 1]));
+            const __m256i y0 = load256(y[i].qs + 64 * j);
+            const __m256i y1 = load256(y[i].qs + 64 * j + 32);
+            const __m256i p0 =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(sc[2 * j]));
+            const __m256i p1 =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * j + 1]));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
         const __m256 d = _mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d));
@@ -381,39 +385,44 @@ static float dot_q5_K(int64_t n, const void *row, const void *vec) {
 
 /* Q6_K: quants are 0..63 with a bias of 32; the bias is taken off after the
  * unsigned multiply as 32 * sum(y). */
-ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride,
-                           int nt, float *out) {
+ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
     const block_q6_K *x = row;
     const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
     const __m256i m32 = _mm256_set1_epi8(32);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
-                           _mm256_setzero_si256(), _mm256_setzero_si256()};
+        __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                           _mm256_setzero_si256()};
         for (int half = 0; half < 2; half++) {
             const uint8_t *ql = x[i].ql + 64 * half;
             const int8_t *sc = x[i].scales + 8 * half;
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * half));
-            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)ql);
-            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i qh = load256(x[i].qh + 32 * half);
+            const __m256i ql0 = load256(ql);
+            const __m256i ql1 = load256(ql + 32);
             __m256i q[4], scale[4];
             q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4),
                                    _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
+            q[1] = _mm256_or_si256(
+                _mm256_and_si256(ql1, low4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4));
+            q[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4));
+            q[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
             /* lane 0 is elements 0..15 (scale 2g), lane 1 is 16..31 (scale 2g+1) */
             for (int g = 0; g < 4; g++)
-                scale[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])),
-                                                   _mm_set1_epi16(sc[2 * g + 1]), 1);
+                scale[g] =
+                    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])),
+                                            _mm_set1_epi16(sc[2 * g + 1]), 1);
             for (int t = 0; t < nt; t++) {
-                const int8_t *q8 = ((const block_q8_K *)(vec + (size_t)t * stride) + i)->qs + 128 * half;
+                const int8_t *q8 =
+                    ((const block_q8_K *)(vec + (size_t)t * stride) + i)->qs + 128 * half;
                 for (int g = 0; g < 4; g++) {
-                    const __m256i yv = _mm256_loadu_si256((const __m256i *)(q8 + 32 * g));
+                    const __m256i yv = load256(q8 + 32 * g);
                     const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], yv),
                                                          _mm256_maddubs_epi16(m32, yv));
                     sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p16, scale[g]));
@@ -423,7 +432,8 @@ ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
         const float dx = fp16_to_f32(x[i].d);
         for (int t = 0; t < nt; t++) {
             const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            acc[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
         }
     }
     for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
@@ -460,8 +470,9 @@ static void quantize_q8_0(const float *x, void *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
         __m256 v[4];
         for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + 8 * k);
-        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-                                 _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        __m256 m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
@@ -473,8 +484,8 @@ static void quantize_q8_0(const float *x, void *dst, int64_t n) {
         for (int k = 0; k < 4; k++)
             q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[k], vid)));
         /* packs interleave 128-bit lanes; the permute restores element order */
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
-                                             _mm256_packs_epi32(q[2], q[3]));
+        const __m256i p =
+            _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         _mm256_storeu_si256((__m256i *)y[i].qs, _mm256_permutevar8x32_epi32(p, perm));
     }
 }
@@ -488,7 +499,8 @@ static void quantize_q8_K(const float *x, void *dst, int64_t n) {
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < QK_K; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+        for (int k = 0; k < QK_K; k += 8)
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
@@ -510,8 +522,8 @@ static void quantize_q8_K(const float *x, void *dst, int64_t n) {
             __m256i q[4];
             for (int v = 0; v < 4; v++)
                 q[v] = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + k + 8 * v)));
-            const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
-                                                 _mm256_packs_epi32(q[2], q[3]));
+            const __m256i p =
+                _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
             const __m256i qs = _mm256_permutevar8x32_epi32(p, perm);
             _mm256_storeu_si256((__m256i *)(y[i].qs + k), qs);
             /* two bsums of 16: widen to int16, pairwise-add to int32, then to int16 */
@@ -551,8 +563,10 @@ static inline __m256 exp_ps(__m256 x) {
     /* n in [-126, 128]: split 2^n = 2^(n/2) * 2^(n - n/2) so both are normal floats */
     const __m256i ni = _mm256_cvtps_epi32(n);
     const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
-    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    const __m256 s1 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    const __m256 s2 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
     __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
     y = _mm256_andnot_ps(too_small, y);
     y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), too_big);

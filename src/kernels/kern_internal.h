@@ -27,9 +27,9 @@ typedef void (*kern_quantize_fn)(const float *x, void *dst, int64_t n);
 
 typedef struct kern_table {
     const char *name;
-    kern_vec_dot_fn vec_dot[HL_TYPE_COUNT];    /* by weight type */
-    kern_vec_dot4_fn vec_dot4[HL_TYPE_COUNT];  /* by weight type, optional */
-    kern_quantize_fn quantize[HL_TYPE_COUNT];  /* by vec_dot_type */
+    kern_vec_dot_fn vec_dot[HL_TYPE_COUNT];   /* by weight type */
+    kern_vec_dot4_fn vec_dot4[HL_TYPE_COUNT]; /* by weight type, optional */
+    kern_quantize_fn quantize[HL_TYPE_COUNT]; /* by vec_dot_type */
     /* small f32 ops */
     float (*sum_squares)(const float *x, int64_t n);
     float (*exp_shift_sum)(float *x, int64_t n, float shift); /* x = exp(x - shift) */

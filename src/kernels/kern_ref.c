@@ -254,8 +254,6 @@ static void quantize_q8_K(const float *x, void *dst, int64_t n) {
     hl_quantize_row(HL_TYPE_Q8_K, x, dst, n);
 }
 
-
-
 /* ---- small f32 ops (kernels.c wraps them as kern_rmsnorm/softmax/swiglu) ---------- */
 
 static float sum_squares(const float *x, int64_t n) {
@@ -279,21 +277,31 @@ static void swiglu(float *out, const float *gate, const float *up, int64_t n) {
 
 static const kern_table g_ref = {
     .name = "ref",
-    .vec_dot = {
-        [HL_TYPE_F32] = dot_f32,   [HL_TYPE_F16] = dot_f16,   [HL_TYPE_BF16] = dot_bf16,
-        [HL_TYPE_Q4_0] = dot_q4_0, [HL_TYPE_Q4_1] = dot_q4_1, [HL_TYPE_Q5_0] = dot_q5_0,
-        [HL_TYPE_Q5_1] = dot_q5_1, [HL_TYPE_Q8_0] = dot_q8_0, [HL_TYPE_Q2_K] = dot_q2_K,
-        [HL_TYPE_Q3_K] = dot_q3_K, [HL_TYPE_Q4_K] = dot_q4_K, [HL_TYPE_Q5_K] = dot_q5_K,
-        [HL_TYPE_Q6_K] = dot_q6_K,
-    },
+    .vec_dot =
+        {
+            [HL_TYPE_F32] = dot_f32,
+            [HL_TYPE_F16] = dot_f16,
+            [HL_TYPE_BF16] = dot_bf16,
+            [HL_TYPE_Q4_0] = dot_q4_0,
+            [HL_TYPE_Q4_1] = dot_q4_1,
+            [HL_TYPE_Q5_0] = dot_q5_0,
+            [HL_TYPE_Q5_1] = dot_q5_1,
+            [HL_TYPE_Q8_0] = dot_q8_0,
+            [HL_TYPE_Q2_K] = dot_q2_K,
+            [HL_TYPE_Q3_K] = dot_q3_K,
+            [HL_TYPE_Q4_K] = dot_q4_K,
+            [HL_TYPE_Q5_K] = dot_q5_K,
+            [HL_TYPE_Q6_K] = dot_q6_K,
+        },
     .sum_squares = sum_squares,
     .exp_shift_sum = exp_shift_sum,
     .swiglu = swiglu,
-    .quantize = {
-        [HL_TYPE_Q8_0] = quantize_q8_0,
-        [HL_TYPE_Q8_1] = quantize_q8_1,
-        [HL_TYPE_Q8_K] = quantize_q8_K,
-    },
+    .quantize =
+        {
+            [HL_TYPE_Q8_0] = quantize_q8_0,
+            [HL_TYPE_Q8_1] = quantize_q8_1,
+            [HL_TYPE_Q8_K] = quantize_q8_K,
+        },
 };
 
 const kern_table *kern_table_ref(void) { return &g_ref; }

@@ -42,8 +42,7 @@ const char *kern_choose_variant(const char *hearth_cpu) {
 
 static void init_once(void) {
     g_active = *kern_table_ref();
-    if (strcmp(kern_choose_variant(getenv("HEARTH_CPU")), "avx2") == 0)
-        kern_avx2_fill(&g_active);
+    if (strcmp(kern_choose_variant(getenv("HEARTH_CPU")), "avx2") == 0) kern_avx2_fill(&g_active);
 }
 
 void kern_init(void) { pthread_once(&g_once, init_once); }
@@ -109,8 +108,8 @@ static void matmul_worker(void *ctx, int ith, int nth) {
             if (j->dot4) {
                 for (; t + 4 <= t1; t += 4) {
                     float o[4];
-                    j->dot4(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes,
-                            j->xq_row_bytes, o);
+                    j->dot4(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes,
+                            o);
                     for (int k = 0; k < 4; k++) j->out[(t + k) * j->n_rows + r] = o[k];
                 }
             }
@@ -145,8 +144,10 @@ void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int
         j.xq = scratch;
         j.xq_row_bytes = hl_row_size(tr->vec_dot_type, n_cols);
         /* one token's quantization is too short to be worth waking the pool */
-        if (n_tok == 1) quantize_worker(&j, 0, 1);
-        else hl_pool_run(pool, quantize_worker, &j);
+        if (n_tok == 1)
+            quantize_worker(&j, 0, 1);
+        else
+            hl_pool_run(pool, quantize_worker, &j);
     }
     hl_pool_run(pool, matmul_worker, &j);
 }

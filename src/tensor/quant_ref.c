@@ -41,8 +41,7 @@ static void dequant_q4_1(const block_q4_1 *b, float *y, int64_t nb) {
 
 /* The 5th bit of element j is bit j of the little-endian 32-bit qh. */
 static uint32_t load_qh(const uint8_t qh[4]) {
-    return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
-           (uint32_t)qh[3] << 24;
+    return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
 }
 
 static void dequant_q5_0(const block_q5_0 *b, float *y, int64_t nb) {
