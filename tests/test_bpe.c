@@ -137,3 +137,75 @@ TEST(bpe_pretok_spans_tile_random_bytes) {
         }
     }
 }
+
+/* ---- GPT-2 byte mapping ---- */
+
+TEST(bpe_byte_mapping_roundtrip_all_bytes) {
+    char all[256], mapped[512], back[256];
+    for (int i = 0; i < 256; i++) all[i] = (char)i;
+    size_t n = tok_bpe_bytes_to_unicode(all, 256, mapped);
+    CHECK(n > 256 && n <= 512);
+    CHECK_EQ_INT(tok_bpe_unicode_to_bytes(mapped, n, back), 256);
+    CHECK(memcmp(all, back, 256) == 0);
+    /* each byte maps to one distinct printable character */
+    uint32_t seen[400] = {0};
+    for (int i = 0; i < 256; i++) {
+        char one = (char)i, m[2];
+        size_t k = tok_bpe_bytes_to_unicode(&one, 1, m);
+        CHECK(k == 1 || k == 2);
+        const unsigned char *u = (const unsigned char *)m;
+        uint32_t c = k == 1 ? u[0] : ((uint32_t)(u[0] & 0x1F) << 6) | (u[1] & 0x3F);
+        CHECK_MSG(c > 32 && c < 400 && c != 127 && !seen[c], "byte %d -> U+%04X", i, (unsigned)c);
+        seen[c] = 1;
+    }
+    char out[8];
+    CHECK_EQ_INT(tok_bpe_bytes_to_unicode(" \n a", 4, out), 7);
+    CHECK_EQ_INT(tok_bpe_bytes_to_unicode(" ", 1, out), 2);
+    CHECK(memcmp(out, "\xc4\xa0", 2) == 0); /* U+0120 'Ġ' */
+    CHECK_EQ_INT(tok_bpe_bytes_to_unicode("\n", 1, out), 2);
+    CHECK(memcmp(out, "\xc4\x8a", 2) == 0); /* U+010A 'Ċ' */
+    CHECK_EQ_INT(tok_bpe_bytes_to_unicode("\xad", 1, out), 2);
+    CHECK(memcmp(out, "\xc5\x83", 2) == 0); /* U+0143: the last shifted byte */
+    CHECK_EQ_INT(tok_bpe_bytes_to_unicode("\xe9", 1, out), 2);
+    CHECK(memcmp(out, "\xc3\xa9", 2) == 0); /* U+00E9 stands for itself */
+}
+
+TEST(bpe_byte_mapping_rejects_unmapped_text) {
+    char out[16];
+    CHECK_EQ_INT(tok_bpe_unicode_to_bytes("a b", 3, out), -1);          /* raw space */
+    CHECK_EQ_INT(tok_bpe_unicode_to_bytes("\xe4\xb8\x80", 3, out), -1); /* U+4E00 */
+    CHECK_EQ_INT(tok_bpe_unicode_to_bytes("\xc4", 1, out), -1);         /* truncated */
+    CHECK_EQ_INT(tok_bpe_unicode_to_bytes("\xc5\x84", 2, out), -1);     /* U+0144 */
+    CHECK_EQ_INT(tok_bpe_unicode_to_bytes("", 0, out), 0);
+    CHECK_EQ_INT(tok_bpe_unicode_to_bytes("\xc4\xa0hi", 4, out), 3);
+    CHECK(memcmp(out, " hi", 3) == 0);
+}
+
+/* ---- llama.cpp golden vectors (encode without BOS/EOS, parse_special off; the
+ * expected ids must also decode back to the input byte for byte) ---- */
+
+#include "tok_vectors.h"
+
+static int gguf_vectors(const char *name) {
+    tok_vocab *v = tok_vectors_open_vocab(name);
+    if (!v) return -2;
+    int bad = run_vocab_vectors(v, name, TOK_VECTORS_DECODE);
+    tok_vocab_destroy(v);
+    return bad;
+}
+
+#define GGUF_VECTORS_TEST(tname, file)                                                   \
+    TEST(tname) {                                                                       \
+        int bad = gguf_vectors(file);                                                   \
+        if (bad == -2) SKIP(file " not found (or failed to load)");                     \
+        if (bad == -1) SKIP(file " vectors not found");                                 \
+        CHECK_EQ_INT(bad, 0);                                                           \
+    }
+
+GGUF_VECTORS_TEST(bpe_vectors_gpt2, "ggml-vocab-gpt-2.gguf")
+GGUF_VECTORS_TEST(bpe_vectors_deepseek_coder, "ggml-vocab-deepseek-coder.gguf")
+GGUF_VECTORS_TEST(bpe_vectors_deepseek_llm, "ggml-vocab-deepseek-llm.gguf")
+GGUF_VECTORS_TEST(bpe_vectors_falcon, "ggml-vocab-falcon.gguf")
+GGUF_VECTORS_TEST(bpe_vectors_mpt, "ggml-vocab-mpt.gguf")
+GGUF_VECTORS_TEST(bpe_vectors_refact, "ggml-vocab-refact.gguf")
+GGUF_VECTORS_TEST(bpe_vectors_starcoder, "ggml-vocab-starcoder.gguf")
