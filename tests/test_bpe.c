@@ -209,3 +209,49 @@ GGUF_VECTORS_TEST(bpe_vectors_falcon, "ggml-vocab-falcon.gguf")
 GGUF_VECTORS_TEST(bpe_vectors_mpt, "ggml-vocab-mpt.gguf")
 GGUF_VECTORS_TEST(bpe_vectors_refact, "ggml-vocab-refact.gguf")
 GGUF_VECTORS_TEST(bpe_vectors_starcoder, "ggml-vocab-starcoder.gguf")
+
+/* ---- Hugging Face tokenizer.json ---- */
+
+static tok_vocab *open_hf(const char *rel, hl_err *err) {
+    const char *path = test_shared_path(rel);
+    if (!path) return NULL;
+    tok_vocab *v = NULL;
+    if (tok_vocab_load_hf(path, &v, err) != HL_OK) return NULL;
+    return v;
+}
+
+TEST(bpe_vectors_llama3_hf) {
+    hl_err err = {0};
+    if (!test_shared_path("models/hf-tokenizers/llama3/tokenizer.json.gz"))
+        SKIP("models/hf-tokenizers/llama3/tokenizer.json.gz not found");
+    tok_vocab *v = open_hf("models/hf-tokenizers/llama3/tokenizer.json.gz", &err);
+    CHECK_MSG(v, "load failed: %s", err.msg);
+    CHECK_EQ_INT(tok_vocab_kind(v), TOK_MODEL_BPE);
+    CHECK_EQ_INT(tok_vocab_n_tokens(v), 128256);
+    CHECK(tok_vocab_ignore_merges(v));
+    CHECK_EQ_INT(tok_vocab_special(v, TOK_SPECIAL_BOS), 128000); /* <|begin_of_text|> */
+    CHECK_EQ_INT(tok_vocab_special(v, TOK_SPECIAL_EOS), 128009); /* config: <|eot_id|> */
+    CHECK(tok_vocab_add_bos(v)); /* from the post-processor template */
+    CHECK_EQ_INT(tok_token_get_type(v, 128000), TOK_TYPE_CONTROL);
+    int bad = run_vocab_vectors(v, "ggml-vocab-llama-bpe.gguf", TOK_VECTORS_DECODE);
+    tok_vocab_destroy(v);
+    CHECK_EQ_INT(bad, 0);
+}
+
+TEST(bpe_vectors_qwen2_from_qwen3_hf) {
+    hl_err err = {0};
+    if (!test_shared_path("models/hf-tokenizers/qwen3/tokenizer.json.gz"))
+        SKIP("models/hf-tokenizers/qwen3/tokenizer.json.gz not found");
+    tok_vocab *v = open_hf("models/hf-tokenizers/qwen3/tokenizer.json.gz", &err);
+    CHECK_MSG(v, "load failed: %s", err.msg);
+    CHECK_EQ_INT(tok_vocab_n_tokens(v), 151669);
+    CHECK(!tok_vocab_ignore_merges(v));
+    CHECK_EQ_INT(tok_vocab_special(v, TOK_SPECIAL_BOS), -1); /* bos_token: null */
+    CHECK_EQ_INT(tok_vocab_special(v, TOK_SPECIAL_EOS), 151645); /* <|im_end|> */
+    CHECK(!tok_vocab_add_bos(v));
+    CHECK_EQ_INT(tok_token_get_type(v, 151644), TOK_TYPE_CONTROL);      /* <|im_start|> */
+    CHECK_EQ_INT(tok_token_get_type(v, 151667), TOK_TYPE_USER_DEFINED); /* <think> */
+    int bad = run_vocab_vectors(v, "ggml-vocab-qwen2.gguf", TOK_VECTORS_DECODE);
+    tok_vocab_destroy(v);
+    CHECK_EQ_INT(bad, 0);
+}
