@@ -207,7 +207,7 @@ int cli_generate(int argc, char **argv) {
         hl_fail(&err, HL_ERR_INVALID, "the model has no tokenizer");
         return fail(&g, &err);
     }
-    size_t n_prompt;
+    size_t n_prompt = 0;
     if (tokenize_prompt(vocab, o.prompt, &g.prompt, &n_prompt, &err)) return fail(&g, &err);
     long n_ctx = o.n_ctx ? o.n_ctx
                          : (hp->n_ctx_train < GEN_DEFAULT_CTX ? hp->n_ctx_train : GEN_DEFAULT_CTX);
@@ -272,7 +272,9 @@ int cli_generate(int argc, char **argv) {
     fflush(stdout);
     if (ctx_full) fprintf(stderr, "hearth generate: stopped: the context (%ld) is full\n", n_ctx);
     double tp = (double)(t1 - t0) / 1e9, tg = (double)(t2 - t1) / 1e9;
-    fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tokens/s); generated: %ld tokens in %.3f s (%.1f tokens/s); %d threads\n",
+    fprintf(stderr,
+            "prompt: %zu tokens in %.3f s (%.1f tokens/s); generated: %ld tokens in %.3f s (%.1f "
+            "tokens/s); %d threads\n",
             n_prompt, tp, tp > 0 ? (double)n_prompt / tp : 0.0, n_gen, tg,
             tg > 0 ? (double)n_gen / tg : 0.0, model_ctx_n_threads(g.ctx));
     gen_free(&g);

@@ -55,7 +55,8 @@ static float *alloc_floats(size_t a, size_t b, size_t c) {
 
 hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err *err) {
     *out = NULL;
-    if (n_ctx <= 0) return hl_fail(err, HL_ERR_INVALID, "context size must be positive, got %d", n_ctx);
+    if (n_ctx <= 0)
+        return hl_fail(err, HL_ERR_INVALID, "context size must be positive, got %d", n_ctx);
     const model_hparams *hp = &m->hp;
     model_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
@@ -388,8 +389,9 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
     if (n <= 0) return hl_fail(err, HL_ERR_INVALID, "no tokens to evaluate");
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
-            return hl_fail(err, HL_ERR_INVALID, "token %d (at index %d) is outside the vocabulary [0, %d)",
-                           tokens[i], i, hp->n_vocab);
+            return hl_fail(err, HL_ERR_INVALID,
+                           "token %d (at index %d) is outside the vocabulary [0, %d)", tokens[i], i,
+                           hp->n_vocab);
     if (n > kv->n_ctx - kv->len)
         return hl_fail(err, HL_ERR_KV_FULL,
                        "%d tokens do not fit the context: %d of %d positions are used", n,

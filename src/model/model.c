@@ -109,7 +109,8 @@ static hl_status read_rope_scaling(const loader *L, float *freq_scale, hl_err *e
     }
     if (has_type && gguf_str_eq(type, "none")) factor = 1.0f;
     else if (has_type && !gguf_str_eq(type, "linear"))
-        return hl_fail(err, HL_ERR_UNSUPPORTED, "unsupported rope scaling type '%.*s' (only linear)",
+        return hl_fail(err, HL_ERR_UNSUPPORTED,
+                       "unsupported rope scaling type '%.*s' (only linear)",
                        (int)(type.len > 64 ? 64 : type.len), type.ptr);
     *freq_scale = 1.0f / factor;
     return HL_OK;
@@ -201,7 +202,8 @@ static hl_status get_weight(const loader *L, const char *name, int64_t n_cols, i
     hl_status st = find_tensor(L, name, 2, ne, required, &t, err);
     if (st || !t) return st;
     const hl_type_traits *tr = hl_type_traits_get(t->type);
-    if (!tr) return hl_fail(err, HL_ERR_UNSUPPORTED, "tensor '%s' has unknown type %u", name, t->type);
+    if (!tr)
+        return hl_fail(err, HL_ERR_UNSUPPORTED, "tensor '%s' has unknown type %u", name, t->type);
     if ((need & NEED_MATMUL) && !tr->can_matmul)
         return hl_fail(err, HL_ERR_UNSUPPORTED,
                        "tensor '%s' has type %s, which the matmul kernels do not support", name,
@@ -211,8 +213,9 @@ static hl_status get_weight(const loader *L, const char *name, int64_t n_cols, i
                        "tensor '%s' has type %s, which cannot be dequantized", name, tr->name);
     size_t row = hl_row_size(t->type, n_cols);
     if (row == 0 || t->n_bytes / row != (uint64_t)n_rows || t->n_bytes % row != 0)
-        return hl_fail(err, HL_ERR_FORMAT, "tensor '%s' (%s) has %llu bytes, expected %lld rows of %zu",
-                       name, tr->name, (unsigned long long)t->n_bytes, (long long)n_rows, row);
+        return hl_fail(err, HL_ERR_FORMAT,
+                       "tensor '%s' (%s) has %llu bytes, expected %lld rows of %zu", name, tr->name,
+                       (unsigned long long)t->n_bytes, (long long)n_rows, row);
     *out = (model_weight){.type = t->type, .n_rows = n_rows, .n_cols = n_cols, .data = t->data};
     return HL_OK;
 }
