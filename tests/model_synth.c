@@ -78,6 +78,8 @@ static void add_mat(gguf_writer *w, const synth_cfg *c, uint64_t *rng, const cha
             memcpy(data, q, row * (size_t)rows);
         }
         hl_err err;
+        if (t == HL_TYPE_F32 && c->i32_tensor && strcmp(c->i32_tensor, name) == 0)
+            t = HL_TYPE_I32; /* same size per element */
         gguf_writer_add_tensor(w, name, t, 2, ne, data, row * (size_t)(rows + extra), &err);
         if (extra) free(data);
     }

@@ -32,6 +32,7 @@ typedef struct synth_cfg {
     uint64_t seed;
     const char *skip_tensor;  /* leave this tensor out (error tests) */
     const char *bad_shape_tensor; /* write this tensor with one row too many */
+    const char *i32_tensor;       /* label this (f32) tensor's data as i32 */
 } synth_cfg;
 
 typedef struct synth_model synth_model;

@@ -514,6 +514,18 @@ TEST(model_error_wrong_shape) {
               "%s", err.msg);
 }
 
+TEST(model_error_unsupported_type) {
+    synth_cfg c = g_small;
+    c.i32_tensor = "blk.1.ffn_up.weight";
+    hl_err err = {0};
+    CHECK_EQ_INT(load_synth(&c, &err), HL_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "tensor 'blk.1.ffn_up.weight' has type i32, which the matmul"),
+              "%s", err.msg);
+    c.i32_tensor = "token_embd.weight";
+    CHECK_EQ_INT(load_synth(&c, &err), HL_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "'token_embd.weight' has type i32"), "%s", err.msg);
+}
+
 TEST(model_error_unsupported_arch_and_hparams) {
     synth_cfg c = g_small;
     c.arch = "gpt2";
