@@ -275,10 +275,7 @@ static void attn_one(const attn_job *j, int32_t t, int32_t h) {
         const int32_t nb = n_keys - k0 < ATTN_BLOCK ? n_keys - k0 : ATTN_BLOCK;
         float block_max = -INFINITY;
         for (int32_t i = 0; i < nb; i++) {
-            const float *kr = K + (int64_t)(k0 + i) * hdk;
-            float s = 0.0f;
-            for (int32_t d = 0; d < hdk; d++) s += q[d] * kr[d];
-            s *= scale;
+            const float s = kern_vec_dot(HL_TYPE_F32, hdk, K + (int64_t)(k0 + i) * hdk, q) * scale;
             score[i] = s;
             if (s > block_max) block_max = s;
         }
