@@ -342,6 +342,8 @@ hl_status tok_vocab_finish(tok_vocab *v, hl_err *err) {
     for (size_t k = 0; k < N_OF(eog_roles); k++)
         if (v->special[eog_roles[k]] >= 0) v->is_eog[v->special[eog_roles[k]]] = 1;
 
+    if (v->kind == TOK_MODEL_SPM) v->spm_word_chunks = tok_spm_words_independent(v);
+
     hl_status st = build_pieces(v, err);
     if (st == HL_OK) st = build_trie(v, err);
     if (st != HL_OK) return st;
