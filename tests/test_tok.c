@@ -420,3 +420,242 @@ TEST(tok_speed_few_kb) {
     tok_vocab_destroy(v);
     tok_vocab_destroy(w);
 }
+
+/* ---- GGUF metadata handling (files built with the gguf writer) ---- */
+
+static const char *const k_small_tokens[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a",
+                                             "\xe2\x96\x81" "a", "b", "<|im_end|>",
+                                             "<|endoftext|>"};
+#define N_SMALL 9
+
+/* A small SPM vocab; `tweak` edits the writer before it is written. */
+static hl_status load_small(void (*tweak)(gguf_writer *), tok_vocab **out, hl_err *err) {
+    gguf_writer *w = gguf_writer_create();
+    float scores[N_SMALL] = {0, 0, 0, -1, -2, -0.5f, -3, 0, 0};
+    int32_t types[N_SMALL] = {2, 3, 3, 1, 1, 1, 1, 1, 1};
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", k_small_tokens, N_SMALL);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, N_SMALL);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, N_SMALL);
+    if (tweak) tweak(w);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    gguf_file *f = NULL;
+    *out = NULL;
+    hl_status st = gguf_writer_write_memory(w, &buf, &len, err);
+    if (st == HL_OK) st = gguf_open_memory(buf, len, &f, err);
+    if (st == HL_OK) st = tok_vocab_load_gguf(f, out, err);
+    gguf_close(f);
+    free(buf);
+    gguf_writer_destroy(w);
+    return st;
+}
+
+static void tweak_bos_99(gguf_writer *w) { gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 99); }
+static void tweak_eos_none(gguf_writer *w) {
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0xFFFFFFFFu);
+}
+static void tweak_sep_negative(gguf_writer *w) {
+    gguf_writer_set_i32(w, "tokenizer.ggml.separator_token_id", -5);
+}
+static void tweak_no_model(gguf_writer *w) {
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "no_vocab");
+}
+static void tweak_t5(gguf_writer *w) { gguf_writer_set_str(w, "tokenizer.ggml.model", "t5"); }
+static void tweak_short_scores(gguf_writer *w) {
+    float s[3] = {0, 0, 0};
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, s, 3);
+}
+static void tweak_bad_type(gguf_writer *w) {
+    int32_t t[N_SMALL] = {2, 3, 3, 1, 1, 1, 42, 1, 1};
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, t, N_SMALL);
+}
+static void tweak_bpe_no_merges(gguf_writer *w) {
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+}
+static void tweak_no_prefix(gguf_writer *w) {
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", true);
+}
+
+TEST(tok_gguf_rejects_out_of_range_bos) {
+    tok_vocab *v = (tok_vocab *)1;
+    hl_err err = {0};
+    hl_status st = load_small(tweak_bos_99, &v, &err);
+    CHECK_EQ_INT(st, HL_ERR_FORMAT);
+    CHECK(v == NULL);
+    CHECK_MSG(strstr(err.msg, "bos_token_id") && strstr(err.msg, "99") &&
+                  strstr(err.msg, "out of range"),
+              "message: %s", err.msg);
+    CHECK_EQ_INT(load_small(tweak_sep_negative, &v, &err), HL_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "separator_token_id"), "message: %s", err.msg);
+}
+
+TEST(tok_gguf_load_errors_are_clear) {
+    tok_vocab *v = NULL;
+    hl_err err = {0};
+    CHECK_EQ_INT(load_small(tweak_no_model, &v, &err), HL_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "no_vocab"), "message: %s", err.msg);
+    CHECK_EQ_INT(load_small(tweak_t5, &v, &err), HL_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "t5"), "message: %s", err.msg);
+    CHECK_EQ_INT(load_small(tweak_short_scores, &v, &err), HL_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "scores") && strstr(err.msg, "3"), "message: %s", err.msg);
+    CHECK_EQ_INT(load_small(tweak_bad_type, &v, &err), HL_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "token_type[6]"), "message: %s", err.msg);
+    CHECK_EQ_INT(load_small(tweak_bpe_no_merges, &v, &err), HL_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "merges"), "message: %s", err.msg);
+    CHECK(v == NULL);
+
+    /* no tokenizer at all */
+    gguf_writer *w = gguf_writer_create();
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    gguf_file *f = NULL;
+    CHECK_OK(gguf_writer_write_memory(w, &buf, &len, &err), &err);
+    gguf_writer_destroy(w);
+    hl_status st = gguf_open_memory(buf, len, &f, &err);
+    if (st == HL_OK) st = tok_vocab_load_gguf(f, &v, &err);
+    gguf_close(f);
+    free(buf);
+    CHECK_EQ_INT(st, HL_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "tokenizer.ggml.model"), "message: %s", err.msg);
+}
+
+TEST(tok_gguf_defaults_and_eog) {
+    tok_vocab *v = NULL;
+    hl_err err;
+    CHECK_OK(load_small(NULL, &v, &err), &err);
+    CHECK_EQ_INT(tok_vocab_special(v, TOK_SPECIAL_BOS), 1); /* SPM defaults */
+    CHECK_EQ_INT(tok_vocab_special(v, TOK_SPECIAL_EOS), 2);
+    CHECK_EQ_INT(tok_vocab_special(v, TOK_SPECIAL_UNK), 0);
+    CHECK(tok_vocab_add_bos(v));
+    CHECK(!tok_vocab_add_eos(v));
+    /* end markers: found by text, made control, end generation */
+    CHECK_EQ_INT(tok_vocab_special(v, TOK_SPECIAL_EOT), 7);
+    CHECK(tok_is_eog(v, 7) && tok_is_eog(v, 8) && tok_is_eog(v, 2));
+    CHECK(!tok_is_eog(v, 4) && !tok_is_eog(v, 1));
+    CHECK(tok_is_control(v, 7) && tok_is_control(v, 8));
+    /* as control tokens they are not produced from plain text */
+    int32_t ids[32];
+    long n = encode(v, "<|im_end|>", 10, false, false, ids, 32);
+    CHECK(n > 1);
+    for (long i = 0; i < n; i++) CHECK(ids[i] != 7);
+    CHECK_EQ_INT(encode(v, "<|im_end|>", 10, false, true, ids, 32), 1);
+    CHECK_EQ_INT(ids[0], 7);
+    /* "a a": ▁a ▁a ; with add_special, BOS first */
+    n = encode(v, "a a", 3, true, false, ids, 32);
+    CHECK_EQ_INT(n, 3);
+    CHECK_EQ_INT(ids[0], 1);
+    CHECK_EQ_INT(ids[1], 5);
+    CHECK_EQ_INT(ids[2], 5);
+    /* no byte tokens: an unknown character is <unk> */
+    n = encode(v, "ac", 2, false, false, ids, 32);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(ids[0], 5);
+    CHECK_EQ_INT(ids[1], 0);
+    tok_vocab_destroy(v);
+
+    CHECK_OK(load_small(tweak_eos_none, &v, &err), &err);
+    CHECK_EQ_INT(tok_vocab_special(v, TOK_SPECIAL_EOS), -1);
+    CHECK(!tok_is_eog(v, 2));
+    tok_vocab_destroy(v);
+
+    CHECK_OK(load_small(tweak_no_prefix, &v, &err), &err);
+    CHECK(!tok_vocab_add_bos(v));
+    CHECK(tok_vocab_add_eos(v));
+    n = encode(v, "a", 1, true, false, ids, 32);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(ids[0], 4); /* "a", not "▁a" */
+    CHECK_EQ_INT(ids[1], 2);
+    tok_vocab_destroy(v);
+}
+
+/* ---- builder ---- */
+
+static tok_vocab *build(tok_model_kind kind, const char *const *texts, const int *types, int n) {
+    tok_vocab *v = tok_vocab_create(kind, NULL);
+    for (int i = 0; i < n; i++)
+        if (tok_vocab_add_token(v, texts[i], strlen(texts[i]), -(float)i,
+                                (tok_token_type)types[i]) != HL_OK)
+            return NULL;
+    return v;
+}
+
+TEST(tok_special_partition_longest_first) {
+    static const char *const t[] = {"<unk>", "\xe2\x96\x81", "a", "ab", "bcd", "\xe2\x96\x81" "a",
+                                    "<c>", "c", "d"};
+    static const int ty[] = {2, 1, 1, 4, 4, 1, 3, 1, 1};
+    tok_vocab *v = build(TOK_MODEL_SPM, t, ty, 9);
+    CHECK(v);
+    hl_err err;
+    CHECK_OK(tok_vocab_finish(v, &err), &err);
+    int32_t ids[16];
+    /* llama.cpp splits the longer user-defined token out first: "a" + [bcd], even
+     * though "ab" starts earlier; user-defined tokens match without parse_special. */
+    long n = encode(v, "abcd", 4, false, false, ids, 16);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(ids[0], 5);
+    CHECK_EQ_INT(ids[1], 4);
+    /* control tokens only with parse_special */
+    n = encode(v, "<c>", 3, false, false, ids, 16);
+    CHECK(n >= 1);
+    for (long i = 0; i < n; i++) CHECK(ids[i] != 6);
+    n = encode(v, "<c>ab<c>", 8, false, true, ids, 16);
+    CHECK_EQ_INT(n, 3);
+    CHECK_EQ_INT(ids[0], 6);
+    CHECK_EQ_INT(ids[1], 3);
+    CHECK_EQ_INT(ids[2], 6);
+    /* <unk> text is special too when parsing */
+    CHECK_EQ_INT(encode(v, "<unk>", 5, false, true, ids, 16), 1);
+    CHECK_EQ_INT(ids[0], 0);
+    tok_vocab_destroy(v);
+}
+
+TEST(tok_builder_validation) {
+    static const char *const t[] = {"<unk>", "a", "b"};
+    static const int ty[] = {2, 1, 1};
+    hl_err err = {0};
+    tok_vocab *v = build(TOK_MODEL_SPM, t, ty, 3);
+    tok_vocab_set_special(v, TOK_SPECIAL_EOS, 3);
+    CHECK_EQ_INT(tok_vocab_finish(v, &err), HL_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "eos") && strstr(err.msg, "3"), "message: %s", err.msg);
+    tok_vocab_destroy(v);
+
+    v = tok_vocab_create(TOK_MODEL_WPM, NULL);
+    CHECK_EQ_INT(tok_vocab_finish(v, &err), HL_ERR_FORMAT); /* empty */
+    tok_vocab_destroy(v);
+
+    v = build(TOK_MODEL_SPM, t, ty, 3);
+    CHECK_OK(tok_vocab_finish(v, &err), &err);
+    CHECK_EQ_INT(tok_vocab_add_token(v, "c", 1, 0, TOK_TYPE_NORMAL), HL_ERR_INVALID);
+    CHECK_EQ_INT(tok_find_token(v, "b", 1), 2);
+    CHECK_EQ_INT(tok_find_token(v, "c", 1), -1);
+    size_t len;
+    CHECK_STR(tok_token_text(v, 1, &len), "a");
+    CHECK_EQ_INT(len, 1);
+    CHECK(tok_token_text(v, 7, &len) == NULL);
+    CHECK_NEAR(tok_token_score(v, 2), -2.0, 0);
+    tok_vocab_destroy(v);
+}
+
+#include "tok/internal.h"
+
+TEST(tok_merge_ranks) {
+    static const char *const t[] = {"a", "b", "c", "ab", "abc"};
+    static const int ty[] = {1, 1, 1, 1, 1};
+    tok_vocab *v = build(TOK_MODEL_WPM, t, ty, 5);
+    CHECK_OK(tok_vocab_add_merge(v, "a b", 3), NULL);
+    CHECK_OK(tok_vocab_add_merge(v, "ab c", 4), NULL);
+    CHECK_OK(tok_vocab_add_merge(v, "a b", 3), NULL); /* a duplicate keeps rank 0 */
+    CHECK_EQ_INT(tok_vocab_add_merge(v, "abc", 3), HL_ERR_FORMAT);
+    CHECK_EQ_INT(tok_vocab_add_merge(v, " ab", 3), HL_ERR_FORMAT);
+    hl_err err;
+    CHECK_OK(tok_vocab_finish(v, &err), &err);
+    CHECK_EQ_INT(tok_merge_rank(v, "a", 1, "b", 1), 0);
+    CHECK_EQ_INT(tok_merge_rank(v, "ab", 2, "c", 1), 1);
+    CHECK_EQ_INT(tok_merge_rank(v, "a", 1, "bc", 2), -1);
+    CHECK_EQ_INT(tok_merge_rank(v, "b", 1, "a", 1), -1);
+    tok_vocab_destroy(v);
+}
