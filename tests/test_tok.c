@@ -310,6 +310,13 @@ TEST(tok_wpm_encode_decode) {
 
 /* ---- hostile input ---- */
 
+/* Time limits are for optimised builds; sanitizers slow the code several times. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SLOWDOWN 6.0
+#else
+#define SLOWDOWN 1.0
+#endif
+
 static uint32_t lcg(uint32_t *s) {
     *s = *s * 1664525u + 1013904223u;
     return *s >> 8;
@@ -377,7 +384,7 @@ static void hostile_inputs(const tok_vocab *v, bool roundtrip) {
         CHECK_OK(tok_encode(v, text, cap, false, true, ids, cap, &n, &err), &err);
         double ms = (double)(hl_time_ns() - t0) / 1e6;
         fprintf(stderr, "    1 MB of '%c': %zu tokens in %.1f ms\n", text[0], n, ms);
-        CHECK(ms < 3000);
+        CHECK(ms < SLOWDOWN * 1000.0);
     }
     free(text);
     free(ids);
@@ -415,7 +422,7 @@ TEST(tok_speed_few_kb) {
             CHECK_OK(tok_encode(vs[k], text, len, false, false, ids, 4096, &n, &err), &err);
         double ms_per_kb = (double)(hl_time_ns() - t0) / 1e6 / 10 / ((double)len / 1024);
         fprintf(stderr, "    %s: %.3f ms per KB\n", k ? "wpm" : "spm", ms_per_kb);
-        CHECK(ms_per_kb < 1.0);
+        CHECK(ms_per_kb < SLOWDOWN * 1.0);
     }
     tok_vocab_destroy(v);
     tok_vocab_destroy(w);
@@ -657,5 +664,51 @@ TEST(tok_merge_ranks) {
     CHECK_EQ_INT(tok_merge_rank(v, "ab", 2, "c", 1), 1);
     CHECK_EQ_INT(tok_merge_rank(v, "a", 1, "bc", 2), -1);
     CHECK_EQ_INT(tok_merge_rank(v, "b", 1, "a", 1), -1);
+    tok_vocab_destroy(v);
+}
+
+TEST(tok_phi3_specials_eat_following_whitespace) {
+    VOCAB_OR_SKIP(v, "ggml-vocab-phi-3.gguf");
+    const char *chat = "<|user|>\nHi<|end|>\n<|assistant|>\n";
+    int32_t ids[32], hi[8];
+    long n = encode(v, chat, strlen(chat), false, true, ids, 32);
+    long m = encode(v, "Hi", 2, false, false, hi, 8);
+    CHECK(m >= 1);
+    CHECK_EQ_INT(n, m + 3);
+    CHECK_EQ_INT(ids[0], 32010);
+    CHECK(memcmp(ids + 1, hi, (size_t)m * sizeof *hi) == 0);
+    CHECK_EQ_INT(ids[m + 1], 32007);
+    CHECK_EQ_INT(ids[m + 2], 32001);
+    CHECK(tok_is_eog(v, 32007));   /* <|end|> */
+    CHECK(tok_is_eog(v, 32000));   /* <|endoftext|>, also EOS */
+    CHECK(!tok_is_eog(v, 32001));
+    tok_vocab_destroy(v);
+}
+
+TEST(tok_strip_flags_from_builder) {
+    static const char *const t[] = {"<unk>", "\xe2\x96\x81", "x", "\xe2\x96\x81x", "<L>", "<R>"};
+    static const int ty[] = {2, 1, 1, 1, 3, 3};
+    tok_vocab *v = build(TOK_MODEL_SPM, t, ty, 6);
+    tok_vocab_set_token_strip(v, 4, TOK_STRIP_LEFT);
+    tok_vocab_set_token_strip(v, 5, TOK_STRIP_RIGHT);
+    hl_err err;
+    CHECK_OK(tok_vocab_finish(v, &err), &err);
+    int32_t ids[16];
+    /* "x  <L>" -> ▁x <L> ; "<R> \t x" -> <R> ▁x */
+    long n = encode(v, "x  <L>", 6, false, true, ids, 16);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(ids[0], 3);
+    CHECK_EQ_INT(ids[1], 4);
+    n = encode(v, "<R> \t x", 7, false, true, ids, 16);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(ids[0], 5);
+    CHECK_EQ_INT(ids[1], 3);
+    /* without the flag the spaces stay (plus the prefix space): <L> ▁ ▁ ▁x */
+    n = encode(v, "<L>  x", 6, false, true, ids, 16);
+    CHECK_EQ_INT(n, 4);
+    CHECK_EQ_INT(ids[0], 4);
+    CHECK_EQ_INT(ids[1], 1);
+    CHECK_EQ_INT(ids[2], 1);
+    CHECK_EQ_INT(ids[3], 3);
     tok_vocab_destroy(v);
 }

@@ -12,7 +12,8 @@ typedef struct tok_entry {
     size_t text_off; /* into text_arena; the text is NUL-terminated there */
     uint32_t text_len;
     float score;
-    uint8_t type; /* tok_token_type */
+    uint8_t type;  /* tok_token_type */
+    uint8_t strip; /* TOK_STRIP_LEFT | TOK_STRIP_RIGHT: whitespace eaten around the special */
 } tok_entry;
 
 /* One node of the byte trie over special-token texts. */
