@@ -3,11 +3,12 @@
  *
  * The word's bytes are mapped to GPT-2's printable characters, each mapped byte
  * starts as one symbol, and the adjacent pair with the lowest merge rank (leftmost
- * on ties) is merged until no pair has a rank. Candidate pairs live in a binary
- * heap; a popped pair is stale when either side has changed since it was pushed,
- * which is detected from the symbols' lengths and links (symbols only grow, and
- * their start offsets never move). Every merge pushes at most two pairs, so a word
- * of n bytes costs O(n log n) rank lookups and heap operations.
+ * on ties) is merged until no pair has a rank. Candidate pairs live in a heap; a
+ * popped pair is stale when either side has changed since it was pushed, which is
+ * detected from the symbols' lengths (symbols only grow, and their start offsets
+ * never move). Every merge pushes at most two pairs, so a word of n bytes costs
+ * O(n) rank lookups and O(n log n) heap work: no quadratic path, even for one
+ * megabyte-long word.
  */
 #include "tok/internal.h"
 
