@@ -169,7 +169,44 @@ TEST(kernels_simd_vec_dot_matches_ref) {
             }
         }
     }
-    CHECK(n_simd >= 4); /* f32, f16, q8_0, q4_0 at least */
+    CHECK_EQ_INT(n_simd, N_WEIGHT_TYPES); /* every weight type has an AVX2 dot */
+}
+
+/* The multi-token dots must equal the single-token dot exactly, so that prefill and
+ * decode give identical logits. */
+TEST(kernels_simd_vec_dot4_equals_vec_dot) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    int n_dot4 = 0;
+    static const int blocks[] = {1, 3, 7, 33};
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const hl_type t = g_weight_types[ti];
+        if (!simd.vec_dot4[t]) continue;
+        n_dot4++;
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        for (int k = 0; k < 4; k++) {
+            const int64_t n = blocks[k] * hl_type_traits_get(t)->block_size;
+            const size_t xr = hl_row_size(vdt, n) + 4; /* a stride other than the row size */
+            void *w = row_alloc(t, n);
+            uint8_t *xq = malloc(4 * xr);
+            float *x = malloc((size_t)n * sizeof *x);
+            random_weights(t, w, n);
+            for (int tok = 0; tok < 4; tok++) {
+                for (int64_t i = 0; i < n; i++) x[i] = frand();
+                hl_quantize_row(vdt, x, xq + tok * xr, n);
+            }
+            float out[4];
+            simd.vec_dot4[t](n, w, xq, xr, out);
+            for (int tok = 0; tok < 4; tok++)
+                CHECK_MSG(out[tok] == simd.vec_dot[t](n, w, xq + tok * xr), "%s n=%lld tok %d",
+                          hl_type_name(t), (long long)n, tok);
+            free(w);
+            free(xq);
+            free(x);
+        }
+    }
+    CHECK(n_dot4 >= 2);
 }
 
 /* SIMD activation quantizers must produce the reference bytes exactly. */
@@ -204,7 +241,7 @@ TEST(kernels_simd_quantize_matches_ref) {
             free(x);
         }
     }
-    CHECK(n_simd >= 1);
+    CHECK_EQ_INT(n_simd, 2); /* q8_0 and q8_K */
 }
 
 /* matmul == the vec_dot of every (row, token) pair, bit for bit, for any thread

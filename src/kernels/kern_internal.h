@@ -12,17 +12,23 @@
 #define HL_KERNELS_KERN_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "tensor/types.h"
 
 /* Dot of n elements of a weight row with an activation row of its vec_dot_type. */
 typedef float (*kern_vec_dot_fn)(int64_t n, const void *row, const void *vec);
+/* The same dot for 4 activation rows `stride` bytes apart (prefill): out[t] must
+ * equal vec_dot(n, row, vec + t*stride) exactly. Optional (NULL: matmul loops). */
+typedef void (*kern_vec_dot4_fn)(int64_t n, const void *row, const void *vec, size_t stride,
+                                 float *out);
 /* Converts n f32 activations to a row of the table slot's type. */
 typedef void (*kern_quantize_fn)(const float *x, void *dst, int64_t n);
 
 typedef struct kern_table {
     const char *name;
     kern_vec_dot_fn vec_dot[HL_TYPE_COUNT];    /* by weight type */
+    kern_vec_dot4_fn vec_dot4[HL_TYPE_COUNT];  /* by weight type, optional */
     kern_quantize_fn quantize[HL_TYPE_COUNT];  /* by vec_dot_type */
 } kern_table;
 

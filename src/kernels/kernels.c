@@ -68,6 +68,7 @@ size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok) {
 
 typedef struct matmul_job {
     kern_vec_dot_fn dot;
+    kern_vec_dot4_fn dot4; /* NULL if the variant has none for this type */
     kern_quantize_fn quantize;
     const uint8_t *w;
     size_t w_row_bytes;
@@ -103,7 +104,16 @@ static void matmul_worker(void *ctx, int ith, int nth) {
         const int64_t t1 = t0 + KERN_TOK_TILE < j->n_tok ? t0 + KERN_TOK_TILE : j->n_tok;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *row = j->w + (size_t)r * j->w_row_bytes;
-            for (int64_t t = t0; t < t1; t++)
+            int64_t t = t0;
+            if (j->dot4) {
+                for (; t + 4 <= t1; t += 4) {
+                    float o[4];
+                    j->dot4(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes,
+                            j->xq_row_bytes, o);
+                    for (int k = 0; k < 4; k++) j->out[(t + k) * j->n_rows + r] = o[k];
+                }
+            }
+            for (; t < t1; t++)
                 j->out[t * j->n_rows + r] =
                     j->dot(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes);
         }
@@ -117,6 +127,7 @@ void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int
     if (!tr || !tr->can_matmul || n_rows <= 0 || n_tok <= 0) return;
     matmul_job j = {
         .dot = tab->vec_dot[type],
+        .dot4 = tab->vec_dot4[type],
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = w,
         .w_row_bytes = hl_row_size(type, n_cols),

@@ -3,11 +3,12 @@
  *
  * The word's bytes are mapped to GPT-2's printable characters, each mapped byte
  * starts as one symbol, and the adjacent pair with the lowest merge rank (leftmost
- * on ties) is merged until no pair has a rank. Candidate pairs live in a binary
- * heap; a popped pair is stale when either side has changed since it was pushed,
- * which is detected from the symbols' lengths and links (symbols only grow, and
- * their start offsets never move). Every merge pushes at most two pairs, so a word
- * of n bytes costs O(n log n) rank lookups and heap operations.
+ * on ties) is merged until no pair has a rank. Candidate pairs live in a heap; a
+ * popped pair is stale when either side has changed since it was pushed, which is
+ * detected from the symbols' lengths (symbols only grow, and their start offsets
+ * never move). Every merge pushes at most two pairs, so a word of n bytes costs
+ * O(n) rank lookups and O(n log n) heap work: no quadratic path, even for one
+ * megabyte-long word.
  */
 #include "tok/internal.h"
 
@@ -80,26 +81,43 @@ typedef struct bpe_sym {
     int32_t prev, next;
 } bpe_sym;
 
+/* A candidate merge of symbol `left` with its next symbol. key orders the heap:
+ * rank in the high half, left index in the low half (ties go to the leftmost pair).
+ * The pair is stale once either side's length differs from the recorded one: a
+ * symbol only changes by absorbing its right neighbour, so an unchanged left still
+ * has the same right neighbour. */
 typedef struct bpe_pair {
-    int64_t rank;
-    int32_t left, right;
-    uint32_t left_len, right_len; /* the sides' lengths when pushed */
+    uint64_t key;
+    uint32_t left_len, right_len;
 } bpe_pair;
 
-static bool pair_before(const bpe_pair *a, const bpe_pair *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
+/* A 4-ary min-heap: shallower than a binary one and its children share cache lines,
+ * which matters for the million-entry heaps of very long words. */
 typedef struct bpe_heap {
     bpe_pair *v;
     size_t n;
 } bpe_heap;
 
+static void heap_sift_down(bpe_heap *h, size_t i, bpe_pair p) {
+    size_t n = h->n;
+    for (;;) {
+        size_t c = 4 * i + 1;
+        if (c >= n) break;
+        size_t best = c, end = c + 4 < n ? c + 4 : n;
+        for (size_t k = c + 1; k < end; k++)
+            if (h->v[k].key < h->v[best].key) best = k;
+        if (h->v[best].key >= p.key) break;
+        h->v[i] = h->v[best];
+        i = best;
+    }
+    h->v[i] = p;
+}
+
 static void heap_push(bpe_heap *h, bpe_pair p) {
     size_t i = h->n++;
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_before(&p, &h->v[parent])) break;
+        size_t parent = (i - 1) / 4;
+        if (h->v[parent].key <= p.key) break;
         h->v[i] = h->v[parent];
         i = parent;
     }
@@ -109,17 +127,13 @@ static void heap_push(bpe_heap *h, bpe_pair p) {
 static bpe_pair heap_pop(bpe_heap *h) {
     bpe_pair top = h->v[0];
     bpe_pair last = h->v[--h->n];
-    size_t i = 0, n = h->n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && pair_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!pair_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (n) h->v[i] = last;
+    if (h->n) heap_sift_down(h, 0, last);
     return top;
+}
+
+static void heap_build(bpe_heap *h) {
+    if (h->n < 2) return;
+    for (size_t i = (h->n - 2) / 4 + 1; i-- > 0;) heap_sift_down(h, i, h->v[i]);
 }
 
 typedef struct bpe_work {
@@ -129,13 +143,22 @@ typedef struct bpe_work {
     bpe_heap heap;
 } bpe_work;
 
-static void try_pair(bpe_work *w, int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const bpe_sym *l = &w->syms[left], *r = &w->syms[right];
+/* The pair (left, left's next) if the vocab has that merge; false otherwise. */
+static bool rank_pair(const bpe_work *w, int32_t left, bpe_pair *out) {
+    if (left < 0) return false;
+    const bpe_sym *l = &w->syms[left];
+    if (l->next < 0) return false;
+    const bpe_sym *r = &w->syms[l->next];
     int64_t rank = tok_merge_rank(w->vocab, w->mapped + l->start, l->len, w->mapped + r->start,
                                   r->len);
-    if (rank < 0) return;
-    heap_push(&w->heap, (bpe_pair){rank, left, right, l->len, r->len});
+    if (rank < 0 || rank > UINT32_MAX) return false;
+    *out = (bpe_pair){((uint64_t)rank << 32) | (uint32_t)left, l->len, r->len};
+    return true;
+}
+
+static void try_pair(bpe_work *w, int32_t left) {
+    bpe_pair p;
+    if (rank_pair(w, left, &p)) heap_push(&w->heap, p);
 }
 
 /* Emits the token of mapped text s, or, when the vocab lacks it, the tokens of its
@@ -195,17 +218,23 @@ hl_status tok_bpe_encode_word(const tok_vocab *v, const char *word, size_t len, 
         tok_sink_push(sink, whole);
     } else {
         bpe_work w = {v, mapped, syms, {heap, 0}};
-        for (size_t i = 1; i < len; i++) try_pair(&w, (int32_t)i - 1, (int32_t)i);
+        for (size_t i = 0; i + 1 < len; i++) {
+            if (rank_pair(&w, (int32_t)i, &heap[w.heap.n])) w.heap.n++;
+        }
+        heap_build(&w.heap);
         while (w.heap.n) {
             bpe_pair p = heap_pop(&w.heap);
-            bpe_sym *l = &syms[p.left], *r = &syms[p.right];
-            if (l->len != p.left_len || r->len != p.right_len || l->next != p.right) continue;
+            int32_t left = (int32_t)(uint32_t)p.key;
+            bpe_sym *l = &syms[left];
+            if (l->len != p.left_len) continue;
+            bpe_sym *r = &syms[l->next];
+            if (r->len != p.right_len) continue;
             l->len += r->len;
             r->len = 0;
             l->next = r->next;
-            if (r->next >= 0) syms[r->next].prev = p.left;
-            try_pair(&w, l->prev, p.left);
-            try_pair(&w, p.left, l->next);
+            if (r->next >= 0) syms[r->next].prev = left;
+            try_pair(&w, l->prev);
+            try_pair(&w, left);
         }
         for (int32_t i = 0; i >= 0; i = syms[i].next) {
             emit_piece(v, mapped + syms[i].start, syms[i].len, sink);
