@@ -23,6 +23,7 @@ struct synth_model {
     int hd, n_rot;
     mat emb, out;
     float *out_norm;
+    float *rope_freqs; /* NULL unless cfg.rope_freqs */
     ref_layer *layers;
 };
 
@@ -151,6 +152,10 @@ synth_model *synth_build(const synth_cfg *cfg, const char *path) {
     add_vec(w, c, "output_norm.weight", s->out_norm, E);
     if (c->tied) s->out = s->emb;
     else add_mat(w, c, &rng, "output.weight", c->n_vocab, E, &s->out);
+    if (c->rope_freqs) {
+        s->rope_freqs = rand_vec(&rng, s->n_rot / 2, 2.5f, 1.5f);
+        add_vec(w, c, "rope_freqs.weight", s->rope_freqs, s->n_rot / 2);
+    }
     s->layers = calloc((size_t)c->n_layer, sizeof *s->layers);
     for (int l = 0; l < c->n_layer; l++) {
         ref_layer *ly = &s->layers[l];
@@ -199,6 +204,7 @@ void synth_free(synth_model *s) {
     free(s->emb.w);
     if (!s->cfg.tied) free(s->out.w);
     free(s->out_norm);
+    free(s->rope_freqs);
     for (int l = 0; s->layers && l < s->cfg.n_layer; l++) {
         ref_layer *ly = &s->layers[l];
         float *v[] = {ly->attn_norm, ly->ffn_norm, ly->bq, ly->bk, ly->bv, ly->q_norm,
@@ -232,6 +238,7 @@ static void ref_rope(const synth_model *s, float *head, int pos) {
     double scale = c->rope_linear_factor > 0 ? 1.0 / c->rope_linear_factor : 1.0;
     for (int i = 0; i < s->n_rot / 2; i++) {
         double theta = pos * scale * pow(c->rope_base, -2.0 * i / s->n_rot);
+        if (s->rope_freqs) theta /= s->rope_freqs[i];
         double cs = cos(theta), sn = sin(theta);
         int a = c->neox ? i : 2 * i, b = c->neox ? i + s->n_rot / 2 : 2 * i + 1;
         double x0 = head[a], x1 = head[b];

@@ -28,6 +28,7 @@ typedef struct synth_cfg {
     bool neox;     /* RoPE ordering the reference uses (qwen2/qwen3) */
     float rope_base;
     float rope_linear_factor; /* 0: no scaling keys */
+    bool rope_freqs;          /* a rope_freqs.weight tensor (llama 3.1 frequency factors) */
     hl_type wtype;            /* type of the 2-D weights */
     uint64_t seed;
     const char *skip_tensor;  /* leave this tensor out (error tests) */

@@ -316,6 +316,13 @@ TEST(model_synth_llama_tied_partial_rope_linear_scaling) {
     check_synth(&c, TOL_FLOAT);
 }
 
+TEST(model_synth_llama_rope_freq_factors) {
+    synth_cfg c = {.arch = "llama", .n_vocab = 40, .n_embd = 32, .n_layer = 2, .n_ff = 48,
+                   .n_head = 4, .n_head_kv = 2, .rope_freqs = true, .rope_base = 10,
+                   .wtype = HL_TYPE_F32, .seed = 10};
+    check_synth(&c, TOL_FLOAT);
+}
+
 TEST(model_synth_mistral) {
     synth_cfg c = {.arch = "mistral", .n_vocab = 36, .n_embd = 32, .n_layer = 1, .n_ff = 64,
                    .n_head = 8, .n_head_kv = 2, .rope_base = 1e6f, .wtype = HL_TYPE_F32,
