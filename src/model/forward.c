@@ -108,7 +108,7 @@ struct model_ctx {
     float *gate; /* [B][n_ff] */
     float *up;   /* [B][n_ff] */
     float *rope_cos, *rope_sin; /* [B][n_rot/2] */
-    float *inv_freq;            /* [n_rot/2] */
+    double *inv_freq;           /* [n_rot/2]; double so large positions keep their angle */
     float *head_tmp;            /* [head_dim_k] */
     float *logits;              /* [n_vocab], the last token's */
     void *mm_scratch;
@@ -145,7 +145,7 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
     c->up = alloc_floats(B, (size_t)hp->n_ff, 1);
     c->rope_cos = alloc_floats(B, (size_t)hp->n_rot / 2 + 1, 1);
     c->rope_sin = alloc_floats(B, (size_t)hp->n_rot / 2 + 1, 1);
-    c->inv_freq = alloc_floats((size_t)hp->n_rot / 2 + 1, 1, 1);
+    c->inv_freq = calloc((size_t)hp->n_rot / 2 + 1, sizeof *c->inv_freq);
     c->head_tmp = alloc_floats((size_t)hp->head_dim_k, 1, 1);
     c->logits = alloc_floats((size_t)hp->n_vocab, 1, 1);
     size_t scratch = weight_scratch(&m->output, max_batch);
@@ -169,7 +169,7 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
     for (int32_t i = 0; i < hp->n_rot / 2; i++) {
         double f = pow((double)hp->rope_freq_base, -2.0 * i / hp->n_rot) * hp->rope_freq_scale;
         if (m->rope_freqs && m->rope_freqs[i] != 0.0f) f /= m->rope_freqs[i];
-        c->inv_freq[i] = (float)f;
+        c->inv_freq[i] = f;
     }
     *out = c;
     return HL_OK;
@@ -179,8 +179,9 @@ void model_ctx_free(model_ctx *c) {
     if (!c) return;
     hl_pool_destroy(c->pool);
     float *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att, c->proj, c->gate, c->up,
-                     c->rope_cos, c->rope_sin, c->inv_freq, c->head_tmp, c->logits};
+                     c->rope_cos, c->rope_sin, c->head_tmp, c->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(c->inv_freq);
     free(c->mm_scratch);
     free(c);
 }
