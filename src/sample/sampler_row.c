@@ -1,0 +1,370 @@
+/*
+ * sampler_row.c - the per-row kernel: sanitise, logprobs, penalties, filters, draw.
+ *
+ * Works on candidates instead of a sorted vocabulary: top-k is a bounded heap (or a
+ * quickselect for large k), top-p grows a sorted prefix until it holds the requested
+ * mass, and only the dense cases (no top-k) touch every logit more than twice.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "sample/sampler_internal.h"
+
+#define SAMPLER_HEAP_MAX 256
+#define TOPP_FIRST_GUESS 64
+
+static inline bool better(sampler_cand a, sampler_cand b) {
+    return a.score > b.score || (a.score == b.score && a.id < b.id);
+}
+
+static inline void swap_cand(sampler_cand *a, sampler_cand *b) {
+    sampler_cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Min-heap on "better": the root is the worst kept candidate. */
+static void sift_down(sampler_cand *h, int32_t n, int32_t i) {
+    for (;;) {
+        int32_t worst = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && better(h[worst], h[l])) worst = l;
+        if (r < n && better(h[worst], h[r])) worst = r;
+        if (worst == i) return;
+        swap_cand(&h[i], &h[worst]);
+        i = worst;
+    }
+}
+
+static void heapify(sampler_cand *h, int32_t n) {
+    for (int32_t i = n / 2 - 1; i >= 0; i--) sift_down(h, n, i);
+}
+
+/* Heap sort of a min-heap: the worst goes last each round, leaving best-first order. */
+static void heap_sort_desc(sampler_cand *h, int32_t n) {
+    for (int32_t end = n - 1; end > 0; end--) {
+        swap_cand(&h[0], &h[end]);
+        sift_down(h, end, 0);
+    }
+}
+
+static int32_t partition(sampler_cand *a, int32_t lo, int32_t hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (better(a[mid], a[lo])) swap_cand(&a[mid], &a[lo]);
+    if (better(a[hi], a[lo])) swap_cand(&a[hi], &a[lo]);
+    if (better(a[hi], a[mid])) swap_cand(&a[hi], &a[mid]);
+    swap_cand(&a[mid], &a[hi]); /* median as pivot */
+    sampler_cand pivot = a[hi];
+    int32_t store = lo;
+    for (int32_t i = lo; i < hi; i++)
+        if (better(a[i], pivot)) swap_cand(&a[i], &a[store++]);
+    swap_cand(&a[store], &a[hi]);
+    return store;
+}
+
+void sampler_select_top(const float *scores, int32_t v, int32_t n, sampler_cand *out,
+                        sampler_cand *work) {
+    if (n <= 0) return;
+    if (n > v) n = v;
+    if (n <= SAMPLER_HEAP_MAX && n < v) {
+        for (int32_t i = 0; i < n; i++) out[i] = (sampler_cand){scores[i], i};
+        heapify(out, n);
+        /* Later ids lose ties, so only a strictly larger score enters the heap. */
+        float floor_score = out[0].score;
+        for (int32_t i = n; i < v; i++) {
+            if (scores[i] > floor_score) {
+                out[0] = (sampler_cand){scores[i], i};
+                sift_down(out, n, 0);
+                floor_score = out[0].score;
+            }
+        }
+        heap_sort_desc(out, n);
+        return;
+    }
+    for (int32_t i = 0; i < v; i++) work[i] = (sampler_cand){scores[i], i};
+    if (n < v) {
+        int32_t lo = 0, hi = v - 1, k = n - 1;
+        while (lo < hi) {
+            int32_t p = partition(work, lo, hi);
+            if (p == k) break;
+            if (p < k) lo = p + 1;
+            else hi = p - 1;
+        }
+    }
+    memcpy(out, work, (size_t)n * sizeof *out);
+    heapify(out, n);
+    heap_sort_desc(out, n);
+}
+
+/* One pass: max (first maximal index) and whether anything is NaN or +inf. */
+static bool scan_row(const float *x, int32_t v, float *max_out, int32_t *argmax_out) {
+    float m = -INFINITY;
+    int32_t am = 0;
+    bool bad = false;
+    for (int32_t i = 0; i < v; i++) {
+        float xi = x[i];
+        if (!(xi <= FLT_MAX)) bad = true;
+        else if (xi > m) {
+            m = xi;
+            am = i;
+        }
+    }
+    *max_out = m;
+    *argmax_out = am;
+    return bad;
+}
+
+static inline float sanitize(float x) {
+    if (x != x) return -INFINITY;
+    if (x > FLT_MAX) return FLT_MAX;
+    return x;
+}
+
+static double sum_exp(const float *x, int32_t v, float m, float scale) {
+    double z = 0;
+    for (int32_t i = 0; i < v; i++) z += expf((x[i] - m) * scale);
+    return z;
+}
+
+/* A finite logit stays finite under penalties (so a row never loses its last finite
+ * entry); -inf stays -inf. */
+static inline float penalize_clamp(float before, float after) {
+    if (before == -INFINITY) return before;
+    if (after > FLT_MAX) return FLT_MAX;
+    if (after < -FLT_MAX) return -FLT_MAX;
+    return after;
+}
+
+/* Penalties on x (a private copy of the row), reading the filled part of the ring
+ * only. Repeat and presence apply once per distinct token, frequency per occurrence. */
+static void apply_penalties(sampler *s, const sampler_plan *p, const sampler_slot *sl, float *x,
+                            int32_t filled) {
+    const int32_t *ring = sl->ring;
+    if (p->apply_repeat_presence) {
+        if (++s->stamp_epoch == 0) {
+            memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
+            s->stamp_epoch = 1;
+        }
+        uint32_t e = s->stamp_epoch;
+        for (int32_t i = 0; i < filled; i++) {
+            int32_t t = ring[i];
+            if (s->stamp[t] == e) continue;
+            s->stamp[t] = e;
+            float v0 = x[t], v = v0;
+            /* 0 stays 0 (0 * (1/R) would be NaN when 1/R overflows). */
+            if (v < 0) v *= p->repeat_penalty;
+            else if (v > 0) v *= p->inv_repeat_penalty;
+            x[t] = penalize_clamp(v0, v - p->presence);
+        }
+    }
+    if (p->frequency != 0)
+        for (int32_t i = 0; i < filled; i++) {
+            float v0 = x[ring[i]];
+            x[ring[i]] = penalize_clamp(v0, v0 - p->frequency);
+        }
+}
+
+/* Picks the candidate where u (in [0,1)) falls in the cumulative weights. */
+static int32_t pick_weighted(const float *w, int32_t n, double u) {
+    double total = 0;
+    for (int32_t j = 0; j < n; j++) total += w[j];
+    double target = u * total, acc = 0;
+    int32_t last = -1;
+    for (int32_t j = 0; j < n; j++) {
+        if (w[j] <= 0) continue;
+        acc += w[j];
+        last = j;
+        if (acc > target) return j;
+    }
+    return last; /* rounding left target at the very top */
+}
+
+/* Sorted candidates whose exclusive cumulative probability is < top_p (the first is
+ * always kept), at most kcap of them. Probabilities are exp((x - m) * scale) / z. The
+ * sorted prefix grows 4x until it holds enough mass. Leaves them in s->cand. */
+static int32_t top_p_prefix(sampler *s, const float *x, float m, float scale, double z,
+                            float top_p, int32_t kcap) {
+    int32_t v = s->n_vocab;
+    int32_t n = kcap < TOPP_FIRST_GUESS ? kcap : TOPP_FIRST_GUESS;
+    for (;;) {
+        sampler_select_top(x, v, n, s->cand, s->cand_work);
+        double cum = 0;
+        for (int32_t j = 0; j < n; j++) {
+            if (j > 0 && cum >= top_p) return j;
+            cum += exp((double)((s->cand[j].score - m) * scale)) / z;
+        }
+        if (n >= kcap) return n;
+        n = (int32_t)((int64_t)n * 4 < kcap ? (int64_t)n * 4 : kcap);
+    }
+}
+
+static int32_t keep_at_least(sampler_cand *c, int32_t n, float threshold) {
+    int32_t kept = 0;
+    for (int32_t j = 0; j < n; j++)
+        if (c[j].score >= threshold) c[kept++] = c[j];
+    return kept;
+}
+
+static int32_t collect_at_least(const float *x, int32_t v, float threshold, sampler_cand *c) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < v; i++)
+        if (x[i] >= threshold) c[n++] = (sampler_cand){x[i], i};
+    return n;
+}
+
+/* Non-greedy draw over x (penalised logits, max m). */
+static int32_t draw(sampler *s, const sampler_plan *p, const float *x, float m, double u) {
+    int32_t v = s->n_vocab;
+    sampler_cand *c = s->cand;
+    float *w = s->weights;
+    bool sparse = false;
+    int32_t nc = 0;
+
+    if (p->order == SAMPLER_ORDER_REFERENCE) {
+        /* Filters on the raw logits; temperature only shapes the final draw. */
+        if (p->top_p > 0) {
+            double z = sum_exp(x, v, m, 1.0f);
+            nc = top_p_prefix(s, x, m, 1.0f, z, p->top_p, p->top_k > 0 ? p->top_k : v);
+            sparse = true;
+        } else if (p->top_k > 0) {
+            sampler_select_top(x, v, p->top_k, c, s->cand_work);
+            nc = p->top_k;
+            sparse = true;
+        }
+        if (p->min_p > 0) {
+            float threshold = m + p->log_min_p;
+            if (sparse) nc = keep_at_least(c, nc, threshold);
+            else nc = collect_at_least(x, v, threshold, c);
+            sparse = true;
+        }
+    } else {
+        /* top-k, then softmax(x/T), then top-p and min-p on those probabilities. */
+        if (p->top_k > 0) {
+            sampler_select_top(x, v, p->top_k, c, s->cand_work);
+            nc = p->top_k;
+            sparse = true;
+        }
+        if (p->top_p > 0) {
+            if (sparse) {
+                double z = 0;
+                for (int32_t j = 0; j < nc; j++) z += expf((c[j].score - m) * p->inv_temp);
+                double cum = 0;
+                int32_t j = 0;
+                for (; j < nc; j++) {
+                    if (j > 0 && cum >= p->top_p) break;
+                    cum += expf((c[j].score - m) * p->inv_temp) / z;
+                }
+                nc = j;
+            } else {
+                double z = sum_exp(x, v, m, p->inv_temp);
+                nc = top_p_prefix(s, x, m, p->inv_temp, z, p->top_p, v);
+                sparse = true;
+            }
+        }
+        if (p->min_p > 0) {
+            /* p < min_p * max(p)  <=>  exp((x - m) / T) < min_p */
+            if (sparse) {
+                int32_t kept = 0;
+                for (int32_t j = 0; j < nc; j++)
+                    if (expf((c[j].score - m) * p->inv_temp) >= p->min_p) c[kept++] = c[j];
+                nc = kept;
+            } else {
+                nc = 0;
+                for (int32_t i = 0; i < v; i++)
+                    if (expf((x[i] - m) * p->inv_temp) >= p->min_p)
+                        c[nc++] = (sampler_cand){x[i], i};
+                sparse = true;
+            }
+        }
+    }
+
+    if (sparse) {
+        for (int32_t j = 0; j < nc; j++) w[j] = expf((c[j].score - m) * p->inv_temp);
+        int32_t j = pick_weighted(w, nc, u);
+        return c[j].id;
+    }
+    for (int32_t i = 0; i < v; i++) w[i] = expf((x[i] - m) * p->inv_temp);
+    return pick_weighted(w, v, u);
+}
+
+hl_status sampler_row(sampler *s, const sampler_plan *p, const sampler_slot *sl,
+                      const float *row, sampler_out *out) {
+    int32_t v = s->n_vocab;
+    float m;
+    int32_t am;
+    const float *raw = row;
+    if (scan_row(row, v, &m, &am)) {
+        m = -INFINITY;
+        am = 0;
+        for (int32_t i = 0; i < v; i++) {
+            float xi = sanitize(row[i]);
+            s->work[i] = xi;
+            if (xi > m) {
+                m = xi;
+                am = i;
+            }
+        }
+        raw = s->work;
+    }
+    if (m == -INFINITY) return HL_ERR_INVALID;
+
+    /* Logprobs come from the original (sanitised) logits, before anything else. */
+    const float raw_max = m;
+    float log_z = 0;
+    out->logprob = 0;
+    out->n_top = 0;
+    if (sl->opts.logprobs) {
+        log_z = (float)log(sum_exp(raw, v, m, 1.0f));
+        int32_t k = sl->opts.top_logprobs < v ? sl->opts.top_logprobs : v;
+        if (k > 0) {
+            sampler_select_top(raw, v, k, s->cand, s->cand_work);
+            for (int32_t j = 0; j < k; j++) {
+                out->top_tokens[j] = s->cand[j].id;
+                out->top_logprobs[j] = (s->cand[j].score - raw_max) - log_z;
+            }
+            out->n_top = k;
+        }
+    }
+
+    const float *x = raw;
+    int32_t window = p->window;
+    int32_t filled = (int32_t)(sl->hist_len < window ? sl->hist_len : window);
+    if (filled > 0) {
+        if (raw != s->work) memcpy(s->work, raw, (size_t)v * sizeof *raw);
+        apply_penalties(s, p, sl, s->work, filled);
+        x = s->work;
+        /* Only ring tokens changed: rescan just those unless the old max was one. */
+        bool max_touched = false;
+        for (int32_t i = 0; i < filled && !max_touched; i++) max_touched = sl->ring[i] == am;
+        if (max_touched) {
+            m = -INFINITY;
+            am = 0;
+            for (int32_t i = 0; i < v; i++)
+                if (x[i] > m) {
+                    m = x[i];
+                    am = i;
+                }
+        } else {
+            for (int32_t i = 0; i < filled; i++) {
+                int32_t t = sl->ring[i];
+                if (x[t] > m || (x[t] == m && t < am)) {
+                    m = x[t];
+                    am = t;
+                }
+            }
+        }
+        if (m == -INFINITY) return HL_ERR_INVALID;
+    }
+
+    int32_t token;
+    if (p->greedy) {
+        token = am;
+    } else {
+        uint64_t bits = sampler_mix_seed(sl->rng_seed, sl->rng_counter);
+        double u = (double)(bits >> 11) * 0x1.0p-53;
+        token = draw(s, p, x, m, u);
+    }
+    out->token = token;
+    if (sl->opts.logprobs) out->logprob = (sanitize(row[token]) - raw_max) - log_z;
+    return HL_OK;
+}
