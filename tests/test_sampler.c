@@ -1024,3 +1024,76 @@ TEST(sampler_defaults_and_unseeded) {
     CHECK(same < 10);
     sampler_destroy(s);
 }
+
+/* Repeat and presence penalties hit a repeated token once; frequency once per copy. */
+TEST(sampler_penalty_multiplicity) {
+    int32_t prior[] = {1, 1, 1};
+    float row[] = {0, 5, 2.5f};
+    sampler_opts o = zopts();
+    o.repeat_last_n = 4;
+    o.presence_penalty = 2; /* once: 3 > 2.5; per copy it would be -1 */
+    CHECK_EQ_INT(sample_one(&o, prior, 3, row, 3), 1);
+    o = zopts();
+    o.repeat_last_n = 4;
+    o.repeat_penalty = 1.9f; /* once: 2.63 > 2.5; twice it would be 1.39 */
+    CHECK_EQ_INT(sample_one(&o, prior, 3, row, 3), 1);
+    o = zopts();
+    o.repeat_last_n = 4;
+    o.frequency_penalty = 1; /* three copies: 5 - 3 = 2 < 2.5 */
+    CHECK_EQ_INT(sample_one(&o, prior, 3, row, 3), 2);
+    o.repeat_last_n = 2; /* only two copies in the window: 3 > 2.5 */
+    CHECK_EQ_INT(sample_one(&o, prior, 3, row, 3), 1);
+}
+
+/* Logprobs describe the model's distribution: the original row, not the penalised,
+ * filtered or tempered one. */
+TEST(sampler_logprobs_use_original_logits) {
+    float row[] = {0, 5, 4, 1};
+    double z = 0;
+    for (int i = 0; i < 4; i++) z += exp(row[i]);
+    sampler *s = NULL;
+    hl_err err;
+    CHECK_OK(sampler_create(4, 128, &s, &err), &err);
+    sampler_opts o = zopts();
+    o.repeat_last_n = 2;
+    o.presence_penalty = 3;
+    o.temperature = 0.5f;
+    o.top_k = 2;
+    o.logprobs = true;
+    o.top_logprobs = 2;
+    o.seed = 9;
+    int32_t prior[] = {1};
+    CHECK_OK(sampler_add(s, 0, &o, prior, 1, &err), &err);
+    int32_t id = 0;
+    sampler_out out;
+    CHECK_OK(sampler_sample(s, &id, 1, row, 4, &out, &err), &err);
+    CHECK(out.token == 2 || out.token == 1);
+    CHECK_NEAR(out.logprob, row[out.token] - log(z), 1e-5);
+    CHECK_EQ_INT(out.top_tokens[0], 1); /* penalised token is still the model's top */
+    CHECK_NEAR(out.top_logprobs[0], 5 - log(z), 1e-5);
+    CHECK_EQ_INT(out.top_tokens[1], 2);
+    sampler_destroy(s);
+}
+
+/* A partly filled ring must not read its unused columns as token 0. */
+TEST(sampler_partial_ring_ignores_padding) {
+    sampler_opts o = zopts();
+    o.repeat_last_n = 4;
+    o.presence_penalty = 5;
+    int32_t prior[] = {2};
+    float row[] = {5, 3, 1};
+    CHECK_EQ_INT(sample_one(&o, prior, 1, row, 3), 0);
+}
+
+/* Greedy after penalties is the first maximal index, also when a boosted token ties. */
+TEST(sampler_greedy_tie_after_penalty) {
+    sampler_opts o = zopts();
+    o.repeat_last_n = 4;
+    o.repeat_penalty = 0.25f; /* a boost: 1 -> 4 */
+    int32_t prior[] = {0};
+    float row[] = {1, 4, 0};
+    CHECK_EQ_INT(sample_one(&o, prior, 1, row, 3), 0);
+    int32_t prior2[] = {2};
+    float row2[] = {0, 4, 1};
+    CHECK_EQ_INT(sample_one(&o, prior2, 1, row2, 3), 1);
+}
