@@ -1097,3 +1097,121 @@ TEST(sampler_greedy_tie_after_penalty) {
     float row2[] = {0, 4, 1};
     CHECK_EQ_INT(sample_one(&o, prior2, 1, row2, 3), 1);
 }
+
+TEST(sampler_exp_approximation_accuracy) {
+    CHECK(sampler_exp_nonpos(0) == 1.0f);
+    CHECK(sampler_exp_nonpos(-INFINITY) == 0.0f);
+    CHECK(sampler_exp_nonpos(-88.0f) == 0.0f);
+    double worst = 0;
+    for (int i = 0; i <= 200000; i++) {
+        float x = -87.0f * (float)i / 200000.0f;
+        double want = exp((double)x), got = sampler_exp_nonpos(x);
+        double rel = fabs(got - want) / want;
+        if (rel > worst) worst = rel;
+    }
+    CHECK_MSG(worst < 1e-6, "worst relative error %g", worst);
+}
+
+/* The AVX2 and SSE2/scalar row passes agree (exactly where no arithmetic is involved,
+ * to float rounding for exp sums), for lengths that exercise every tail. */
+TEST(sampler_vector_paths_agree) {
+    enum { V = 1000 };
+    float x[V];
+    float w1[V], w2[V];
+    double b1[V / SAMPLER_PICK_BLOCK + 1], b2[V / SAMPLER_PICK_BLOCK + 1];
+    fill_logits(x, V, 30);
+    x[517] = 20; /* the max, in a block */
+    x[518] = -INFINITY;
+    const int32_t lens[] = {1, 7, 63, 64, 65, 130, 517, 518, 999, 1000};
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        int32_t n = lens[k];
+        float m1 = 0, m2 = 0;
+        int32_t a1 = -1, a2 = -2;
+        sampler_vec_allow_avx2(true);
+        bool bad1 = sampler_vec_scan(x, n, &m1, &a1);
+        double s1 = sampler_vec_exp_sum(x, n, m1, 0.7f);
+        double f1 = sampler_vec_exp_fill(x, n, m1, 0.7f, w1, b1);
+        int32_t above1 = sampler_vec_first_above(x, 3, n, 10), least1 =
+            sampler_vec_first_at_least(x, 0, n, 14.5f);
+        sampler_vec_allow_avx2(false);
+        bool bad2 = sampler_vec_scan(x, n, &m2, &a2);
+        double s2 = sampler_vec_exp_sum(x, n, m2, 0.7f);
+        double f2 = sampler_vec_exp_fill(x, n, m2, 0.7f, w2, b2);
+        int32_t above2 = sampler_vec_first_above(x, 3, n, 10), least2 =
+            sampler_vec_first_at_least(x, 0, n, 14.5f);
+        sampler_vec_allow_avx2(true);
+        CHECK(!bad1 && !bad2);
+        CHECK(m1 == m2 && a1 == a2);
+        float want_m = -INFINITY;
+        int32_t want_a = 0;
+        double want_s = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (x[i] > want_m) want_m = x[i], want_a = i;
+        for (int32_t i = 0; i < n; i++) want_s += exp(((double)x[i] - want_m) * 0.7f);
+        CHECK(m1 == want_m && a1 == want_a);
+        CHECK_NEAR(s1, want_s, 1e-5 * want_s);
+        CHECK_NEAR(s2, want_s, 1e-5 * want_s);
+        CHECK_NEAR(f1, s1, 1e-5 * want_s);
+        CHECK_NEAR(f2, s2, 1e-5 * want_s);
+        for (int32_t i = 0; i < n; i++) CHECK_NEAR(w1[i], w2[i], 1e-6 * (w1[i] + 1e-30));
+        CHECK_EQ_INT(above1, above2);
+        CHECK_EQ_INT(least1, least2);
+        int32_t want_above = n, want_least = n;
+        for (int32_t i = n - 1; i >= 3; i--)
+            if (x[i] > 10) want_above = i;
+        for (int32_t i = n - 1; i >= 0; i--)
+            if (x[i] >= 14.5f) want_least = i;
+        CHECK_EQ_INT(above1, want_above);
+        CHECK_EQ_INT(least1, want_least);
+    }
+    /* NaN and +inf are reported wherever they sit. */
+    for (int32_t pos = 0; pos < 130; pos += 13) {
+        float y[130];
+        fill_logits(y, 130, 2);
+        y[pos] = pos % 2 ? NAN : INFINITY;
+        float m;
+        int32_t a;
+        sampler_vec_allow_avx2(true);
+        CHECK(sampler_vec_scan(y, 130, &m, &a));
+        sampler_vec_allow_avx2(false);
+        CHECK(sampler_vec_scan(y, 130, &m, &a));
+        sampler_vec_allow_avx2(true);
+    }
+}
+
+/* The whole sampler on the generic path still meets the gold vectors and the
+ * distribution (tests above ran on AVX2 where the CPU has it). */
+TEST(sampler_generic_path_gold_and_distribution) {
+    sampler_vec_allow_avx2(false);
+    sampler_opts o = zopts();
+    o.temperature = 1;
+    o.top_p = 0.4f;
+    float row[] = {logf(0.5f), logf(0.3f), logf(0.2f)};
+    for (int seed = 0; seed < 20; seed++) {
+        o.seed = seed;
+        CHECK_EQ_INT(sample_one(&o, NULL, 0, row, 3), 0);
+    }
+    enum { V = 70, DRAWS = 30000 };
+    float big[V];
+    fill_logits(big, V, 3);
+    double z = 0, m = -INFINITY;
+    for (int i = 0; i < V; i++) m = big[i] > m ? big[i] : m;
+    for (int i = 0; i < V; i++) z += exp(big[i] - m);
+    sampler *s = NULL;
+    hl_err err;
+    CHECK_OK(sampler_create(V, 128, &s, &err), &err);
+    o = zopts();
+    o.temperature = 1;
+    o.seed = 77;
+    CHECK_OK(sampler_add(s, 0, &o, NULL, 0, &err), &err);
+    int count[V] = {0};
+    int32_t id = 0;
+    for (int k = 0; k < DRAWS; k++) {
+        sampler_out out;
+        CHECK_OK(sampler_sample(s, &id, 1, big, V, &out, &err), &err);
+        count[out.token]++;
+    }
+    for (int i = 0; i < V; i++) CHECK_NEAR((double)count[i] / DRAWS, exp(big[i] - m) / z, 0.006);
+    sampler_destroy(s);
+    sampler_vec_allow_avx2(true);
+}

@@ -133,10 +133,13 @@ hl_status sampler_create(int32_t n_vocab, int32_t num_ctx, sampler **out, hl_err
     size_t v = (size_t)n_vocab;
     s->work = malloc(v * sizeof *s->work);
     s->weights = malloc(v * sizeof *s->weights);
+    s->cand_w = malloc(v * sizeof *s->cand_w);
+    s->block_sums = malloc((v / SAMPLER_PICK_BLOCK + 1) * sizeof *s->block_sums);
     s->cand = malloc(v * sizeof *s->cand);
     s->cand_work = malloc(v * sizeof *s->cand_work);
     s->stamp = calloc(v, sizeof *s->stamp);
-    if (!s->work || !s->weights || !s->cand || !s->cand_work || !s->stamp) {
+    if (!s->work || !s->weights || !s->cand_w || !s->block_sums || !s->cand || !s->cand_work ||
+        !s->stamp) {
         sampler_destroy(s);
         return hl_fail(err, HL_ERR_NOMEM, "sampler: out of memory for a %d-token vocabulary",
                        n_vocab);
@@ -159,6 +162,8 @@ void sampler_destroy(sampler *s) {
     free(s->resolved);
     free(s->work);
     free(s->weights);
+    free(s->cand_w);
+    free(s->block_sums);
     free(s->cand);
     free(s->cand_work);
     free(s->stamp);

@@ -71,12 +71,11 @@ void sampler_select_top(const float *scores, int32_t v, int32_t n, sampler_cand 
         heapify(out, n);
         /* Later ids lose ties, so only a strictly larger score enters the heap. */
         float floor_score = out[0].score;
-        for (int32_t i = n; i < v; i++) {
-            if (scores[i] > floor_score) {
-                out[0] = (sampler_cand){scores[i], i};
-                sift_down(out, n, 0);
-                floor_score = out[0].score;
-            }
+        for (int32_t i = sampler_vec_first_above(scores, n, v, floor_score); i < v;
+             i = sampler_vec_first_above(scores, i + 1, v, floor_score)) {
+            out[0] = (sampler_cand){scores[i], i};
+            sift_down(out, n, 0);
+            floor_score = out[0].score;
         }
         heap_sort_desc(out, n);
         return;
@@ -96,34 +95,10 @@ void sampler_select_top(const float *scores, int32_t v, int32_t n, sampler_cand 
     heap_sort_desc(out, n);
 }
 
-/* One pass: max (first maximal index) and whether anything is NaN or +inf. */
-static bool scan_row(const float *x, int32_t v, float *max_out, int32_t *argmax_out) {
-    float m = -INFINITY;
-    int32_t am = 0;
-    bool bad = false;
-    for (int32_t i = 0; i < v; i++) {
-        float xi = x[i];
-        if (!(xi <= FLT_MAX)) bad = true;
-        else if (xi > m) {
-            m = xi;
-            am = i;
-        }
-    }
-    *max_out = m;
-    *argmax_out = am;
-    return bad;
-}
-
 static inline float sanitize(float x) {
     if (x != x) return -INFINITY;
     if (x > FLT_MAX) return FLT_MAX;
     return x;
-}
-
-static double sum_exp(const float *x, int32_t v, float m, float scale) {
-    double z = 0;
-    for (int32_t i = 0; i < v; i++) z += expf((x[i] - m) * scale);
-    return z;
 }
 
 /* A finite logit stays finite under penalties (so a row never loses its last finite
@@ -164,8 +139,8 @@ static void apply_penalties(sampler *s, const sampler_plan *p, const sampler_slo
         }
 }
 
-/* Picks the candidate where u (in [0,1)) falls in the cumulative weights. */
-static int32_t pick_weighted(const float *w, int32_t n, double u) {
+/* Picks the candidate where u (in [0,1)) falls in the cumulative weights w[0..n). */
+static int32_t pick_sparse(const float *w, int32_t n, double u) {
     double total = 0;
     for (int32_t j = 0; j < n; j++) total += w[j];
     double target = u * total, acc = 0;
@@ -179,36 +154,88 @@ static int32_t pick_weighted(const float *w, int32_t n, double u) {
     return last; /* rounding left target at the very top */
 }
 
-/* Sorted candidates whose exclusive cumulative probability is < top_p (the first is
- * always kept), at most kcap of them. Probabilities are exp((x - m) * scale) / z. The
- * sorted prefix grows 4x until it holds enough mass. Leaves them in s->cand. */
-static int32_t top_p_prefix(sampler *s, const float *x, float m, float scale, double z,
-                            float top_p, int32_t kcap) {
-    int32_t v = s->n_vocab;
-    int32_t n = kcap < TOPP_FIRST_GUESS ? kcap : TOPP_FIRST_GUESS;
-    for (;;) {
-        sampler_select_top(x, v, n, s->cand, s->cand_work);
-        double cum = 0;
-        for (int32_t j = 0; j < n; j++) {
-            if (j > 0 && cum >= top_p) return j;
-            cum += exp((double)((s->cand[j].score - m) * scale)) / z;
+/* The same over a dense weight vector with per-block sums: whole blocks are skipped. */
+static int32_t pick_dense(const float *w, const double *block_sums, int32_t n, double total,
+                          double u) {
+    double target = u * total, acc = 0;
+    for (int32_t b0 = 0; b0 < n; b0 += SAMPLER_PICK_BLOCK) {
+        double bs = block_sums[b0 / SAMPLER_PICK_BLOCK];
+        if (acc + bs > target) {
+            int32_t end = b0 + SAMPLER_PICK_BLOCK < n ? b0 + SAMPLER_PICK_BLOCK : n;
+            double a = acc;
+            for (int32_t i = b0; i < end; i++) {
+                a += w[i];
+                if (w[i] > 0 && a > target) return i;
+            }
         }
-        if (n >= kcap) return n;
-        n = (int32_t)((int64_t)n * 4 < kcap ? (int64_t)n * 4 : kcap);
+        acc += bs;
+    }
+    int32_t i = n - 1;
+    while (i > 0 && !(w[i] > 0)) i--;
+    return i;
+}
+
+/* Moves the k best of a[0..n) to the front (unordered). */
+static void partial_select(sampler_cand *a, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n - 1, target = k - 1;
+    while (lo < hi) {
+        int32_t p = partition(a, lo, hi);
+        if (p == target) return;
+        if (p < target) lo = p + 1;
+        else hi = p - 1;
     }
 }
 
-static int32_t keep_at_least(sampler_cand *c, int32_t n, float threshold) {
-    int32_t kept = 0;
-    for (int32_t j = 0; j < n; j++)
-        if (c[j].score >= threshold) c[kept++] = c[j];
-    return kept;
+/* Keeps, from a[0..n), the candidates whose exclusive cumulative mass in (score desc,
+ * id asc) order is below limit; mass of token t is w[t]. Expected O(n): a quickselect
+ * that recurses into the side holding the cut. Kept ones end up in a[0..ret). */
+static int32_t nucleus_partition(sampler_cand *a, int32_t n, const float *w, double limit) {
+    int32_t lo = 0, hi = n;
+    double base = 0; /* mass of a[0..lo), all kept and better than the rest */
+    while (lo < hi && base < limit) {
+        int32_t p = partition(a, lo, hi - 1);
+        double better = 0;
+        for (int32_t i = lo; i < p; i++) better += w[a[i].id];
+        if (base + better >= limit) {
+            hi = p; /* the pivot and everything worse start at or past the cut */
+        } else {
+            base += better + w[a[p].id];
+            lo = p + 1;
+        }
+    }
+    return lo;
+}
+
+/* top-p with the reference's sorted-prefix semantics: keep candidates whose exclusive
+ * cumulative probability is < top_p (the best is always kept), at most kcap of them.
+ * Probabilities are exp((x - m) * scale) over the whole row. The first guess is a
+ * small sorted prefix; a nucleus that needs more falls back to nucleus_partition.
+ * Leaves the survivors in s->cand[0..ret). */
+static int32_t top_p_select(sampler *s, const float *x, float m, float scale, float top_p,
+                            int32_t kcap) {
+    int32_t v = s->n_vocab;
+    double z = sampler_vec_exp_sum(x, v, m, scale);
+    double limit = (double)top_p * z;
+    int32_t n = kcap < TOPP_FIRST_GUESS ? kcap : TOPP_FIRST_GUESS;
+    sampler_select_top(x, v, n, s->cand, s->cand_work);
+    double cum = 0;
+    for (int32_t j = 0; j < n; j++) {
+        if (j > 0 && cum >= limit) return j;
+        cum += sampler_exp_nonpos((s->cand[j].score - m) * scale);
+    }
+    if (n >= kcap) return n;
+    z = sampler_vec_exp_fill(x, v, m, scale, s->weights, s->block_sums);
+    limit = (double)top_p * z;
+    for (int32_t i = 0; i < v; i++) s->cand[i] = (sampler_cand){x[i], i};
+    if (kcap < v) partial_select(s->cand, v, kcap);
+    return nucleus_partition(s->cand, kcap, s->weights, limit);
 }
 
 static int32_t collect_at_least(const float *x, int32_t v, float threshold, sampler_cand *c) {
     int32_t n = 0;
-    for (int32_t i = 0; i < v; i++)
-        if (x[i] >= threshold) c[n++] = (sampler_cand){x[i], i};
+    for (int32_t i = sampler_vec_first_at_least(x, 0, v, threshold); i < v;
+         i = sampler_vec_first_at_least(x, i + 1, v, threshold))
+        c[n++] = (sampler_cand){x[i], i};
     return n;
 }
 
@@ -216,15 +243,13 @@ static int32_t collect_at_least(const float *x, int32_t v, float threshold, samp
 static int32_t draw(sampler *s, const sampler_plan *p, const float *x, float m, double u) {
     int32_t v = s->n_vocab;
     sampler_cand *c = s->cand;
-    float *w = s->weights;
     bool sparse = false;
     int32_t nc = 0;
 
     if (p->order == SAMPLER_ORDER_REFERENCE) {
         /* Filters on the raw logits; temperature only shapes the final draw. */
         if (p->top_p > 0) {
-            double z = sum_exp(x, v, m, 1.0f);
-            nc = top_p_prefix(s, x, m, 1.0f, z, p->top_p, p->top_k > 0 ? p->top_k : v);
+            nc = top_p_select(s, x, m, 1.0f, p->top_p, p->top_k > 0 ? p->top_k : v);
             sparse = true;
         } else if (p->top_k > 0) {
             sampler_select_top(x, v, p->top_k, c, s->cand_work);
@@ -233,9 +258,15 @@ static int32_t draw(sampler *s, const sampler_plan *p, const float *x, float m, 
         }
         if (p->min_p > 0) {
             float threshold = m + p->log_min_p;
-            if (sparse) nc = keep_at_least(c, nc, threshold);
-            else nc = collect_at_least(x, v, threshold, c);
-            sparse = true;
+            if (sparse) {
+                int32_t kept = 0;
+                for (int32_t j = 0; j < nc; j++)
+                    if (c[j].score >= threshold) c[kept++] = c[j];
+                nc = kept;
+            } else {
+                nc = collect_at_least(x, v, threshold, c);
+                sparse = true;
+            }
         }
     } else {
         /* top-k, then softmax(x/T), then top-p and min-p on those probabilities. */
@@ -247,44 +278,41 @@ static int32_t draw(sampler *s, const sampler_plan *p, const float *x, float m, 
         if (p->top_p > 0) {
             if (sparse) {
                 double z = 0;
-                for (int32_t j = 0; j < nc; j++) z += expf((c[j].score - m) * p->inv_temp);
-                double cum = 0;
+                for (int32_t j = 0; j < nc; j++)
+                    z += s->cand_w[j] = sampler_exp_nonpos((c[j].score - m) * p->inv_temp);
+                double limit = (double)p->top_p * z, cum = 0;
                 int32_t j = 0;
                 for (; j < nc; j++) {
-                    if (j > 0 && cum >= p->top_p) break;
-                    cum += expf((c[j].score - m) * p->inv_temp) / z;
+                    if (j > 0 && cum >= limit) break;
+                    cum += s->cand_w[j];
                 }
                 nc = j;
             } else {
-                double z = sum_exp(x, v, m, p->inv_temp);
-                nc = top_p_prefix(s, x, m, p->inv_temp, z, p->top_p, v);
+                nc = top_p_select(s, x, m, p->inv_temp, p->top_p, v);
                 sparse = true;
             }
         }
         if (p->min_p > 0) {
-            /* p < min_p * max(p)  <=>  exp((x - m) / T) < min_p */
+            /* p < min_p * max(p)  <=>  (x - m) / T < ln(min_p) */
             if (sparse) {
                 int32_t kept = 0;
                 for (int32_t j = 0; j < nc; j++)
-                    if (expf((c[j].score - m) * p->inv_temp) >= p->min_p) c[kept++] = c[j];
+                    if ((c[j].score - m) * p->inv_temp >= p->log_min_p) c[kept++] = c[j];
                 nc = kept;
             } else {
-                nc = 0;
-                for (int32_t i = 0; i < v; i++)
-                    if (expf((x[i] - m) * p->inv_temp) >= p->min_p)
-                        c[nc++] = (sampler_cand){x[i], i};
+                nc = collect_at_least(x, v, m + p->log_min_p / p->inv_temp, c);
                 sparse = true;
             }
         }
     }
 
     if (sparse) {
-        for (int32_t j = 0; j < nc; j++) w[j] = expf((c[j].score - m) * p->inv_temp);
-        int32_t j = pick_weighted(w, nc, u);
-        return c[j].id;
+        for (int32_t j = 0; j < nc; j++)
+            s->cand_w[j] = sampler_exp_nonpos((c[j].score - m) * p->inv_temp);
+        return c[pick_sparse(s->cand_w, nc, u)].id;
     }
-    for (int32_t i = 0; i < v; i++) w[i] = expf((x[i] - m) * p->inv_temp);
-    return pick_weighted(w, v, u);
+    double total = sampler_vec_exp_fill(x, v, m, p->inv_temp, s->weights, s->block_sums);
+    return pick_dense(s->weights, s->block_sums, v, total, u);
 }
 
 hl_status sampler_row(sampler *s, const sampler_plan *p, const sampler_slot *sl,
@@ -293,7 +321,7 @@ hl_status sampler_row(sampler *s, const sampler_plan *p, const sampler_slot *sl,
     float m;
     int32_t am;
     const float *raw = row;
-    if (scan_row(row, v, &m, &am)) {
+    if (sampler_vec_scan(row, v, &m, &am)) {
         m = -INFINITY;
         am = 0;
         for (int32_t i = 0; i < v; i++) {
@@ -314,7 +342,7 @@ hl_status sampler_row(sampler *s, const sampler_plan *p, const sampler_slot *sl,
     out->logprob = 0;
     out->n_top = 0;
     if (sl->opts.logprobs) {
-        log_z = (float)log(sum_exp(raw, v, m, 1.0f));
+        log_z = (float)log(sampler_vec_exp_sum(raw, v, m, 1.0f));
         int32_t k = sl->opts.top_logprobs < v ? sl->opts.top_logprobs : v;
         if (k > 0) {
             sampler_select_top(raw, v, k, s->cand, s->cand_work);
