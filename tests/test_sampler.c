@@ -1215,3 +1215,66 @@ TEST(sampler_generic_path_gold_and_distribution) {
     sampler_destroy(s);
     sampler_vec_allow_avx2(true);
 }
+
+/* Ties inside a large nucleus follow id order: with 5000 equal logits and top_p .5
+ * exactly ids 0..2499 survive (excl. cumulative j/5000 < .5). */
+TEST(sampler_top_p_large_nucleus_ties) {
+    enum { V = 5000 };
+    static float x[V];
+    for (int i = 0; i < V; i++) x[i] = 1.5f;
+    for (int order = 0; order < 2; order++) {
+        sampler *s = NULL;
+        hl_err err;
+        CHECK_OK(sampler_create(V, 128, &s, &err), &err);
+        sampler_opts o = zopts();
+        o.temperature = 0.9f;
+        o.top_p = 0.5f;
+        o.seed = 3;
+        o.order = (sampler_order)order;
+        CHECK_OK(sampler_add(s, 0, &o, NULL, 0, &err), &err);
+        int32_t id = 0, high = 0;
+        for (int k = 0; k < 400; k++) {
+            sampler_out out;
+            CHECK_OK(sampler_sample(s, &id, 1, x, V, &out, &err), &err);
+            CHECK_MSG(out.token < 2500, "token %d outside the nucleus", out.token);
+            high += out.token >= 1250;
+        }
+        CHECK(high > 150 && high < 250); /* uniform over 0..2499 */
+        sampler_destroy(s);
+    }
+}
+
+/* top_k above the first guess with top_p: survivors are within both the top k and the
+ * nucleus. */
+TEST(sampler_top_p_with_large_top_k) {
+    enum { V = 20000, K = 3000 };
+    float *x = malloc(sizeof(float) * V);
+    sampler_cand *ref = malloc(sizeof *ref * V);
+    int32_t *rank = malloc(sizeof *rank * V);
+    CHECK(x && ref && rank);
+    fill_logits(x, V, 1);
+    for (int i = 0; i < V; i++) ref[i] = (sampler_cand){x[i], i};
+    qsort(ref, V, sizeof *ref, cmp_cand);
+    for (int j = 0; j < V; j++) rank[ref[j].id] = j;
+    sampler *s = NULL;
+    hl_err err;
+    CHECK_OK(sampler_create(V, 128, &s, &err), &err);
+    sampler_opts o = zopts();
+    o.temperature = 1;
+    o.top_p = 0.95f; /* nucleus of ~19000: top_k decides */
+    o.top_k = K;
+    o.seed = 8;
+    CHECK_OK(sampler_add(s, 0, &o, NULL, 0, &err), &err);
+    int32_t id = 0, beyond = 0;
+    for (int k = 0; k < 100; k++) {
+        sampler_out out;
+        CHECK_OK(sampler_sample(s, &id, 1, x, V, &out, &err), &err);
+        CHECK(rank[out.token] < K);
+        beyond += rank[out.token] >= K / 2;
+    }
+    CHECK(beyond > 25);
+    sampler_destroy(s);
+    free(x);
+    free(ref);
+    free(rank);
+}

@@ -123,7 +123,8 @@ uint64_t sampler_mix_seed(uint64_t seed, uint64_t counter) {
 
 hl_status sampler_create(int32_t n_vocab, int32_t num_ctx, sampler **out, hl_err *err) {
     *out = NULL;
-    if (n_vocab < 1) return hl_fail(err, HL_ERR_INVALID, "sampler: vocabulary size %d < 1", n_vocab);
+    if (n_vocab < 1)
+        return hl_fail(err, HL_ERR_INVALID, "sampler: vocabulary size %d < 1", n_vocab);
     if (num_ctx < 1) return hl_fail(err, HL_ERR_INVALID, "sampler: context length %d < 1", num_ctx);
     sampler *s = calloc(1, sizeof *s);
     if (!s) return hl_fail(err, HL_ERR_NOMEM, "sampler: out of memory");
@@ -135,11 +136,12 @@ hl_status sampler_create(int32_t n_vocab, int32_t num_ctx, sampler **out, hl_err
     s->weights = malloc(v * sizeof *s->weights);
     s->cand_w = malloc(v * sizeof *s->cand_w);
     s->block_sums = malloc((v / SAMPLER_PICK_BLOCK + 1) * sizeof *s->block_sums);
+    s->bucket_mass = malloc(SAMPLER_NUCLEUS_BUCKETS * sizeof *s->bucket_mass);
     s->cand = malloc(v * sizeof *s->cand);
     s->cand_work = malloc(v * sizeof *s->cand_work);
     s->stamp = calloc(v, sizeof *s->stamp);
-    if (!s->work || !s->weights || !s->cand_w || !s->block_sums || !s->cand || !s->cand_work ||
-        !s->stamp) {
+    if (!s->work || !s->weights || !s->cand_w || !s->block_sums || !s->bucket_mass || !s->cand ||
+        !s->cand_work || !s->stamp) {
         sampler_destroy(s);
         return hl_fail(err, HL_ERR_NOMEM, "sampler: out of memory for a %d-token vocabulary",
                        n_vocab);
@@ -164,6 +166,7 @@ void sampler_destroy(sampler *s) {
     free(s->weights);
     free(s->cand_w);
     free(s->block_sums);
+    free(s->bucket_mass);
     free(s->cand);
     free(s->cand_work);
     free(s->stamp);

@@ -73,6 +73,11 @@ static inline float sampler_exp_nonpos(float x) {
 /* Dense weights are summed in blocks so a draw can skip whole blocks. */
 #define SAMPLER_PICK_BLOCK 64
 
+/* Large top-p nuclei are found by bucketing (m - x) / T over [0, RANGE): exp() of
+ * anything past RANGE is 0 in float. */
+#define SAMPLER_NUCLEUS_BUCKETS 2048
+#define SAMPLER_NUCLEUS_RANGE 88.0f
+
 /* Full-row passes (sampler_vec.c). */
 /* Max and first maximal index; returns true (outputs unset) if any entry is NaN/+inf. */
 bool sampler_vec_scan(const float *x, int32_t n, float *max_out, int32_t *argmax_out);
@@ -118,6 +123,7 @@ struct sampler {
     float *weights;          /* dense unnormalised probabilities, by token id */
     float *cand_w;           /* draw weights of the candidates in cand */
     double *block_sums;      /* per SAMPLER_PICK_BLOCK block of weights */
+    double *bucket_mass;     /* SAMPLER_NUCLEUS_BUCKETS entries */
     sampler_cand *cand;      /* surviving candidates */
     sampler_cand *cand_work; /* partition space for large selections */
     uint32_t *stamp;         /* "seen in this window" marks for penalties */

@@ -48,18 +48,37 @@ static void heap_sort_desc(sampler_cand *h, int32_t n) {
     }
 }
 
+/* Lomuto partition around a median-of-three pivot; branch-free inner loop (the
+ * comparisons are unpredictable). Returns the pivot's final index. */
 static int32_t partition(sampler_cand *a, int32_t lo, int32_t hi) {
     int32_t mid = lo + (hi - lo) / 2;
     if (better(a[mid], a[lo])) swap_cand(&a[mid], &a[lo]);
     if (better(a[hi], a[lo])) swap_cand(&a[hi], &a[lo]);
     if (better(a[hi], a[mid])) swap_cand(&a[hi], &a[mid]);
     swap_cand(&a[mid], &a[hi]); /* median as pivot */
-    sampler_cand pivot = a[hi];
+    const sampler_cand pivot = a[hi];
     int32_t store = lo;
-    for (int32_t i = lo; i < hi; i++)
-        if (better(a[i], pivot)) swap_cand(&a[i], &a[store++]);
+    for (int32_t i = lo; i < hi; i++) {
+        sampler_cand t = a[i];
+        int32_t is_better =
+            (t.score > pivot.score) | ((t.score == pivot.score) & (t.id < pivot.id));
+        a[i] = a[store];
+        a[store] = t;
+        store += is_better;
+    }
     swap_cand(&a[store], &a[hi]);
     return store;
+}
+
+/* Moves the k best of a[0..n) to the front (unordered). */
+static void partial_select(sampler_cand *a, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n - 1, target = k - 1;
+    while (lo < hi) {
+        int32_t p = partition(a, lo, hi);
+        if (p == target) return;
+        if (p < target) lo = p + 1;
+        else hi = p - 1;
+    }
 }
 
 void sampler_select_top(const float *scores, int32_t v, int32_t n, sampler_cand *out,
@@ -81,15 +100,7 @@ void sampler_select_top(const float *scores, int32_t v, int32_t n, sampler_cand 
         return;
     }
     for (int32_t i = 0; i < v; i++) work[i] = (sampler_cand){scores[i], i};
-    if (n < v) {
-        int32_t lo = 0, hi = v - 1, k = n - 1;
-        while (lo < hi) {
-            int32_t p = partition(work, lo, hi);
-            if (p == k) break;
-            if (p < k) lo = p + 1;
-            else hi = p - 1;
-        }
-    }
+    if (n < v) partial_select(work, v, n);
     memcpy(out, work, (size_t)n * sizeof *out);
     heapify(out, n);
     heap_sort_desc(out, n);
@@ -175,17 +186,6 @@ static int32_t pick_dense(const float *w, const double *block_sums, int32_t n, d
     return i;
 }
 
-/* Moves the k best of a[0..n) to the front (unordered). */
-static void partial_select(sampler_cand *a, int32_t n, int32_t k) {
-    int32_t lo = 0, hi = n - 1, target = k - 1;
-    while (lo < hi) {
-        int32_t p = partition(a, lo, hi);
-        if (p == target) return;
-        if (p < target) lo = p + 1;
-        else hi = p - 1;
-    }
-}
-
 /* Keeps, from a[0..n), the candidates whose exclusive cumulative mass in (score desc,
  * id asc) order is below limit; mass of token t is w[t]. Expected O(n): a quickselect
  * that recurses into the side holding the cut. Kept ones end up in a[0..ret). */
@@ -204,6 +204,45 @@ static int32_t nucleus_partition(sampler_cand *a, int32_t n, const float *w, dou
         }
     }
     return lo;
+}
+
+static inline int32_t nucleus_bucket(float x, float m, float k) {
+    float f = (m - x) * k; /* +inf for x = -inf */
+    return f < (float)(SAMPLER_NUCLEUS_BUCKETS - 1) ? (int32_t)f : SAMPLER_NUCLEUS_BUCKETS - 1;
+}
+
+/* The nucleus of a whole row in O(V): tokens are bucketed by (m - x) * scale, which
+ * is monotone in the logit, so every bucket before the one where the cumulative mass
+ * crosses limit is kept whole, every bucket after it dropped, and only the crossing
+ * bucket needs nucleus_partition. Needs s->weights filled at this scale. */
+static int32_t nucleus_by_buckets(sampler *s, const float *x, float m, float scale,
+                                  double limit) {
+    int32_t v = s->n_vocab;
+    double *mass = s->bucket_mass;
+    memset(mass, 0, SAMPLER_NUCLEUS_BUCKETS * sizeof *mass);
+    const float k = scale * ((float)SAMPLER_NUCLEUS_BUCKETS / SAMPLER_NUCLEUS_RANGE);
+    for (int32_t i = 0; i < v; i++) mass[nucleus_bucket(x[i], m, k)] += s->weights[i];
+    double before = 0;
+    int32_t cross = SAMPLER_NUCLEUS_BUCKETS;
+    for (int32_t b = 0; b < SAMPLER_NUCLEUS_BUCKETS; b++) {
+        if (before + mass[b] >= limit) {
+            cross = b;
+            break;
+        }
+        before += mass[b];
+    }
+    int32_t kept = 0, n_cross = 0;
+    for (int32_t i = 0; i < v; i++) {
+        int32_t b = nucleus_bucket(x[i], m, k);
+        if (b < cross) s->cand[kept++] = (sampler_cand){x[i], i};
+        else if (b == cross) s->cand_work[n_cross++] = (sampler_cand){x[i], i};
+    }
+    if (n_cross > 0) {
+        int32_t more = nucleus_partition(s->cand_work, n_cross, s->weights, limit - before);
+        memcpy(s->cand + kept, s->cand_work, (size_t)more * sizeof *s->cand);
+        kept += more;
+    }
+    return kept;
 }
 
 /* top-p with the reference's sorted-prefix semantics: keep candidates whose exclusive
@@ -226,8 +265,9 @@ static int32_t top_p_select(sampler *s, const float *x, float m, float scale, fl
     if (n >= kcap) return n;
     z = sampler_vec_exp_fill(x, v, m, scale, s->weights, s->block_sums);
     limit = (double)top_p * z;
+    if (kcap >= v) return nucleus_by_buckets(s, x, m, scale, limit);
     for (int32_t i = 0; i < v; i++) s->cand[i] = (sampler_cand){x[i], i};
-    if (kcap < v) partial_select(s->cand, v, kcap);
+    partial_select(s->cand, v, kcap);
     return nucleus_partition(s->cand, kcap, s->weights, limit);
 }
 
