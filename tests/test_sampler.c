@@ -1278,3 +1278,24 @@ TEST(sampler_top_p_with_large_top_k) {
     free(ref);
     free(rank);
 }
+
+/* Greedy returns the first maximal index also when the ties sit inside the vectorised
+ * blocks of a large row (same block, and later blocks). */
+TEST(sampler_greedy_first_max_in_large_row) {
+    enum { V = 1000 };
+    static float x[V];
+    for (int avx = 0; avx < 2; avx++) {
+        sampler_vec_allow_avx2(avx == 1);
+        for (int i = 0; i < V; i++) x[i] = (float)(i % 7) * 0.1f;
+        x[131] = x[130] = x[700] = x[999] = 5;
+        sampler_opts o = zopts();
+        CHECK_EQ_INT(sample_one(&o, NULL, 0, x, V), 130);
+        x[130] = 4;
+        CHECK_EQ_INT(sample_one(&o, NULL, 0, x, V), 131);
+        x[131] = 4;
+        CHECK_EQ_INT(sample_one(&o, NULL, 0, x, V), 700);
+        x[700] = 0;
+        CHECK_EQ_INT(sample_one(&o, NULL, 0, x, V), 999);
+    }
+    sampler_vec_allow_avx2(true);
+}

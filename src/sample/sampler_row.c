@@ -2,8 +2,9 @@
  * sampler_row.c - the per-row kernel: sanitise, logprobs, penalties, filters, draw.
  *
  * Works on candidates instead of a sorted vocabulary: top-k is a bounded heap (or a
- * quickselect for large k), top-p grows a sorted prefix until it holds the requested
- * mass, and only the dense cases (no top-k) touch every logit more than twice.
+ * quickselect for large k); top-p first tries a sorted prefix of 64 candidates and
+ * otherwise finds the nucleus by bucketing the row by logit (O(V), no sort). Full-row
+ * passes (max, exp sums, thresholds) are vectorised in sampler_vec*.c.
  */
 #include <float.h>
 #include <math.h>
@@ -70,10 +71,16 @@ static int32_t partition(sampler_cand *a, int32_t lo, int32_t hi) {
     return store;
 }
 
-/* Moves the k best of a[0..n) to the front (unordered). */
+/* Moves the k best of a[0..n) to the front (unordered). Quickselect; if the pivots
+ * keep failing (adversarial input), heap-sorts what is left, so O(n log n) at worst. */
 static void partial_select(sampler_cand *a, int32_t n, int32_t k) {
-    int32_t lo = 0, hi = n - 1, target = k - 1;
+    int32_t lo = 0, hi = n - 1, target = k - 1, budget = 64;
     while (lo < hi) {
+        if (--budget == 0) {
+            heapify(a + lo, hi - lo + 1);
+            heap_sort_desc(a + lo, hi - lo + 1);
+            return;
+        }
         int32_t p = partition(a, lo, hi);
         if (p == target) return;
         if (p < target) lo = p + 1;
@@ -405,13 +412,7 @@ hl_status sampler_row(sampler *s, const sampler_plan *p, const sampler_slot *sl,
         bool max_touched = false;
         for (int32_t i = 0; i < filled && !max_touched; i++) max_touched = sl->ring[i] == am;
         if (max_touched) {
-            m = -INFINITY;
-            am = 0;
-            for (int32_t i = 0; i < v; i++)
-                if (x[i] > m) {
-                    m = x[i];
-                    am = i;
-                }
+            (void)sampler_vec_scan(x, v, &m, &am); /* x holds no NaN/+inf by now */
         } else {
             for (int32_t i = 0; i < filled; i++) {
                 int32_t t = sl->ring[i];
@@ -421,7 +422,6 @@ hl_status sampler_row(sampler *s, const sampler_plan *p, const sampler_slot *sl,
                 }
             }
         }
-        if (m == -INFINITY) return HL_ERR_INVALID;
     }
 
     int32_t token;
