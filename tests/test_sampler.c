@@ -547,12 +547,15 @@ TEST(sampler_fused_and_per_slot_paths_agree) {
         CHECK(run_batch(&variants[vi], N, V, STEPS, true, logits, a, &fa));
         CHECK(run_batch(&variants[vi], N, V, STEPS, false, logits, b, &fb));
         CHECK(fa && !fb);
+        CHECK_EQ_INT(a[0].n_top, vi == 0 ? 5 : 0);
         int differs = 0;
         for (int i = 0; i < N * STEPS; i++) {
             CHECK_EQ_INT(a[i].token, b[i].token);
             CHECK(memcmp(&a[i].logprob, &b[i].logprob, sizeof(float)) == 0);
             CHECK_EQ_INT(a[i].n_top, b[i].n_top);
-            CHECK(memcmp(a[i].top_logprobs, b[i].top_logprobs, sizeof a[i].top_logprobs) == 0);
+            size_t nt = (size_t)a[i].n_top;
+            CHECK(memcmp(a[i].top_logprobs, b[i].top_logprobs, nt * sizeof(float)) == 0);
+            CHECK(memcmp(a[i].top_tokens, b[i].top_tokens, nt * sizeof(int32_t)) == 0);
             differs += i >= N && a[i].token != a[i - N].token;
         }
         CHECK(differs > 0); /* the data really varies */
