@@ -25,10 +25,19 @@
  * and temperature), as in the reference.
  *
  * Ties and determinism: candidates are ordered by logit descending, then token id
- * ascending. A slot with seed >= 0 draws its n-th random number from
- * SplitMix64(seed, n), so its tokens depend only on its own seed, options, history and
- * logits - not on which other slots share the call, nor on whether the call took the
- * fused path (all named slots share options) or the per-slot path.
+ * ascending. Every sample of a slot (greedy or not) advances its draw counter n; a
+ * slot with seed >= 0 draws from upstream's mixSeed (SplitMix64 of seed and n), so its
+ * tokens depend only on its own seed, options, history and logits - not on which
+ * other slots share the call, nor on whether the call took the fused path (all named
+ * slots share options: one resolved plan for every row) or the per-slot path. The
+ * full-row passes use AVX2+FMA when the CPU has them, SSE2 otherwise; the two round
+ * exp() slightly differently, so a seeded run is reproducible on one kind of CPU,
+ * and across kinds except where a draw lands within rounding of a boundary.
+ *
+ * Cost per row: one max scan; top-k by a bounded heap (k <= 256) or quickselect;
+ * top-p on the sorted top candidates, or an O(V) bucketed nucleus when it is large;
+ * one exp pass over the row for the reference order's top-p normaliser, for logprobs
+ * and for draws without top-k. Scratch is sized at create; sampling never allocates.
  *
  * Bad logits: NaN counts as -inf and +inf as FLT_MAX; a row with no finite entry is an
  * error (HL_ERR_INVALID) and then no slot's state changes.
