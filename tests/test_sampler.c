@@ -1313,3 +1313,36 @@ TEST(sampler_gold_residual_uses_target_support) {
 TEST(sampler_gold_speculative_scores_without_commit) {
     SKIP("speculative decoding (SpeculativeScores) is not part of this sampler");
 }
+
+/* Greedy slots fuse whatever their (irrelevant) filters say, and give the argmax of
+ * the penalised logits either way. */
+TEST(sampler_greedy_ignores_filters) {
+    sampler *s = NULL;
+    hl_err err;
+    CHECK_OK(sampler_create(50, 128, &s, &err), &err);
+    sampler_opts a = zopts(), b = zopts();
+    b.top_k = 3;
+    b.top_p = 0.2f;
+    b.min_p = 0.9f;
+    b.order = SAMPLER_ORDER_PROBS;
+    CHECK_OK(sampler_add(s, 0, &a, NULL, 0, &err), &err);
+    CHECK_OK(sampler_add(s, 1, &b, NULL, 0, &err), &err);
+    float rows[100];
+    int32_t ids[] = {0, 1};
+    for (int k = 0; k < 10; k++) {
+        fill_logits(rows, 50, 10);
+        memcpy(rows + 50, rows, sizeof(float) * 50);
+        sampler_out out[2];
+        CHECK_OK(sampler_sample(s, ids, 2, rows, 50, out, &err), &err);
+        CHECK(sampler_last_call_fused(s));
+        CHECK_EQ_INT(out[0].token, out[1].token);
+        for (int i = 0; i < 50; i++) CHECK(rows[i] <= rows[out[0].token]);
+    }
+    /* A prior token before the window is still validated. */
+    int32_t prior[] = {50, 1, 2};
+    a.repeat_last_n = 1;
+    a.repeat_penalty = 2;
+    CHECK(sampler_add(s, 2, &a, prior, 3, &err) == HL_ERR_INVALID);
+    CHECK(err_has(&err, "prior token 50 (at 0)"));
+    sampler_destroy(s);
+}

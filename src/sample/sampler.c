@@ -77,9 +77,15 @@ static sampler_opts opts_normalize(const sampler_opts *in, int32_t num_ctx, int3
     if (!(o.min_p > 0 && o.min_p <= 1)) o.min_p = 0;
     if (!o.logprobs) o.top_logprobs = 0;
     if (o.seed < 0) o.seed = -1;
-    /* -0.0 and 0.0 must compare equal in plan_equal(); greedy ignores the filters'
-     * sampling-only effects but they still matter for nothing else, keep them. */
-    if (o.temperature == 0) o.temperature = 0;
+    if (o.temperature == 0) {
+        /* Greedy is the argmax of the penalised logits, which every filter keeps, so
+         * filters and order are irrelevant; canonical values let such slots fuse. */
+        o.temperature = 0; /* also turns -0.0 into 0.0 */
+        o.top_k = 0;
+        o.top_p = 0;
+        o.min_p = 0;
+        o.order = SAMPLER_ORDER_REFERENCE;
+    }
     return o;
 }
 
@@ -201,14 +207,14 @@ hl_status sampler_add(sampler *s, int32_t slot, const sampler_opts *opts, const 
         return hl_fail(err, HL_ERR_INVALID,
                        "sampler slot %d: repeat_last_n -1 means the context length %d, larger "
                        "than the maximum window %d", slot, s->num_ctx, SAMPLER_MAX_WINDOW);
+    for (size_t i = 0; i < n_prior; i++)
+        if (prior[i] < 0 || prior[i] >= s->n_vocab)
+            return hl_fail(err, HL_ERR_INVALID,
+                           "sampler slot %d: prior token %d (at %zu) is outside the vocabulary "
+                           "(0..%d)", slot, prior[i], i, s->n_vocab - 1);
     int32_t w = o.repeat_last_n;
     size_t take = n_prior < (size_t)w ? n_prior : (size_t)w;
     const int32_t *tail = take ? prior + (n_prior - take) : NULL;
-    for (size_t i = 0; i < take; i++)
-        if (tail[i] < 0 || tail[i] >= s->n_vocab)
-            return hl_fail(err, HL_ERR_INVALID,
-                           "sampler slot %d: prior token %d is outside the vocabulary (0..%d)",
-                           slot, tail[i], s->n_vocab - 1);
 
     if (s->n_slots == s->cap_slots) {
         int cap = s->cap_slots ? s->cap_slots * 2 : 8;
