@@ -47,6 +47,11 @@ typedef enum gguf_type {
     GGUF_TYPE_COUNT
 } gguf_type;
 
+/* "uint8", "string", ... ("unknown" out of range), and the size of a fixed-size
+ * value (0 for STRING, ARRAY and unknown types). */
+const char *gguf_type_name(gguf_type t);
+size_t gguf_type_size(gguf_type t);
+
 typedef struct gguf_str {
     const char *ptr; /* not NUL-terminated */
     uint64_t len;
