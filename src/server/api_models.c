@@ -132,8 +132,13 @@ static char *modelfile_text(const store_model *m, const char *display) {
         size_t nv = json_is_array(val) ? json_array_size(val) : 1;
         for (size_t i = 0; i < nv; i++) {
             json_t *v = json_is_array(val) ? json_array_get(val, i) : val;
-            if (json_is_string(v)) {
-                sb_append(&b, &len, &cap, "PARAMETER %s %s\n", key, json_string_value(v));
+            const char *sv = json_string_value(v);
+            if (sv && (strpbrk(sv, " \t\n\"\\") || !*sv)) {
+                char *q = json_dumps(v, JSON_ENCODE_ANY); /* a quoted, escaped string */
+                if (q) sb_append(&b, &len, &cap, "PARAMETER %s %s\n", key, q);
+                free(q);
+            } else if (sv) {
+                sb_append(&b, &len, &cap, "PARAMETER %s %s\n", key, sv);
             } else {
                 char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(7));
                 if (t) sb_append(&b, &len, &cap, "PARAMETER %s %s\n", key, t);

@@ -31,7 +31,7 @@ static enum MHD_Result queue(srv_request *r, unsigned status, const char *ctype,
 }
 
 enum MHD_Result srv_reply_json(srv_request *r, unsigned status, json_t *obj) {
-    char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) : NULL;
+    char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15)) : NULL;
     json_decref(obj);
     if (!s) return queue(r, 500, "application/json; charset=utf-8", "{\"error\":\"out of memory\"}", 25);
     enum MHD_Result ret = queue(r, status, "application/json; charset=utf-8", s, strlen(s));

@@ -134,6 +134,13 @@ hl_status ggufinfo_config(const gguf_file *f, json_t **out, hl_err *err) {
     return HL_OK;
 }
 
+/* float32 values as their shortest decimal (1e-05, not 9.9999997473787516e-06). */
+static json_t *json_real_f32(float x) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", (double)x);
+    return json_real(strtod(buf, NULL));
+}
+
 static json_t *array_value(const gguf_file *f, const char *key, bool verbose) {
     gguf_type et;
     uint64_t n;
@@ -158,7 +165,7 @@ static json_t *array_value(const gguf_file *f, const char *key, bool verbose) {
         case GGUF_TYPE_INT32: { int32_t x; memcpy(&x, p, 4); v = json_integer(x); break; }
         case GGUF_TYPE_UINT64: { uint64_t x; memcpy(&x, p, 8); v = json_integer((json_int_t)x); break; }
         case GGUF_TYPE_INT64: { int64_t x; memcpy(&x, p, 8); v = json_integer(x); break; }
-        case GGUF_TYPE_FLOAT32: { float x; memcpy(&x, p, 4); v = json_real(x); break; }
+        case GGUF_TYPE_FLOAT32: { float x; memcpy(&x, p, 4); v = json_real_f32(x); break; }
         case GGUF_TYPE_FLOAT64: { double x; memcpy(&x, p, 8); v = json_real(x); break; }
         case GGUF_TYPE_BOOL: v = json_boolean(p[0] != 0); break;
         default: break;
@@ -183,7 +190,7 @@ static json_t *kv_value(const gguf_file *f, const char *key, gguf_type t, bool v
         if (gguf_get_u64(f, key, &u)) return json_integer((json_int_t)u);
         return gguf_get_i32(f, key, &i) ? json_integer(i) : json_null();
     case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64:
-        return gguf_get_f32(f, key, &x) ? json_real(x) : json_null();
+        return gguf_get_f32(f, key, &x) ? json_real_f32(x) : json_null();
     case GGUF_TYPE_BOOL:
         return gguf_get_bool(f, key, &b) ? json_boolean(b) : json_null();
     case GGUF_TYPE_STRING:
