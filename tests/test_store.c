@@ -327,8 +327,8 @@ TEST(store_modelfile_every_command) {
     CHECK_OK(modelfile_to_create_request(&mf, req, &err), &err);
     char *s = json_dumps(req, JSON_SORT_KEYS | JSON_COMPACT);
     CHECK_STR(s, "{\"from\":\"./m.gguf\",\"license\":[\"MIT\",\"Apache\\n2.0\"],"
-                 "\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"},"
-                 "{\"role\":\"assistant\",\"content\":\"Hi!\\nHow can I help?\"}],"
+                 "\"messages\":[{\"content\":\"Hello there\",\"role\":\"user\"},"
+                 "{\"content\":\"Hi!\\nHow can I help?\",\"role\":\"assistant\"}],"
                  "\"parameters\":{\"num_ctx\":4096,\"stop\":[\"<|end|>\",\"User:\"],"
                  "\"temperature\":0.5,\"use_mmap\":false},\"parser\":\"qwen3\","
                  "\"renderer\":\"qwen3\",\"requires\":\"0.14.0\",\"system\":\"say \\\"hi\\\"\","
