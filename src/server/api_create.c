@@ -347,5 +347,38 @@ enum MHD_Result srv_handle_create(srv_request *r) {
             return srv_reply_error(r, 400, "invalid digest format");
         }
     }
+    /* Field types are checked before the stream starts, so a bad request is a 400. */
+    json_t *params = json_object_get(req, "parameters");
+    if (params && !json_is_null(params)) {
+        if (!json_is_object(params)) {
+            create_ctx_free(c);
+            return srv_reply_error(r, 400, "parameters must be an object");
+        }
+        const char *key;
+        json_t *val;
+        json_object_foreach(params, key, val) {
+            json_t *norm;
+            hl_err err;
+            if (modelfile_param_check_json(key, val, &norm, &err) != HL_OK) {
+                create_ctx_free(c);
+                return srv_reply_error(r, 400, "%s", err.msg);
+            }
+            json_decref(norm);
+        }
+    }
+    static const char *string_fields[] = {"from", "template", "system", "renderer", "parser", "requires"};
+    for (size_t i = 0; i < sizeof string_fields / sizeof string_fields[0]; i++) {
+        json_t *v = json_object_get(req, string_fields[i]);
+        if (v && !json_is_null(v) && !json_is_string(v)) {
+            create_ctx_free(c);
+            return srv_reply_error(r, 400, "json: cannot unmarshal into field \"%s\" of type string",
+                                   string_fields[i]);
+        }
+    }
+    json_t *msgs = json_object_get(req, "messages");
+    if (msgs && !json_is_null(msgs) && !json_is_array(msgs)) {
+        create_ctx_free(c);
+        return srv_reply_error(r, 400, "messages must be an array");
+    }
     return srv_stream_run(r, stream, create_run, c, create_ctx_free);
 }
