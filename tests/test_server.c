@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -592,3 +593,118 @@ static void abuse(srv_proc *p) {
 }
 
 TEST(server_survives_abusive_clients) { WITH_SERVER(abuse); }
+
+/* ---------------------------------------------------------------------------------- */
+/* The streaming machinery in-process: a producer that streams until cancelled. */
+
+#include "server/internal.h"
+
+static atomic_int g_ticks;
+static atomic_bool g_saw_cancel;
+
+static void slow_producer(srv_stream *s, void *ctx) {
+    (void)ctx;
+    for (int i = 0; i < 500 && !srv_stream_cancelled(s); i++) { /* at most ~10 s */
+        srv_stream_send(s, json_pack("{s:i}", "tick", i));
+        atomic_fetch_add(&g_ticks, 1);
+        sleep_ms(20);
+    }
+    if (srv_stream_cancelled(s)) atomic_store(&g_saw_cancel, true);
+}
+
+static void silent_producer(srv_stream *s, void *ctx) {
+    (void)ctx; /* sends nothing until cancelled: the disconnect must be noticed anyway */
+    for (int i = 0; i < 500 && !srv_stream_cancelled(s); i++) sleep_ms(20);
+    if (srv_stream_cancelled(s)) atomic_store(&g_saw_cancel, true);
+}
+
+static void failing_producer(srv_stream *s, void *ctx) {
+    (void)ctx;
+    srv_stream_send(s, json_pack("{s:s}", "status", "one"));
+    srv_stream_fail(s, 500, "boom");
+}
+
+static void early_failing_producer(srv_stream *s, void *ctx) {
+    (void)ctx;
+    srv_stream_fail(s, 418, "teapot");
+}
+
+static enum MHD_Result route_slow(srv_request *r) { return srv_stream_run(r, true, slow_producer, NULL, NULL); }
+static enum MHD_Result route_silent(srv_request *r) { return srv_stream_run(r, true, silent_producer, NULL, NULL); }
+static enum MHD_Result route_fail(srv_request *r) { return srv_stream_run(r, true, failing_producer, NULL, NULL); }
+static enum MHD_Result route_early(srv_request *r) { return srv_stream_run(r, true, early_failing_producer, NULL, NULL); }
+static enum MHD_Result route_fail_nostream(srv_request *r) {
+    return srv_stream_run(r, false, failing_producer, NULL, NULL);
+}
+
+static const srv_route k_test_routes[] = {
+    {"/test/slow", false, "GET", route_slow, false},
+    {"/test/silent", false, "GET", route_silent, false},
+    {"/test/fail", false, "GET", route_fail, false},
+    {"/test/early", false, "GET", route_early, false},
+    {"/test/fail-nostream", false, "GET", route_fail_nostream, false},
+};
+
+static bool wait_flag(atomic_bool *flag, int ms) {
+    for (int i = 0; i < ms / 10 && !atomic_load(flag); i++) sleep_ms(10);
+    return atomic_load(flag);
+}
+
+TEST(server_stream_cancel_on_disconnect_and_errors) {
+    server_config cfg = {.extra_routes = k_test_routes, .n_extra_routes = 5, .quiet = 1};
+    char models[1100];
+    snprintf(models, sizeof models, "%s/models", test_tmpdir());
+    cfg.models_dir = models;
+    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
+    hl_server *srv;
+    hl_err err;
+    CHECK_OK(server_start(&cfg, &srv, &err), &err);
+    srv_proc p = {.port = server_port(srv)};
+    net_host_parse("127.0.0.1", &p.host, NULL);
+    p.host.port = p.port;
+    bool ok = true;
+
+    /* read two ticks, hang up: the producer must see the cancel flag */
+    net_http *h = NULL;
+    char *line;
+    size_t len;
+    ok = ok && net_http_open(&p.host, "GET", "/test/slow", NULL, -1, &h, &err) == HL_OK;
+    ok = ok && net_http_finish(h, &err) == HL_OK && net_http_status(h) == 200;
+    ok = ok && strcmp(net_http_content_type(h), "application/x-ndjson") == 0;
+    ok = ok && net_http_read_line(h, &line, &len, &err) == HL_OK && line && strcmp(line, "{\"tick\":0}") == 0;
+    ok = ok && net_http_read_line(h, &line, &len, &err) == HL_OK && line && strcmp(line, "{\"tick\":1}") == 0;
+    net_http_close(h);
+    bool cancelled = ok && wait_flag(&g_saw_cancel, 3000);
+    int ticks = atomic_load(&g_ticks);
+
+    /* a producer that never writes still learns that its client left */
+    atomic_store(&g_saw_cancel, false);
+    h = NULL;
+    bool silent_ok = net_http_open(&p.host, "GET", "/test/silent", NULL, -1, &h, &err) == HL_OK;
+    sleep_ms(100);
+    net_http_close(h);
+    bool silent_cancelled = silent_ok && wait_flag(&g_saw_cancel, 3000);
+
+    /* errors: after the first chunk -> 200 + an error line; before -> the status */
+    int st_fail = req(&p, "GET", "/test/fail", NULL);
+    char fail_body[256];
+    snprintf(fail_body, sizeof fail_body, "%s", g_resp ? g_resp : "");
+    int st_early = req(&p, "GET", "/test/early", NULL);
+    char early_body[256];
+    snprintf(early_body, sizeof early_body, "%s", g_resp ? g_resp : "");
+    int st_nostream = req(&p, "GET", "/test/fail-nostream", NULL);
+    char nostream_body[256];
+    snprintf(nostream_body, sizeof nostream_body, "%s", g_resp ? g_resp : "");
+
+    server_stop(srv); /* waits for every producer */
+    CHECK(ok);
+    CHECK(cancelled);
+    CHECK_MSG(ticks < 100, "producer kept running after the client left (%d ticks)", ticks);
+    CHECK(silent_cancelled);
+    CHECK_EQ_INT(st_fail, 200);
+    CHECK_STR(fail_body, "{\"status\":\"one\"}\n{\"error\":\"boom\"}\n");
+    CHECK_EQ_INT(st_early, 418);
+    CHECK_STR(early_body, "{\"error\":\"teapot\"}");
+    CHECK_EQ_INT(st_nostream, 500);
+    CHECK_STR(nostream_body, "{\"error\":\"boom\"}");
+}

@@ -39,6 +39,8 @@ struct hl_server {
     int port;
     size_t max_body;
     bool quiet;
+    const struct srv_route *extra_routes;
+    size_t n_extra_routes;
     atomic_bool stopping;
     /* producer threads still running (server_stop waits for 0) */
     pthread_mutex_t producers_lock;

@@ -174,9 +174,10 @@ static const srv_route k_routes[] = {
     {"/api/embeddings", false, "POST", srv_handle_embeddings, false},
 };
 
-static const srv_route *find_route(const char *path) {
-    for (size_t i = 0; i < sizeof k_routes / sizeof k_routes[0]; i++) {
-        const srv_route *rt = &k_routes[i];
+static const srv_route *find_route(const hl_server *srv, const char *path) {
+    size_t n_extra = srv->n_extra_routes, n_builtin = sizeof k_routes / sizeof k_routes[0];
+    for (size_t i = 0; i < n_extra + n_builtin; i++) {
+        const srv_route *rt = i < n_extra ? &srv->extra_routes[i] : &k_routes[i - n_extra];
         if (rt->prefix ? strncmp(path, rt->path, strlen(rt->path)) == 0 && path[strlen(rt->path)]
                        : strcmp(path, rt->path) == 0)
             return rt;
@@ -215,7 +216,7 @@ static bool append_body(srv_request *r, const char *data, size_t len) {
 /* First call for a request: route it, check the method and the declared size. Returns
  * true when a reply was queued already. */
 static bool first_call(srv_request *r, enum MHD_Result *ret) {
-    r->route = find_route(r->path);
+    r->route = find_route(r->srv, r->path);
     if (!r->route) {
         *ret = srv_reply_text(r, 404, "text/plain", "404 page not found");
         return true;
@@ -317,6 +318,14 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
 
 /* ---- start / stop ---- */
 
+/* libmicrohttpd's own messages; a client that left mid-stream is routine, not news. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    const hl_server *srv = cls;
+    if (srv->quiet || strstr(fmt, "Application reported internal error")) return;
+    fputs("[hearth] http: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
 static hl_status listen_socket(const net_host *h, int *fd_out, int *port_out, hl_err *err) {
     char port[16];
     snprintf(port, sizeof port, "%d", h->port);
@@ -363,6 +372,8 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     if (!s) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
     s->quiet = cfg->quiet;
+    s->extra_routes = cfg->extra_routes;
+    s->n_extra_routes = cfg->extra_routes ? cfg->n_extra_routes : 0;
     pthread_mutex_init(&s->producers_lock, NULL);
     pthread_cond_init(&s->producers_cv, NULL);
     hl_status st = store_open(cfg->models_dir, &s->st, err);
@@ -381,7 +392,8 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
             MHD_USE_ERROR_LOG,
         0, NULL, NULL, access_handler, s, MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)512, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_END);
+        (unsigned)512, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_END);
     if (!s->mhd) {
         close(fd);
         server_stop(s);

@@ -17,11 +17,17 @@
 #define HEARTH_VERSION "0.1.0"
 #endif
 
+struct srv_route; /* server/internal.h */
+
 typedef struct server_config {
     net_host bind;          /* where to listen */
     const char *models_dir; /* NULL: HEARTH_MODELS or ~/.hearth/models */
     size_t max_body;        /* JSON request body limit in bytes; 0 = default (64 MiB) */
     int quiet;              /* no per-request log lines */
+    /* Routes tried before the built-in ones (tests use this to drive the streaming
+     * machinery with their own producers). */
+    const struct srv_route *extra_routes;
+    size_t n_extra_routes;
 } server_config;
 
 typedef struct hl_server hl_server;
