@@ -1,10 +1,10 @@
 /*
- * cli.h - hearth's model-management commands (HTTP clients of `hearth serve`) and the
- * helpers they share. Each command lives in its own file (serve.c, list.c, show.c,
- * create.c, rm.c, cp.c, ps.c); main.c calls cli_dispatch().
+ * cli.h - the hearth subcommands. Each takes the arguments after its name (argv[0] is the
+ * subcommand name) and returns the process exit status; main.c only dispatches.
  *
- * Commands return the process exit status; errors print one line "Error: ..." on
- * stderr and return 1.
+ * The model-management commands are HTTP clients of `hearth serve` (serve.c, list.c,
+ * show.c, create.c, rm.c, cp.c, ps.c; main.c calls cli_dispatch() for them) and share
+ * the helpers below. Their errors print one line "Error: ..." on stderr and return 1.
  */
 #ifndef HL_CLI_CLI_H
 #define HL_CLI_CLI_H
@@ -16,7 +16,10 @@
 
 #include "net/host.h"
 
-/* Runs the command named argv[1] if it is one of ours; returns false otherwise. */
+int cli_generate(int argc, char **argv);
+
+/* Runs the command named argv[1] if it is a model-management command; returns false
+ * otherwise. */
 bool cli_dispatch(int argc, char **argv, int *exit_code);
 
 int cmd_serve(int argc, char **argv);

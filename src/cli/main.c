@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (strcmp(argv[1], "generate") == 0) return cli_generate(argc - 1, argv + 1);
     int rc;
     if (cli_dispatch(argc, argv, &rc)) return rc;
     fprintf(stderr, "hearth: unknown command '%s'\n", argv[1]);

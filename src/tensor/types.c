@@ -1,47 +1,48 @@
 /*
  * types.c - the type-traits table and scalar fp16/bf16 conversion. The reference
- * (de)quantizers live in quant_ref.c.
+ * (de)quantizers live in quant_ref.c. The can_* flags are static: they list what
+ * quant_ref.c and src/kernels implement, and tests check each one.
  */
 #include "tensor/types.h"
 
 #include <ctype.h>
 #include <string.h>
 
-#define Q(id, nm, bs, ts, q, vdt) [id] = {nm, bs, ts, q, false, false, false, vdt}
+/* D: hl_dequantize_row, Q: hl_quantize_row, M: kern_matmul weight type. */
+#define D 1
+#define Q 2
+#define M 4
+#define T(id, nm, bs, ts, quant, caps, vdt)                                               \
+    [id] = {nm, bs, ts, quant, ((caps) & D) != 0, ((caps) & Q) != 0, ((caps) & M) != 0, vdt}
 
-/* can_* flags are filled in by quant_ref.c/kernels at first use via the table
- * below; keep them false here for types nothing implements. */
+/* F16/BF16 weights dot against f32 activations: converting the weight on the fly is
+ * exact and cheaper than rounding the activations to 16 bits. */
 static hl_type_traits g_traits[HL_TYPE_COUNT] = {
-    Q(HL_TYPE_F32, "f32", 1, 4, false, HL_TYPE_F32),
-    Q(HL_TYPE_F16, "f16", 1, 2, false, HL_TYPE_F16),
-    Q(HL_TYPE_Q4_0, "q4_0", QK4_0, sizeof(block_q4_0), true, HL_TYPE_Q8_0),
-    Q(HL_TYPE_Q4_1, "q4_1", QK4_1, sizeof(block_q4_1), true, HL_TYPE_Q8_1),
-    Q(HL_TYPE_Q5_0, "q5_0", QK5_0, sizeof(block_q5_0), true, HL_TYPE_Q8_0),
-    Q(HL_TYPE_Q5_1, "q5_1", QK5_1, sizeof(block_q5_1), true, HL_TYPE_Q8_1),
-    Q(HL_TYPE_Q8_0, "q8_0", QK8_0, sizeof(block_q8_0), true, HL_TYPE_Q8_0),
-    Q(HL_TYPE_Q8_1, "q8_1", QK8_1, sizeof(block_q8_1), true, HL_TYPE_Q8_1),
-    Q(HL_TYPE_Q2_K, "q2_K", QK_K, sizeof(block_q2_K), true, HL_TYPE_Q8_K),
-    Q(HL_TYPE_Q3_K, "q3_K", QK_K, sizeof(block_q3_K), true, HL_TYPE_Q8_K),
-    Q(HL_TYPE_Q4_K, "q4_K", QK_K, sizeof(block_q4_K), true, HL_TYPE_Q8_K),
-    Q(HL_TYPE_Q5_K, "q5_K", QK_K, sizeof(block_q5_K), true, HL_TYPE_Q8_K),
-    Q(HL_TYPE_Q6_K, "q6_K", QK_K, sizeof(block_q6_K), true, HL_TYPE_Q8_K),
-    Q(HL_TYPE_Q8_K, "q8_K", QK_K, sizeof(block_q8_K), true, HL_TYPE_Q8_K),
-    Q(HL_TYPE_I8, "i8", 1, 1, false, HL_TYPE_I8),
-    Q(HL_TYPE_I16, "i16", 1, 2, false, HL_TYPE_I16),
-    Q(HL_TYPE_I32, "i32", 1, 4, false, HL_TYPE_I32),
-    Q(HL_TYPE_I64, "i64", 1, 8, false, HL_TYPE_I64),
-    Q(HL_TYPE_F64, "f64", 1, 8, false, HL_TYPE_F64),
-    Q(HL_TYPE_BF16, "bf16", 1, 2, false, HL_TYPE_BF16),
+    T(HL_TYPE_F32, "f32", 1, 4, false, D | Q | M, HL_TYPE_F32),
+    T(HL_TYPE_F16, "f16", 1, 2, false, D | Q | M, HL_TYPE_F32),
+    T(HL_TYPE_Q4_0, "q4_0", QK4_0, sizeof(block_q4_0), true, D | Q | M, HL_TYPE_Q8_0),
+    T(HL_TYPE_Q4_1, "q4_1", QK4_1, sizeof(block_q4_1), true, D | Q | M, HL_TYPE_Q8_1),
+    T(HL_TYPE_Q5_0, "q5_0", QK5_0, sizeof(block_q5_0), true, D | Q | M, HL_TYPE_Q8_0),
+    T(HL_TYPE_Q5_1, "q5_1", QK5_1, sizeof(block_q5_1), true, D | Q | M, HL_TYPE_Q8_1),
+    T(HL_TYPE_Q8_0, "q8_0", QK8_0, sizeof(block_q8_0), true, D | Q | M, HL_TYPE_Q8_0),
+    T(HL_TYPE_Q8_1, "q8_1", QK8_1, sizeof(block_q8_1), true, D | Q, HL_TYPE_Q8_1),
+    T(HL_TYPE_Q2_K, "q2_K", QK_K, sizeof(block_q2_K), true, D | M, HL_TYPE_Q8_K),
+    T(HL_TYPE_Q3_K, "q3_K", QK_K, sizeof(block_q3_K), true, D | M, HL_TYPE_Q8_K),
+    T(HL_TYPE_Q4_K, "q4_K", QK_K, sizeof(block_q4_K), true, D | M, HL_TYPE_Q8_K),
+    T(HL_TYPE_Q5_K, "q5_K", QK_K, sizeof(block_q5_K), true, D | M, HL_TYPE_Q8_K),
+    T(HL_TYPE_Q6_K, "q6_K", QK_K, sizeof(block_q6_K), true, D | M, HL_TYPE_Q8_K),
+    T(HL_TYPE_Q8_K, "q8_K", QK_K, sizeof(block_q8_K), true, D | Q, HL_TYPE_Q8_K),
+    T(HL_TYPE_I8, "i8", 1, 1, false, 0, HL_TYPE_I8),
+    T(HL_TYPE_I16, "i16", 1, 2, false, 0, HL_TYPE_I16),
+    T(HL_TYPE_I32, "i32", 1, 4, false, 0, HL_TYPE_I32),
+    T(HL_TYPE_I64, "i64", 1, 8, false, 0, HL_TYPE_I64),
+    T(HL_TYPE_F64, "f64", 1, 8, false, 0, HL_TYPE_F64),
+    T(HL_TYPE_BF16, "bf16", 1, 2, false, D | Q | M, HL_TYPE_F32),
 };
-
-/* Set by the module that implements a type (quant_ref.c). */
-void hl_type_traits_set_caps(hl_type type, bool dequantize, bool quantize, bool matmul);
-void hl_type_traits_set_caps(hl_type type, bool dequantize, bool quantize, bool matmul) {
-    if ((unsigned)type >= HL_TYPE_COUNT || !g_traits[type].name) return;
-    g_traits[type].can_dequantize = dequantize;
-    g_traits[type].can_quantize = quantize;
-    g_traits[type].can_matmul = matmul;
-}
+#undef D
+#undef Q
+#undef M
+#undef T
 
 const hl_type_traits *hl_type_traits_get(uint32_t type) {
     if (type >= HL_TYPE_COUNT || !g_traits[type].name) return NULL;

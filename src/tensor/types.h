@@ -111,4 +111,10 @@ hl_bf16 hl_fp32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 void hl_dequantize_row(hl_type type, const void *src, float *dst, int64_t n);
 void hl_quantize_row(hl_type type, const float *src, void *dst, int64_t n);
 
+/* K-quant scale unpacking shared by the dequantizers and the dot kernels.
+ * Q3_K: the signed 6-bit scale of sub-block k (0..15) from the 12 scale bytes.
+ * Q4_K/Q5_K: the 6-bit scale and min of sub-block j (0..7). */
+int hl_q3_K_scale(const uint8_t scales[12], int k);
+void hl_q4_K_scale_min(int j, const uint8_t scales[12], uint8_t *sc, uint8_t *mn);
+
 #endif

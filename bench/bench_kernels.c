@@ -1,0 +1,74 @@
+/*
+ * bench_kernels.c - matmul throughput per weight type at TinyLlama's FFN shape
+ * (5632 x 2048): decode (1 token) and prefill (32 tokens), in weight GB/s.
+ * Usage: bench_kernels [threads]. HEARTH_CPU=ref measures the reference path.
+ * Also prints process CPU time per call: on a busy machine, cpu-ms / threads is a
+ * steadier measure of the kernel than wall time.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "base/pool.h"
+#include "kernels/kernels.h"
+
+static double clock_s(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    const int threads = argc > 1 ? atoi(argv[1]) : 1;
+    hl_pool *pool = NULL;
+    hl_err err;
+    if (hl_pool_create(threads, &pool, &err) != HL_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    const hl_type types[] = {HL_TYPE_F16,  HL_TYPE_Q8_0, HL_TYPE_Q4_0, HL_TYPE_Q4_K,
+                             HL_TYPE_Q6_K, HL_TYPE_Q5_K, HL_TYPE_Q4_1};
+    const int64_t rows = 5632, cols = 2048, max_tok = 32;
+    float *x = malloc(sizeof(float) * (size_t)(cols * max_tok));
+    float *out = malloc(sizeof(float) * (size_t)(rows * max_tok));
+    for (int64_t i = 0; i < cols * max_tok; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
+    printf("variant %s, %d threads\n", kern_variant(), threads);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const hl_type t = types[ti];
+        const size_t bytes = hl_row_size(t, cols) * (size_t)rows;
+        unsigned char *w = malloc(bytes);
+        for (size_t i = 0; i < bytes; i++) w[i] = (unsigned char)(i * 2654435761u >> 13);
+        /* keep fp16 scales finite: quantize real data where we can */
+        if (hl_type_traits_get(t)->can_quantize) {
+            float *row = malloc(sizeof(float) * (size_t)cols);
+            for (int64_t r = 0; r < rows; r++) {
+                for (int64_t c = 0; c < cols; c++)
+                    row[c] = (float)((r * 31 + c * 17) % 200) / 100.0f - 1.0f;
+                hl_quantize_row(t, row, w + (size_t)r * hl_row_size(t, cols), cols);
+            }
+            free(row);
+        }
+        void *scratch = malloc(kern_matmul_scratch_size(t, cols, max_tok) + 1);
+        for (int mode = 0; mode < 2; mode++) {
+            const int64_t nt = mode ? max_tok : 1;
+            const int reps = mode ? 3 : 20;
+            kern_matmul(pool, t, w, rows, cols, x, nt, out, scratch); /* warm */
+            const double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+            for (int r = 0; r < reps; r++) kern_matmul(pool, t, w, rows, cols, x, nt, out, scratch);
+            const double dt = (clock_s(CLOCK_MONOTONIC) - t0) / reps;
+            const double dc = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / reps;
+            printf("%-5s %s: %8.3f ms (cpu %8.3f ms)  %6.2f GB/s weights  %6.1f GFLOP/s"
+                   " (%6.1f per cpu-s)\n",
+                   hl_type_name(t), mode ? "prefill32" : "decode   ", dt * 1e3, dc * 1e3,
+                   (double)bytes / dt / 1e9, 2.0 * rows * cols * nt / dt / 1e9,
+                   2.0 * rows * cols * nt / dc / 1e9);
+        }
+        free(scratch);
+        free(w);
+    }
+    free(x);
+    free(out);
+    hl_pool_destroy(pool);
+    return 0;
+}

@@ -1,0 +1,656 @@
+/*
+ * kern_avx2.c - AVX2/FMA/F16C variants of the hottest kernels. Compiled with
+ * -mavx2 -mfma -mf16c (the Makefile rule for *_avx2.c files);
+ * nothing here may run before kernels.c has checked the CPU (kern_cpu_has_avx2()).
+ *
+ * Integer dots use the maddubs sign trick: |x| (unsigned) times y with x's sign.
+ * maddubs saturates at 2*128*128, so it relies on quants in [-127, 127]: what ggml
+ * and hl_quantize_row produce (Q8 never stores -128; Q4 values are small).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kern_internal.h"
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float fp16_to_f32(hl_fp16 h) { return _cvtsh_ss(h); }
+
+static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* ---- float weights --------------------------------------------------------------- */
+
+static inline __m256 load_f16x8(const hl_fp16 *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static inline __m256 load_bf16x8(const hl_bf16 *p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* Four accumulators hide the FMA latency. */
+#define FLOAT_DOT(NAME, WTYPE, LOAD, SCALAR)                                                       \
+    static float NAME(int64_t n, const void *row, const void *vec) {                               \
+        const WTYPE *a = row;                                                                      \
+        const float *b = vec;                                                                      \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
+        __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();                             \
+        int64_t i = 0;                                                                             \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            acc0 = _mm256_fmadd_ps(LOAD(a + i), _mm256_loadu_ps(b + i), acc0);                     \
+            acc1 = _mm256_fmadd_ps(LOAD(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);             \
+            acc2 = _mm256_fmadd_ps(LOAD(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);           \
+            acc3 = _mm256_fmadd_ps(LOAD(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);           \
+        }                                                                                          \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            acc0 = _mm256_fmadd_ps(LOAD(a + i), _mm256_loadu_ps(b + i), acc0);                     \
+        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));  \
+        for (; i < n; i++) sum += SCALAR(a[i]) * b[i];                                             \
+        return sum;                                                                                \
+    }
+
+#define F32_SCALAR(v) (v)
+FLOAT_DOT(dot_f32, float, _mm256_loadu_ps, F32_SCALAR)
+FLOAT_DOT(dot_f16, hl_fp16, load_f16x8, fp16_to_f32)
+FLOAT_DOT(dot_bf16, hl_bf16, load_bf16x8, hl_bf16_to_fp32)
+
+/* ---- 32-element blocks ------------------------------------------------------------ */
+
+/* sum of x*y over 32 int8 pairs, as 8 float partial sums */
+static inline __m256 dot_i8x32(__m256i x, __m256i y) {
+    const __m256i ax = _mm256_sign_epi8(x, x);
+    const __m256i sy = _mm256_sign_epi8(y, x);
+    const __m256i d16 = _mm256_maddubs_epi16(ax, sy);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(d16, _mm256_set1_epi16(1)));
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31) */
+static inline __m256i unpack_nibbles(const uint8_t *qs) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i both =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+/* The *_rows kernels dot one weight row with nt (1..4) activation rows `stride`
+ * bytes apart, unpacking each weight block once for all of them. Per token the
+ * arithmetic is the same for any nt, so multi-token matmul results equal the
+ * single-token dot bit for bit (prefill and decode agree exactly). */
+#define ROWS_INLINE static inline __attribute__((always_inline))
+
+ROWS_INLINE void q4_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
+    const block_q4_0 *x = row;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        const __m256i q = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+        const float dx = fp16_to_f32(x[i].d);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0 *y = (const block_q8_0 *)(vec + (size_t)t * stride) + i;
+            const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));
+            acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y->qs)), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+}
+
+static float dot_q4_0(int64_t n, const void *row, const void *vec) {
+    float out;
+    q4_0_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+static void dot4_q4_0(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q4_0_rows(n, row, vec, stride, 4, out);
+}
+
+/* 32 bits -> 32 bytes, byte k = 0xff if bit k is set (Q5 high bits) */
+static inline __m256i bits_to_bytes(const uint8_t qh[4]) {
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)bits), _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                                         0x0202020202020202, 0x0303030303030303));
+    /* every bit but bit k%8 forced on: all ones iff bit k%8 was set */
+    const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+    return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
+}
+
+/* Q4_1/Q5_1: unsigned quants need no sign trick; the min term is m * s (s = d*sum). */
+static float dot_q4_1(int64_t n, const void *row, const void *vec) {
+    const block_q4_1 *x = row;
+    const block_q8_1 *y = vec;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        const __m256i yv = load256(y[i].qs);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(unpack_nibbles(x[i].qs), yv),
+                                            _mm256_set1_epi16(1));
+        const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+        summs += fp16_to_f32(x[i].m) * fp16_to_f32(y[i].s);
+    }
+    return hsum_ps(acc) + summs;
+}
+
+static float dot_q5_0(int64_t n, const void *row, const void *vec) {
+    const block_q5_0 *x = row;
+    const block_q8_0 *y = vec;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        const __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
+        const __m256i q =
+            _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(x[i].qs), hi), _mm256_set1_epi8(16));
+        const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
+        acc = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y[i].qs)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float dot_q5_1(int64_t n, const void *row, const void *vec) {
+    const block_q5_1 *x = row;
+    const block_q8_1 *y = vec;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        const __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
+        const __m256i q = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
+        const __m256i yv = load256(y[i].qs);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), _mm256_set1_epi16(1));
+        const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+        summs += fp16_to_f32(x[i].m) * fp16_to_f32(y[i].s);
+    }
+    return hsum_ps(acc) + summs;
+}
+
+ROWS_INLINE void q8_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
+    const block_q8_0 *x = row;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m256i q = load256(x[i].qs);
+        const float dx = fp16_to_f32(x[i].d);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0 *y = (const block_q8_0 *)(vec + (size_t)t * stride) + i;
+            const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));
+            acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y->qs)), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+}
+
+static float dot_q8_0(int64_t n, const void *row, const void *vec) {
+    float out;
+    q8_0_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+static void dot4_q8_0(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q8_0_rows(n, row, vec, stride, 4, out);
+}
+
+/* ---- K-quants against Q8_K ---------------------------------------------------------- */
+
+/* Q2_K: 2-bit quants; per 16 elements a 4-bit scale (low nibble) and 4-bit min
+ * (high nibble). 32 bytes of qs hold 4 groups of 32 elements at shifts 0,2,4,6;
+ * in each group bytes 0..15 belong to one sub-block and 16..31 to the next. */
+static inline __m256i two_scales(int a, int b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)a)),
+                                   _mm_set1_epi16((short)b), 1);
+}
+
+static inline int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static float dot_q2_K(int64_t n, const void *row, const void *vec) {
+    const block_q2_K *x = row;
+    const block_q8_K *y = vec;
+    const __m256i three = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i mins =
+            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
+        const __m256i bsums = load256(y[i].bsums);
+        const int summ = hsum_epi32(_mm256_madd_epi16(mins, bsums));
+        acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            const __m256i q2 = load256(x[i].qs + 32 * half);
+            for (int s = 0; s < 4; s++) {
+                const int k = half * 8 + 2 * s;
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three);
+                const __m256i yv = load256(y[i].qs + 128 * half + 32 * s);
+                const __m256i sc = two_scales(x[i].scales[k] & 0x0f, x[i].scales[k + 1] & 0x0f);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sc));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)),
+                              _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc) - acc_min;
+}
+
+/* Q3_K: Q2_K's layout plus a high bit per element in hmask (byte e%32, bit e/32);
+ * value = low2 | high<<2, minus 4. The bias is taken off as 4 * sum(y). */
+static float dot_q3_K(int64_t n, const void *row, const void *vec) {
+    const block_q3_K *x = row;
+    const block_q8_K *y = vec;
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i four = _mm256_set1_epi8(4);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int scales[16];
+        for (int k = 0; k < 16; k++) scales[k] = hl_q3_K_scale(x[i].scales, k);
+        /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
+        __m256i hm = load256(x[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            const __m256i q2 = load256(x[i].qs + 32 * half);
+            for (int s = 0; s < 4; s++, hm = _mm256_srli_epi16(hm, 1)) {
+                const int k = half * 8 + 2 * s;
+                const __m256i q =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three),
+                                    _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+                const __m256i yv = load256(y[i].qs + 128 * half + 32 * s);
+                const __m256i p16 =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv), _mm256_maddubs_epi16(four, yv));
+                sumi = _mm256_add_epi32(
+                    sumi, _mm256_madd_epi16(p16, two_scales(scales[k], scales[k + 1])));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)),
+                              _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* The 8 scales and 8 mins of a Q4_K/Q5_K block (6 bits each, packed in 12 bytes, see
+ * hl_q4_K_scale_min), unpacked four at a time with 32-bit masks. */
+static inline void q4_K_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, packed, 4);
+    memcpy(&w1, packed + 4, 4);
+    memcpy(&w2, packed + 8, 4);
+    const uint32_t s_lo = w0 & 0x3f3f3f3fu, m_lo = w1 & 0x3f3f3f3fu;
+    const uint32_t s_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+    memcpy(sc, &s_lo, 4);
+    memcpy(sc + 4, &s_hi, 4);
+    memcpy(mn, &m_lo, 4);
+    memcpy(mn + 4, &m_hi, 4);
+}
+
+ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
+    const block_q4_K *x = row;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float acc_min[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        q4_K_scales_mins(x[i].scales, sc, mn);
+        const float dx = fp16_to_f32(x[i].d), dminx = fp16_to_f32(x[i].dmin);
+        /* each 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high) */
+        __m256i lo[4], hi[4];
+        for (int j = 0; j < 4; j++) {
+            const __m256i q4 = load256(x[i].qs + 32 * j);
+            lo[j] = _mm256_and_si256(q4, low4);
+            hi[j] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
+        }
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            int summ = 0;
+            for (int j = 0; j < 8; j++) summ += mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+            acc_min[t] += y->d * dminx * (float)summ;
+            __m256i sumi = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                const __m256i y0 = load256(y->qs + 64 * j);
+                const __m256i y1 = load256(y->qs + 64 * j + 32);
+                /* unsigned nibbles: maddubs needs no sign trick (15*127*2 fits int16) */
+                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], y0),
+                                                     _mm256_set1_epi16(sc[2 * j]));
+                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], y1),
+                                                     _mm256_set1_epi16(sc[2 * j + 1]));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            }
+            const __m256 d = _mm256_set1_ps(y->d * dx);
+            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]) - acc_min[t];
+}
+
+static float dot_q4_K(int64_t n, const void *row, const void *vec) {
+    float out;
+    q4_K_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+static void dot4_q4_K(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q4_K_rows(n, row, vec, stride, 4, out);
+}
+
+/* Q5_K: Q4_K plus a 5th bit per element: bit 2j / 2j+1 of qh[l] for sub-blocks 2j / 2j+1. */
+static float dot_q5_K(int64_t n, const void *row, const void *vec) {
+    const block_q5_K *x = row;
+    const block_q8_K *y = vec;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), bit0 = _mm256_set1_epi8(1);
+    const __m256i bit1 = _mm256_set1_epi8(2);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        q4_K_scales_mins(x[i].scales, sc, mn);
+        int summ = 0;
+        for (int j = 0; j < 8; j++) summ += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
+        /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
+        __m256i qh = load256(x[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++, qh = _mm256_srli_epi16(qh, 2)) {
+            const __m256i q4 = load256(x[i].qs + 32 * j);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, low4),
+                                               _mm256_slli_epi16(_mm256_and_si256(qh, bit0), 4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), low4),
+                                               _mm256_slli_epi16(_mm256_and_si256(qh, bit1), 3));
+            const __m256i y0 = load256(y[i].qs + 64 * j);
+            const __m256i y1 = load256(y[i].qs + 64 * j + 32);
+            const __m256i p0 =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(sc[2 * j]));
+            const __m256i p1 =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        const __m256 d = _mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc) - acc_min;
+}
+
+/* Q6_K: quants are 0..63 with a bias of 32; the bias is taken off after the
+ * unsigned multiply as 32 * sum(y). */
+ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
+    const block_q6_K *x = row;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
+    const __m256i m32 = _mm256_set1_epi8(32);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                           _mm256_setzero_si256()};
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = x[i].ql + 64 * half;
+            const int8_t *sc = x[i].scales + 8 * half;
+            const __m256i qh = load256(x[i].qh + 32 * half);
+            const __m256i ql0 = load256(ql);
+            const __m256i ql1 = load256(ql + 32);
+            __m256i q[4], scale[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
+            q[1] = _mm256_or_si256(
+                _mm256_and_si256(ql1, low4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4));
+            q[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4));
+            q[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
+            /* lane 0 is elements 0..15 (scale 2g), lane 1 is 16..31 (scale 2g+1) */
+            for (int g = 0; g < 4; g++)
+                scale[g] =
+                    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])),
+                                            _mm_set1_epi16(sc[2 * g + 1]), 1);
+            for (int t = 0; t < nt; t++) {
+                const int8_t *q8 =
+                    ((const block_q8_K *)(vec + (size_t)t * stride) + i)->qs + 128 * half;
+                for (int g = 0; g < 4; g++) {
+                    const __m256i yv = load256(q8 + 32 * g);
+                    const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], yv),
+                                                         _mm256_maddubs_epi16(m32, yv));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p16, scale[g]));
+                }
+            }
+        }
+        const float dx = fp16_to_f32(x[i].d);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            acc[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+}
+
+static float dot_q6_K(int64_t n, const void *row, const void *vec) {
+    float out;
+    q6_K_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+static void dot4_q6_K(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q6_K_rows(n, row, vec, stride, 4, out);
+}
+
+/* ---- activation quantizer --------------------------------------------------------- */
+
+/* roundf(): half away from zero, as the reference quantizer rounds. v - trunc(v)
+ * is exact, so the comparison with 0.5 is too. */
+static inline __m256 round_half_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    return _mm256_add_ps(t, _mm256_and_ps(up, one));
+}
+
+/* Bit-identical to hl_quantize_row(HL_TYPE_Q8_0) for finite input. */
+static void quantize_q8_0(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        __m256 v[4];
+        for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + 8 * k);
+        __m256 m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = hl_fp32_to_fp16(d);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[k], vid)));
+        /* packs interleave 128-bit lanes; the permute restores element order */
+        const __m256i p =
+            _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)y[i].qs, _mm256_permutevar8x32_epi32(p, perm));
+    }
+}
+
+/* Bit-identical to hl_quantize_row(HL_TYPE_Q8_K) for finite input: the scale comes
+ * from the first element of largest magnitude, with its sign; rounding is to
+ * nearest even (the default MXCSR mode, as rintf). */
+static void quantize_q8_K(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < QK_K; k += 8)
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.0f || !(amax <= 3.4e38f)) { /* zero, inf or NaN: as the reference */
+            hl_quantize_row(HL_TYPE_Q8_K, x, &y[i], QK_K);
+            continue;
+        }
+        float max = 0.0f;
+        for (int k = 0; k < QK_K; k++) {
+            if (x[k] == amax || x[k] == -amax) {
+                max = x[k];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m256 vs = _mm256_set1_ps(iscale);
+        for (int k = 0; k < QK_K; k += 32) {
+            __m256i q[4];
+            for (int v = 0; v < 4; v++)
+                q[v] = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + k + 8 * v)));
+            const __m256i p =
+                _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            const __m256i qs = _mm256_permutevar8x32_epi32(p, perm);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + k), qs);
+            /* two bsums of 16: widen to int16, pairwise-add to int32, then to int16 */
+            const __m256i w = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qs),
+                                                _mm256_set1_epi16(1));
+            int32_t part[8];
+            _mm256_storeu_si256((__m256i *)part, w);
+            y[i].bsums[k / 16] = (int16_t)(part[0] + part[1] + part[2] + part[3]);
+            y[i].bsums[k / 16 + 1] = (int16_t)(part[4] + part[5] + part[6] + part[7]);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+/* ---- small f32 ops ------------------------------------------------------------------ */
+
+/* exp(x) for 8 floats: x = n*ln2 + r with |r| <= ln2/2 (ln2 split in two so n*ln2
+ * is exact enough), exp(r) by its degree-6 Taylor polynomial (error < 2e-7
+ * relative), times 2^n built in the exponent bits. Below -87.3 the result is 0
+ * (the subnormal range is dropped), above 88.7 +inf; NaN stays NaN. */
+static inline __m256 exp_ps(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.72f), lo = _mm256_set1_ps(-87.33f);
+    const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    const __m256 too_big = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    const __m256 xc = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), xc); /* ln2 high bits */
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);       /* ln2 low bits */
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* n in [-126, 128]: split 2^n = 2^(n/2) * 2^(n - n/2) so both are normal floats */
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256 s1 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    const __m256 s2 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    y = _mm256_andnot_ps(too_small, y);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), too_big);
+    /* NaN in, NaN out */
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+static float sum_squares(const float *x, int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        acc0 = _mm256_fmadd_ps(a, a, acc0);
+        acc1 = _mm256_fmadd_ps(b, b, acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += x[i] * x[i];
+    return sum;
+}
+
+static float exp_shift_sum(float *x, int64_t n, float shift) {
+    const __m256 vs = _mm256_set1_ps(shift);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum_ps(acc);
+    if (i < n) { /* the tail through the same exp, so every element is computed alike */
+        float tmp[8] = {0};
+        const int64_t rest = n - i;
+        for (int64_t k = 0; k < rest; k++) tmp[k] = x[i + k] - shift;
+        _mm256_storeu_ps(tmp, exp_ps(_mm256_loadu_ps(tmp)));
+        for (int64_t k = 0; k < rest; k++) {
+            x[i + k] = tmp[k];
+            sum += tmp[k];
+        }
+    }
+    return sum;
+}
+
+static inline __m256 silu_mul(__m256 g, __m256 u) {
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+static void swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, silu_mul(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        float g[8] = {0}, u[8] = {0};
+        const int64_t rest = n - i;
+        memcpy(g, gate + i, (size_t)rest * sizeof(float));
+        memcpy(u, up + i, (size_t)rest * sizeof(float));
+        _mm256_storeu_ps(g, silu_mul(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+        memcpy(out + i, g, (size_t)rest * sizeof(float));
+    }
+}
+
+void kern_avx2_fill(kern_table *t) {
+    t->name = "avx2";
+    t->vec_dot[HL_TYPE_F32] = dot_f32;
+    t->vec_dot[HL_TYPE_F16] = dot_f16;
+    t->vec_dot[HL_TYPE_BF16] = dot_bf16;
+    t->vec_dot[HL_TYPE_Q4_0] = dot_q4_0;
+    t->vec_dot[HL_TYPE_Q8_0] = dot_q8_0;
+    t->vec_dot[HL_TYPE_Q4_1] = dot_q4_1;
+    t->vec_dot[HL_TYPE_Q5_0] = dot_q5_0;
+    t->vec_dot[HL_TYPE_Q5_1] = dot_q5_1;
+    t->vec_dot[HL_TYPE_Q2_K] = dot_q2_K;
+    t->vec_dot[HL_TYPE_Q3_K] = dot_q3_K;
+    t->vec_dot[HL_TYPE_Q4_K] = dot_q4_K;
+    t->vec_dot[HL_TYPE_Q5_K] = dot_q5_K;
+    t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K;
+    t->vec_dot4[HL_TYPE_Q4_0] = dot4_q4_0;
+    t->vec_dot4[HL_TYPE_Q8_0] = dot4_q8_0;
+    t->vec_dot4[HL_TYPE_Q4_K] = dot4_q4_K;
+    t->vec_dot4[HL_TYPE_Q6_K] = dot4_q6_K;
+    t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
+    t->quantize[HL_TYPE_Q8_K] = quantize_q8_K;
+    t->sum_squares = sum_squares;
+    t->exp_shift_sum = exp_shift_sum;
+    t->swiglu = swiglu;
+}

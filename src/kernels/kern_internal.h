@@ -1,0 +1,50 @@
+/*
+ * kern_internal.h - the kernel dispatch table shared by kernels.c (dispatch and
+ * matmul), kern_ref.c (scalar reference) and kern_avx2.c (AVX2/FMA/F16C variants).
+ * Not for use outside src/kernels and its tests.
+ *
+ * A table maps a weight type to its dot kernel and an activation (vec_dot) type to
+ * its row quantizer. kern_table_ref() is complete for every can_matmul type;
+ * kern_avx2_fill() overrides the entries it has on top of a copy of it. Tests
+ * compare the two tables entry by entry.
+ */
+#ifndef HL_KERNELS_KERN_INTERNAL_H
+#define HL_KERNELS_KERN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "tensor/types.h"
+
+/* Dot of n elements of a weight row with an activation row of its vec_dot_type. */
+typedef float (*kern_vec_dot_fn)(int64_t n, const void *row, const void *vec);
+/* The same dot for 4 activation rows `stride` bytes apart (prefill): out[t] must
+ * equal vec_dot(n, row, vec + t*stride) exactly. Optional (NULL: matmul loops). */
+typedef void (*kern_vec_dot4_fn)(int64_t n, const void *row, const void *vec, size_t stride,
+                                 float *out);
+/* Converts n f32 activations to a row of the table slot's type. */
+typedef void (*kern_quantize_fn)(const float *x, void *dst, int64_t n);
+
+typedef struct kern_table {
+    const char *name;
+    kern_vec_dot_fn vec_dot[HL_TYPE_COUNT];   /* by weight type */
+    kern_vec_dot4_fn vec_dot4[HL_TYPE_COUNT]; /* by weight type, optional */
+    kern_quantize_fn quantize[HL_TYPE_COUNT]; /* by vec_dot_type */
+    /* small f32 ops */
+    float (*sum_squares)(const float *x, int64_t n);
+    float (*exp_shift_sum)(float *x, int64_t n, float shift); /* x = exp(x - shift) */
+    void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
+} kern_table;
+
+const kern_table *kern_table_ref(void);
+/* The table kern_init() chose (ref or avx2). */
+const kern_table *kern_table_active(void);
+
+/* The variant kern_init() picks for a HEARTH_CPU value (NULL: unset): "ref" or "avx2". */
+const char *kern_choose_variant(const char *hearth_cpu);
+/* True if this CPU runs the AVX2 variants (avx2 + fma + f16c). */
+bool kern_cpu_has_avx2(void);
+/* Overrides t's entries with the AVX2 ones. Call only if kern_cpu_has_avx2(). */
+void kern_avx2_fill(kern_table *t);
+
+#endif

@@ -1,0 +1,307 @@
+/*
+ * kern_ref.c - scalar reference kernels: a dot product for every weight type
+ * against its vec_dot_type, the activation quantizers, and the small f32 ops.
+ * Integer dots accumulate exactly per block and scale once, as ggml does; float
+ * dots accumulate in double. These define correct results for the SIMD variants.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kern_internal.h"
+
+#define FP16(h) hl_fp16_to_fp32(h)
+
+/* ---- float weights ---------------------------------------------------------------- */
+
+static float dot_f32(int64_t n, const void *row, const void *vec) {
+    const float *a = row, *b = vec;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)a[i] * b[i];
+    return (float)sum;
+}
+
+static float dot_f16(int64_t n, const void *row, const void *vec) {
+    const hl_fp16 *a = row;
+    const float *b = vec;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)hl_fp16_to_fp32(a[i]) * b[i];
+    return (float)sum;
+}
+
+static float dot_bf16(int64_t n, const void *row, const void *vec) {
+    const hl_bf16 *a = row;
+    const float *b = vec;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)hl_bf16_to_fp32(a[i]) * b[i];
+    return (float)sum;
+}
+
+/* ---- 32-element blocks -------------------------------------------------------------- */
+
+static uint32_t load_u32le(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static float dot_q4_0(int64_t n, const void *row, const void *vec) {
+    const block_q4_0 *x = row;
+    const block_q8_0 *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            sumi += ((x[i].qs[j] & 0x0f) - 8) * y[i].qs[j];
+            sumi += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + QK4_0 / 2];
+        }
+        sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d));
+    }
+    return sum;
+}
+
+/* y.s = d_y * sum(q_y) carries the min term: sum((q*d + m) * q_y*d_y) */
+static float dot_q4_1(int64_t n, const void *row, const void *vec) {
+    const block_q4_1 *x = row;
+    const block_q8_1 *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            sumi += (x[i].qs[j] & 0x0f) * y[i].qs[j];
+            sumi += (x[i].qs[j] >> 4) * y[i].qs[j + QK4_1 / 2];
+        }
+        sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d)) + FP16(x[i].m) * FP16(y[i].s);
+    }
+    return sum;
+}
+
+static float dot_q5_0(int64_t n, const void *row, const void *vec) {
+    const block_q5_0 *x = row;
+    const block_q8_0 *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        const uint32_t qh = load_u32le(x[i].qh);
+        int sumi = 0;
+        for (int j = 0; j < QK5_0 / 2; j++) {
+            const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+            sumi += (((x[i].qs[j] & 0x0f) | h0) - 16) * y[i].qs[j];
+            sumi += (((x[i].qs[j] >> 4) | h1) - 16) * y[i].qs[j + QK5_0 / 2];
+        }
+        sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d));
+    }
+    return sum;
+}
+
+static float dot_q5_1(int64_t n, const void *row, const void *vec) {
+    const block_q5_1 *x = row;
+    const block_q8_1 *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        const uint32_t qh = load_u32le(x[i].qh);
+        int sumi = 0;
+        for (int j = 0; j < QK5_1 / 2; j++) {
+            const int h0 = (int)((qh >> j) & 1) << 4, h1 = (int)((qh >> (j + 16)) & 1) << 4;
+            sumi += ((x[i].qs[j] & 0x0f) | h0) * y[i].qs[j];
+            sumi += ((x[i].qs[j] >> 4) | h1) * y[i].qs[j + QK5_1 / 2];
+        }
+        sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d)) + FP16(x[i].m) * FP16(y[i].s);
+    }
+    return sum;
+}
+
+static float dot_q8_0(int64_t n, const void *row, const void *vec) {
+    const block_q8_0 *x = row;
+    const block_q8_0 *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0; j++) sumi += x[i].qs[j] * y[i].qs[j];
+        sum += (float)sumi * (FP16(x[i].d) * FP16(y[i].d));
+    }
+    return sum;
+}
+
+/* ---- K-quants: unpack the integer values of a block, then one exact dot per
+ * sub-block with the Q8_K activations. Element order is the dequantizers'. ---- */
+
+/* Sum over each group of 16 of q[e] * y[e]. */
+static void dot16_groups(const int8_t q[QK_K], const int8_t y[QK_K], int sums[QK_K / 16]) {
+    for (int g = 0; g < QK_K / 16; g++) {
+        int s = 0;
+        for (int l = 0; l < 16; l++) s += q[g * 16 + l] * y[g * 16 + l];
+        sums[g] = s;
+    }
+}
+
+/* Q2_K/Q3_K: 2 low bits of element e at byte (e/128)*32 + e%32, bits 2*((e%128)/32) */
+static int q2_bits(const uint8_t *qs, int e) {
+    return (qs[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+static float dot_q2_K(int64_t n, const void *row, const void *vec) {
+    const block_q2_K *x = row;
+    const block_q8_K *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t q[QK_K];
+        int sums[16];
+        for (int e = 0; e < QK_K; e++) q[e] = (int8_t)q2_bits(x[i].qs, e);
+        dot16_groups(q, y[i].qs, sums);
+        int isum = 0, summs = 0;
+        for (int g = 0; g < 16; g++) {
+            isum += (x[i].scales[g] & 0x0f) * sums[g];
+            summs += (x[i].scales[g] >> 4) * y[i].bsums[g];
+        }
+        sum += y[i].d * FP16(x[i].d) * (float)isum - y[i].d * FP16(x[i].dmin) * (float)summs;
+    }
+    return sum;
+}
+
+static float dot_q3_K(int64_t n, const void *row, const void *vec) {
+    const block_q3_K *x = row;
+    const block_q8_K *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t q[QK_K];
+        int sums[16];
+        for (int e = 0; e < QK_K; e++) {
+            const int high = (x[i].hmask[e % 32] >> (e / 32)) & 1;
+            q[e] = (int8_t)(q2_bits(x[i].qs, e) - (high ? 0 : 4));
+        }
+        dot16_groups(q, y[i].qs, sums);
+        int isum = 0;
+        for (int g = 0; g < 16; g++) isum += hl_q3_K_scale(x[i].scales, g) * sums[g];
+        sum += y[i].d * FP16(x[i].d) * (float)isum;
+    }
+    return sum;
+}
+
+/* Q4_K/Q5_K: 8 sub-blocks of 32 with scale sc and min mn:
+ * sum = d*dy * sum_j sc_j*dot_j - dmin*dy * sum_j mn_j*sum(q8 in j) */
+static float k4_finish(const block_q8_K *y, float d, float dmin, const uint8_t *scales,
+                       const int8_t q[QK_K]) {
+    int sums[16];
+    dot16_groups(q, y->qs, sums);
+    int isum = 0, summs = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, mn;
+        hl_q4_K_scale_min(j, scales, &sc, &mn);
+        isum += sc * (sums[2 * j] + sums[2 * j + 1]);
+        summs += mn * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    }
+    return y->d * d * (float)isum - y->d * dmin * (float)summs;
+}
+
+static float dot_q4_K(int64_t n, const void *row, const void *vec) {
+    const block_q4_K *x = row;
+    const block_q8_K *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t q[QK_K];
+        for (int e = 0; e < QK_K; e++) {
+            const uint8_t byte = x[i].qs[(e / 64) * 32 + e % 32];
+            q[e] = (int8_t)((e / 32) % 2 == 0 ? byte & 0x0f : byte >> 4);
+        }
+        sum += k4_finish(&y[i], FP16(x[i].d), FP16(x[i].dmin), x[i].scales, q);
+    }
+    return sum;
+}
+
+static float dot_q5_K(int64_t n, const void *row, const void *vec) {
+    const block_q5_K *x = row;
+    const block_q8_K *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t q[QK_K];
+        for (int e = 0; e < QK_K; e++) {
+            const uint8_t byte = x[i].qs[(e / 64) * 32 + e % 32];
+            const int lo = (e / 32) % 2 == 0 ? byte & 0x0f : byte >> 4;
+            q[e] = (int8_t)(lo | ((x[i].qh[e % 32] >> (e / 32)) & 1) << 4);
+        }
+        sum += k4_finish(&y[i], FP16(x[i].d), FP16(x[i].dmin), x[i].scales, q);
+    }
+    return sum;
+}
+
+static float dot_q6_K(int64_t n, const void *row, const void *vec) {
+    const block_q6_K *x = row;
+    const block_q8_K *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t q[QK_K];
+        int sums[16];
+        for (int e = 0; e < QK_K; e++) {
+            const int half = e / 128, g = (e % 128) / 32, l = e % 32;
+            const uint8_t lo = x[i].ql[half * 64 + (g % 2) * 32 + l];
+            const int hi = (x[i].qh[half * 32 + l] >> (2 * g)) & 3;
+            q[e] = (int8_t)(((g < 2 ? lo & 0x0f : lo >> 4) | hi << 4) - 32);
+        }
+        dot16_groups(q, y[i].qs, sums);
+        int isum = 0;
+        for (int g = 0; g < 16; g++) isum += x[i].scales[g] * sums[g];
+        sum += y[i].d * FP16(x[i].d) * (float)isum;
+    }
+    return sum;
+}
+
+/* ---- activation quantizers (the reference quantizers of types.h) ------------------ */
+
+static void quantize_q8_0(const float *x, void *dst, int64_t n) {
+    hl_quantize_row(HL_TYPE_Q8_0, x, dst, n);
+}
+static void quantize_q8_1(const float *x, void *dst, int64_t n) {
+    hl_quantize_row(HL_TYPE_Q8_1, x, dst, n);
+}
+static void quantize_q8_K(const float *x, void *dst, int64_t n) {
+    hl_quantize_row(HL_TYPE_Q8_K, x, dst, n);
+}
+
+/* ---- small f32 ops (kernels.c wraps them as kern_rmsnorm/softmax/swiglu) ---------- */
+
+static float sum_squares(const float *x, int64_t n) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    return (float)ss;
+}
+
+static float exp_shift_sum(float *x, int64_t n, float shift) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - shift);
+        sum += x[i];
+    }
+    return (float)sum;
+}
+
+static void swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+static const kern_table g_ref = {
+    .name = "ref",
+    .vec_dot =
+        {
+            [HL_TYPE_F32] = dot_f32,
+            [HL_TYPE_F16] = dot_f16,
+            [HL_TYPE_BF16] = dot_bf16,
+            [HL_TYPE_Q4_0] = dot_q4_0,
+            [HL_TYPE_Q4_1] = dot_q4_1,
+            [HL_TYPE_Q5_0] = dot_q5_0,
+            [HL_TYPE_Q5_1] = dot_q5_1,
+            [HL_TYPE_Q8_0] = dot_q8_0,
+            [HL_TYPE_Q2_K] = dot_q2_K,
+            [HL_TYPE_Q3_K] = dot_q3_K,
+            [HL_TYPE_Q4_K] = dot_q4_K,
+            [HL_TYPE_Q5_K] = dot_q5_K,
+            [HL_TYPE_Q6_K] = dot_q6_K,
+        },
+    .sum_squares = sum_squares,
+    .exp_shift_sum = exp_shift_sum,
+    .swiglu = swiglu,
+    .quantize =
+        {
+            [HL_TYPE_Q8_0] = quantize_q8_0,
+            [HL_TYPE_Q8_1] = quantize_q8_1,
+            [HL_TYPE_Q8_K] = quantize_q8_K,
+        },
+};
+
+const kern_table *kern_table_ref(void) { return &g_ref; }

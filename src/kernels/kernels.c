@@ -1,0 +1,183 @@
+/*
+ * kernels.c - kernel selection (kern_init) and matmul.
+ *
+ * kern_init() picks the AVX2 table when the CPU has avx2+fma+f16c, unless
+ * HEARTH_CPU=ref. kern_matmul() quantizes the activations once into the caller's
+ * scratch, then splits weight rows across the pool. With several tokens (prefill)
+ * each thread walks its rows once per tile of KERN_TOK_TILE tokens, so a weight row
+ * comes from memory once per tile and from L1 for the other tokens of the tile.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kern_internal.h"
+
+enum {
+    KERN_TOK_TILE = 8,  /* tokens per pass over the weight rows */
+    KERN_ROW_ALIGN = 16 /* rows per thread are a multiple of this (no shared out lines) */
+};
+
+static kern_table g_active;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+bool kern_cpu_has_avx2(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+const char *kern_choose_variant(const char *hearth_cpu) {
+    if (hearth_cpu && strcmp(hearth_cpu, "ref") == 0) return "ref";
+    return kern_cpu_has_avx2() ? "avx2" : "ref";
+}
+
+static void init_once(void) {
+    g_active = *kern_table_ref();
+    if (strcmp(kern_choose_variant(getenv("HEARTH_CPU")), "avx2") == 0) kern_avx2_fill(&g_active);
+}
+
+void kern_init(void) { pthread_once(&g_once, init_once); }
+
+const kern_table *kern_table_active(void) {
+    kern_init();
+    return &g_active;
+}
+
+const char *kern_variant(void) { return kern_table_active()->name; }
+
+float kern_vec_dot(hl_type type, int64_t n, const void *row, const void *vec) {
+    const kern_table *t = kern_table_active();
+    if ((unsigned)type >= HL_TYPE_COUNT || !t->vec_dot[type]) return 0.0f;
+    return t->vec_dot[type](n, row, vec);
+}
+
+size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok) {
+    const hl_type_traits *tr = hl_type_traits_get(type);
+    if (!tr || tr->vec_dot_type == HL_TYPE_F32 || n_tok <= 0) return 0;
+    return hl_row_size(tr->vec_dot_type, n_cols) * (size_t)n_tok;
+}
+
+typedef struct matmul_job {
+    kern_vec_dot_fn dot;
+    kern_vec_dot4_fn dot4; /* NULL if the variant has none for this type */
+    kern_quantize_fn quantize;
+    const uint8_t *w;
+    size_t w_row_bytes;
+    int64_t n_rows, n_cols;
+    const float *x;
+    const uint8_t *xq; /* activations in the vec_dot type, n_tok rows */
+    size_t xq_row_bytes;
+    int64_t n_tok;
+    float *out;
+} matmul_job;
+
+static void range_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t per = (n + nth - 1) / nth;
+    per = (per + align - 1) / align * align;
+    *lo = per * ith < n ? per * ith : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+static void quantize_worker(void *ctx, int ith, int nth) {
+    const matmul_job *j = ctx;
+    int64_t t0, t1;
+    range_split(j->n_tok, 1, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++)
+        j->quantize(j->x + t * j->n_cols, (uint8_t *)j->xq + (size_t)t * j->xq_row_bytes,
+                    j->n_cols);
+}
+
+static void matmul_worker(void *ctx, int ith, int nth) {
+    const matmul_job *j = ctx;
+    int64_t r0, r1;
+    range_split(j->n_rows, KERN_ROW_ALIGN, ith, nth, &r0, &r1);
+    for (int64_t t0 = 0; t0 < j->n_tok; t0 += KERN_TOK_TILE) {
+        const int64_t t1 = t0 + KERN_TOK_TILE < j->n_tok ? t0 + KERN_TOK_TILE : j->n_tok;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *row = j->w + (size_t)r * j->w_row_bytes;
+            int64_t t = t0;
+            if (j->dot4) {
+                for (; t + 4 <= t1; t += 4) {
+                    float o[4];
+                    j->dot4(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes,
+                            o);
+                    for (int k = 0; k < 4; k++) j->out[(t + k) * j->n_rows + r] = o[k];
+                }
+            }
+            for (; t < t1; t++)
+                j->out[t * j->n_rows + r] =
+                    j->dot(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes);
+        }
+    }
+}
+
+void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int64_t n_cols,
+                 const float *x, int64_t n_tok, float *out, void *scratch) {
+    const kern_table *tab = kern_table_active();
+    const hl_type_traits *tr = hl_type_traits_get(type);
+    if (!tr || !tr->can_matmul || n_rows <= 0 || n_tok <= 0) return;
+    matmul_job j = {
+        .dot = tab->vec_dot[type],
+        .dot4 = tab->vec_dot4[type],
+        .quantize = tab->quantize[tr->vec_dot_type],
+        .w = w,
+        .w_row_bytes = hl_row_size(type, n_cols),
+        .n_rows = n_rows,
+        .n_cols = n_cols,
+        .x = x,
+        .n_tok = n_tok,
+        .out = out,
+    };
+    if (tr->vec_dot_type == HL_TYPE_F32) {
+        j.xq = (const uint8_t *)x;
+        j.xq_row_bytes = (size_t)n_cols * sizeof(float);
+    } else {
+        j.xq = scratch;
+        j.xq_row_bytes = hl_row_size(tr->vec_dot_type, n_cols);
+        /* one token's quantization is too short to be worth waking the pool */
+        if (n_tok == 1)
+            quantize_worker(&j, 0, 1);
+        else
+            hl_pool_run(pool, quantize_worker, &j);
+    }
+    hl_pool_run(pool, matmul_worker, &j);
+}
+
+void kern_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
+    if (n <= 0) return;
+    const float ss = kern_table_active()->sum_squares(x, n);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    if (weight) {
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale;
+    }
+}
+
+/* Subtracting the max keeps exp() from overflowing. A row of only -inf (everything
+ * masked) becomes uniform rather than NaN. */
+void kern_softmax(float *x, int64_t n) {
+    if (n <= 0) return;
+    float max = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > max) max = x[i];
+    if (max == -INFINITY) {
+        for (int64_t i = 0; i < n; i++) x[i] = 1.0f / (float)n;
+        return;
+    }
+    const float inv = 1.0f / kern_table_active()->exp_shift_sum(x, n, max);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void kern_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    if (n > 0) kern_table_active()->swiglu(out, gate, up, n);
+}

@@ -1,0 +1,417 @@
+/*
+ * test_kernels.c - dot products (reference and SIMD), matmul, and the small f32 ops,
+ * each against a naive float/double computation.
+ */
+#include "test.h"
+
+#include <stdlib.h>
+
+#include "base/pool.h"
+#include "kernels/kern_internal.h"
+#include "kernels/kernels.h"
+
+static uint32_t g_rng = 0x9e3779b9u;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 17;
+    g_rng ^= g_rng << 5;
+    return g_rng;
+}
+static float frand(void) { return (float)(rnd() >> 8) / 16777216.0f * 2.0f - 1.0f; }
+
+static const hl_type g_weight_types[] = {
+    HL_TYPE_F32,  HL_TYPE_F16,  HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1,
+    HL_TYPE_Q5_0, HL_TYPE_Q5_1, HL_TYPE_Q8_0, HL_TYPE_Q2_K, HL_TYPE_Q3_K,
+    HL_TYPE_Q4_K, HL_TYPE_Q5_K, HL_TYPE_Q6_K,
+};
+#define N_WEIGHT_TYPES (sizeof g_weight_types / sizeof g_weight_types[0])
+
+/* A random weight row: quantized random floats where a quantizer exists, else random
+ * bytes with sane fp16 scales (K-quants: every bit pattern of the quants is valid). */
+static void random_weights(hl_type t, void *dst, int64_t n) {
+    const hl_type_traits *tr = hl_type_traits_get(t);
+    if (tr->can_quantize) {
+        float *x = malloc((size_t)n * sizeof *x);
+        for (int64_t i = 0; i < n; i++) x[i] = frand();
+        hl_quantize_row(t, x, dst, n);
+        free(x);
+        return;
+    }
+    uint8_t *p = dst;
+    const int64_t nb = n / tr->block_size;
+    for (size_t i = 0; i < (size_t)nb * tr->type_size; i++) p[i] = (uint8_t)rnd();
+    for (int64_t b = 0; b < nb; b++) {
+        const hl_fp16 d = hl_fp32_to_fp16(0.01f + 0.02f * fabsf(frand()));
+        const hl_fp16 dmin = hl_fp32_to_fp16(0.01f * fabsf(frand()));
+        switch (t) {
+        case HL_TYPE_Q2_K:
+            ((block_q2_K *)dst)[b].d = d;
+            ((block_q2_K *)dst)[b].dmin = dmin;
+            break;
+        case HL_TYPE_Q3_K: ((block_q3_K *)dst)[b].d = d; break;
+        case HL_TYPE_Q4_K:
+            ((block_q4_K *)dst)[b].d = d;
+            ((block_q4_K *)dst)[b].dmin = dmin;
+            break;
+        case HL_TYPE_Q5_K:
+            ((block_q5_K *)dst)[b].d = d;
+            ((block_q5_K *)dst)[b].dmin = dmin;
+            break;
+        case HL_TYPE_Q6_K: ((block_q6_K *)dst)[b].d = d; break;
+        default: break;
+        }
+    }
+}
+
+/* dot of the dequantized weight and dequantized activations, in double; *mag gets
+ * sum |w*x| to scale tolerances */
+static double dequant_dot(hl_type t, const void *row, const void *xq, int64_t n, double *mag) {
+    const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    hl_dequantize_row(t, row, a, n);
+    hl_dequantize_row(vdt, xq, b, n);
+    double s = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += (double)a[i] * b[i];
+        m += fabs((double)a[i] * b[i]);
+    }
+    free(a);
+    free(b);
+    *mag = m;
+    return s;
+}
+
+static void *row_alloc(hl_type t, int64_t n) { return malloc(hl_row_size(t, n) + 1); }
+
+/* The reference dot must be the dot of what the dequantizers decode: this ties the
+ * dot kernels' element order to the (hand-checked) dequantizer layouts. */
+TEST(kernels_ref_vec_dot_matches_dequantized_dot) {
+    const kern_table *ref = kern_table_ref();
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const hl_type t = g_weight_types[ti];
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        const int64_t n = 2 * QK_K;
+        void *w = row_alloc(t, n), *xq = row_alloc(vdt, n);
+        float x[2 * QK_K];
+        for (int i = 0; i < n; i++) x[i] = frand();
+        random_weights(t, w, n);
+        hl_quantize_row(vdt, x, xq, n);
+        double mag;
+        const double want = dequant_dot(t, w, xq, n, &mag);
+        const float got = ref->vec_dot[t](n, w, xq);
+        CHECK_MSG(fabs(got - want) <= 1e-5 * mag + 1e-6, "%s: %.9g vs %.9g (mag %g)",
+                  hl_type_name(t), got, want, mag);
+        CHECK_MSG(mag > 0.1, "%s: degenerate test data", hl_type_name(t));
+        free(w);
+        free(xq);
+    }
+}
+
+/* With quantized activations the dot approximates the exact float dot; a bound per
+ * weight type, relative to sum |w*x|, catches a wrong activation type or scale. */
+TEST(kernels_vec_dot_close_to_float_dot) {
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const hl_type t = g_weight_types[ti];
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        const int64_t n = 4 * QK_K;
+        void *w = row_alloc(t, n), *xq = row_alloc(vdt, n);
+        static float x[4 * QK_K], wf[4 * QK_K];
+        for (int i = 0; i < n; i++) x[i] = frand();
+        random_weights(t, w, n);
+        hl_dequantize_row(t, w, wf, n);
+        hl_quantize_row(vdt, x, xq, n);
+        double want = 0, mag = 0;
+        for (int i = 0; i < n; i++) {
+            want += (double)wf[i] * x[i];
+            mag += fabs((double)wf[i] * x[i]);
+        }
+        const float got = kern_vec_dot(t, n, w, xq);
+        CHECK_MSG(fabs(got - want) <= 0.02 * mag, "%s: %.9g vs %.9g (mag %g)", hl_type_name(t), got,
+                  want, mag);
+        free(w);
+        free(xq);
+    }
+}
+
+TEST(kernels_variant_selection) {
+    CHECK_STR(kern_choose_variant("ref"), "ref");
+    CHECK_STR(kern_choose_variant(NULL), kern_cpu_has_avx2() ? "avx2" : "ref");
+    const char *env = getenv("HEARTH_CPU");
+    CHECK_STR(kern_variant(), kern_choose_variant(env));
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++)
+        CHECK(kern_table_active()->vec_dot[g_weight_types[ti]] != NULL);
+}
+
+/* Every SIMD entry against the reference, on odd lengths so tails are exercised. */
+TEST(kernels_simd_vec_dot_matches_ref) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    const kern_table *ref = kern_table_ref();
+    int n_simd = 0;
+    static const int blocks[] = {1, 3, 7, 33};
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const hl_type t = g_weight_types[ti];
+        if (simd.vec_dot[t] == ref->vec_dot[t]) continue;
+        n_simd++;
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        const int64_t bs = hl_type_traits_get(t)->block_size;
+        for (int k = 0; k < 4; k++) {
+            /* plain types: odd element counts (1, 3, 7, 33 and 32x those + 5) */
+            for (int pass = 0; pass < (bs == 1 ? 2 : 1); pass++) {
+                const int64_t n =
+                    bs == 1 ? (pass ? blocks[k] * 32 + 5 : blocks[k]) : blocks[k] * bs;
+                void *w = row_alloc(t, n), *xq = row_alloc(vdt, n);
+                float *x = malloc((size_t)n * sizeof *x);
+                for (int64_t i = 0; i < n; i++) x[i] = frand();
+                random_weights(t, w, n);
+                hl_quantize_row(vdt, x, xq, n);
+                double mag;
+                dequant_dot(t, w, xq, n, &mag);
+                const float want = ref->vec_dot[t](n, w, xq), got = simd.vec_dot[t](n, w, xq);
+                /* float sums in another order: a few ulps of sum |w*x| */
+                CHECK_MSG(fabs(got - want) <= 1e-5 * mag + 1e-30, "%s n=%lld: %.9g vs %.9g",
+                          hl_type_name(t), (long long)n, got, want);
+                free(w);
+                free(xq);
+                free(x);
+            }
+        }
+    }
+    CHECK_EQ_INT(n_simd, N_WEIGHT_TYPES); /* every weight type has an AVX2 dot */
+}
+
+/* The multi-token dots must equal the single-token dot exactly, so that prefill and
+ * decode give identical logits. */
+TEST(kernels_simd_vec_dot4_equals_vec_dot) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    int n_dot4 = 0;
+    static const int blocks[] = {1, 3, 7, 33};
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const hl_type t = g_weight_types[ti];
+        if (!simd.vec_dot4[t]) continue;
+        n_dot4++;
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        for (int k = 0; k < 4; k++) {
+            const int64_t n = blocks[k] * hl_type_traits_get(t)->block_size;
+            const size_t xr = hl_row_size(vdt, n) + 4; /* a stride other than the row size */
+            void *w = row_alloc(t, n);
+            uint8_t *xq = malloc(4 * xr);
+            float *x = malloc((size_t)n * sizeof *x);
+            random_weights(t, w, n);
+            for (int tok = 0; tok < 4; tok++) {
+                for (int64_t i = 0; i < n; i++) x[i] = frand();
+                hl_quantize_row(vdt, x, xq + tok * xr, n);
+            }
+            float out[4];
+            simd.vec_dot4[t](n, w, xq, xr, out);
+            for (int tok = 0; tok < 4; tok++)
+                CHECK_MSG(out[tok] == simd.vec_dot[t](n, w, xq + tok * xr), "%s n=%lld tok %d",
+                          hl_type_name(t), (long long)n, tok);
+            free(w);
+            free(xq);
+            free(x);
+        }
+    }
+    CHECK(n_dot4 >= 2);
+}
+
+/* The SIMD exp (softmax, swiglu) against expf over the whole float range, and the
+ * other small ops against the reference, on lengths with tails. */
+TEST(kernels_simd_small_ops_match_ref) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    const kern_table *ref = kern_table_ref();
+    CHECK(simd.exp_shift_sum != ref->exp_shift_sum);
+    enum { N = 4003 };
+    static float x[N], y[N], a[N], b[N];
+    for (int i = 0; i < N; i++) x[i] = -100.0f + 190.0f * (float)i / (N - 1); /* -100..90 */
+    memcpy(y, x, sizeof x);
+    simd.exp_shift_sum(y, N, 0.0f);
+    for (int i = 0; i < N; i++) {
+        const float want = expf(x[i]);
+        if (isinf(want))
+            CHECK_MSG(isinf(y[i]) && y[i] > 0, "exp(%g) = %g", x[i], y[i]);
+        else if (want < 1.2e-38f)
+            CHECK_MSG(y[i] <= 1.2e-38f && y[i] >= 0, "exp(%g) = %g", x[i], y[i]);
+        else
+            CHECK_MSG(fabsf(y[i] - want) <= 4e-7f * want, "exp(%g) = %.9g vs %.9g", x[i], y[i],
+                      want);
+    }
+    float nan_in[3] = {NAN, 0.0f, -INFINITY};
+    simd.exp_shift_sum(nan_in, 3, 0.0f);
+    CHECK(isnan(nan_in[0]) && nan_in[1] == 1.0f && nan_in[2] == 0.0f);
+    /* the sum it returns, on a short odd length */
+    for (int i = 0; i < 13; i++) a[i] = b[i] = frand() * 10.0f;
+    const float sa = simd.exp_shift_sum(a, 13, 3.0f), sb = ref->exp_shift_sum(b, 13, 3.0f);
+    CHECK_NEAR(sa, sb, 1e-6 * sb);
+    for (int n = 1; n < 40; n += 3) {
+        for (int i = 0; i < n; i++) {
+            x[i] = frand() * 12.0f;
+            y[i] = frand();
+        }
+        simd.swiglu(a, x, y, n);
+        ref->swiglu(b, x, y, n);
+        for (int i = 0; i < n; i++) CHECK_NEAR(a[i], b[i], 1e-6 * (fabsf(b[i]) + 1e-3f));
+        const float ss = simd.sum_squares(x, n), sr = ref->sum_squares(x, n);
+        CHECK_NEAR(ss, sr, 1e-6 * sr);
+    }
+}
+
+/* SIMD activation quantizers must produce the reference bytes exactly. */
+TEST(kernels_simd_quantize_matches_ref) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    const kern_table *ref = kern_table_ref();
+    int n_simd = 0;
+    const hl_type types[] = {HL_TYPE_Q8_0, HL_TYPE_Q8_1, HL_TYPE_Q8_K};
+    for (size_t ti = 0; ti < 3; ti++) {
+        const hl_type t = types[ti];
+        if (simd.quantize[t] == ref->quantize[t]) continue;
+        n_simd++;
+        const int64_t bs = hl_type_traits_get(t)->block_size;
+        static const int blocks[] = {1, 3, 7, 33};
+        for (int k = 0; k < 4; k++) {
+            const int64_t n = blocks[k] * bs;
+            float *x = malloc((size_t)n * sizeof *x);
+            for (int64_t i = 0; i < n; i++) x[i] = frand() * (float)(1 + i % 5);
+            /* exact .5 ties after scaling and an all-zero block */
+            for (int64_t i = 0; i < bs && i < n; i++) x[i] = (float)(i % 64) - 32.0f;
+            if (n >= 3 * bs)
+                for (int64_t i = bs; i < 2 * bs; i++) x[i] = 0.0f;
+            const size_t sz = hl_row_size(t, n);
+            uint8_t *a = malloc(sz), *b = malloc(sz);
+            ref->quantize[t](x, a, n);
+            simd.quantize[t](x, b, n);
+            CHECK_MSG(memcmp(a, b, sz) == 0, "%s n=%lld", hl_type_name(t), (long long)n);
+            free(a);
+            free(b);
+            free(x);
+        }
+    }
+    CHECK_EQ_INT(n_simd, 2); /* q8_0 and q8_K */
+}
+
+/* matmul == the vec_dot of every (row, token) pair, bit for bit, for any thread
+ * count and token tiling; and close to the float product. */
+TEST(kernels_matmul_matches_naive) {
+    static const int toks[] = {1, 3, 8, 17};
+    static const int threads[] = {1, 3};
+    const int64_t n_rows = 37, n_cols = 512;
+    for (int th = 0; th < 2; th++) {
+        hl_pool *pool = NULL;
+        hl_err err;
+        CHECK_OK(hl_pool_create(threads[th], &pool, &err), &err);
+        for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+            const hl_type t = g_weight_types[ti];
+            const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+            const size_t rb = hl_row_size(t, n_cols);
+            uint8_t *w = malloc(rb * (size_t)n_rows);
+            for (int64_t r = 0; r < n_rows; r++) random_weights(t, w + r * rb, n_cols);
+            for (int k = 0; k < 4; k++) {
+                const int64_t nt = toks[k];
+                float *x = malloc((size_t)(nt * n_cols) * sizeof *x);
+                float *out = malloc((size_t)(nt * n_rows) * sizeof *out);
+                for (int64_t i = 0; i < nt * n_cols; i++) x[i] = frand();
+                const size_t ss = kern_matmul_scratch_size(t, n_cols, nt);
+                void *scratch = ss ? malloc(ss) : NULL;
+                kern_matmul(pool, t, w, n_rows, n_cols, x, nt, out, scratch);
+                void *xq = row_alloc(vdt, n_cols);
+                float *wf = malloc((size_t)n_cols * sizeof *wf);
+                for (int64_t tk = 0; tk < nt; tk++) {
+                    hl_quantize_row(vdt, x + tk * n_cols, xq, n_cols);
+                    for (int64_t r = 0; r < n_rows; r++) {
+                        const float want = kern_vec_dot(t, n_cols, w + r * rb, xq);
+                        CHECK_MSG(out[tk * n_rows + r] == want,
+                                  "%s nt=%lld th=%d tok %lld row %lld: %g vs %g", hl_type_name(t),
+                                  (long long)nt, threads[th], (long long)tk, (long long)r,
+                                  out[tk * n_rows + r], want);
+                        hl_dequantize_row(t, w + r * rb, wf, n_cols);
+                        double exact = 0, mag = 0;
+                        for (int64_t i = 0; i < n_cols; i++) {
+                            exact += (double)wf[i] * x[tk * n_cols + i];
+                            mag += fabs((double)wf[i] * x[tk * n_cols + i]);
+                        }
+                        CHECK(fabs(out[tk * n_rows + r] - exact) <= 0.02 * mag);
+                    }
+                }
+                free(wf);
+                free(xq);
+                free(scratch);
+                free(out);
+                free(x);
+            }
+            free(w);
+        }
+        hl_pool_destroy(pool);
+    }
+}
+
+TEST(kernels_matmul_scratch_size) {
+    CHECK_EQ_INT(kern_matmul_scratch_size(HL_TYPE_F32, 4096, 8), 0);
+    CHECK_EQ_INT(kern_matmul_scratch_size(HL_TYPE_F16, 4096, 8), 0);
+    CHECK_EQ_INT(kern_matmul_scratch_size(HL_TYPE_Q4_0, 4096, 3), 3 * 128 * 34);
+    CHECK_EQ_INT(kern_matmul_scratch_size(HL_TYPE_Q4_1, 64, 1), 2 * 36);
+    CHECK_EQ_INT(kern_matmul_scratch_size(HL_TYPE_Q6_K, 512, 2), 2 * 2 * 292);
+}
+
+TEST(kernels_rmsnorm_vs_naive) {
+    float x[67], w[67], out[67];
+    for (int i = 0; i < 67; i++) {
+        x[i] = frand() * 3.0f;
+        w[i] = 1.0f + frand();
+    }
+    kern_rmsnorm(out, x, w, 67, 1e-5f);
+    double ss = 0;
+    for (int i = 0; i < 67; i++) ss += (double)x[i] * x[i];
+    const double scale = 1.0 / sqrt(ss / 67 + 1e-5);
+    for (int i = 0; i < 67; i++) CHECK_NEAR(out[i], x[i] * scale * w[i], 1e-5);
+    /* in place; eps dominates an all-zero row */
+    memset(x, 0, sizeof x);
+    kern_rmsnorm(x, x, w, 67, 1e-5f);
+    for (int i = 0; i < 67; i++) CHECK(x[i] == 0.0f);
+}
+
+TEST(kernels_softmax_vs_naive) {
+    float x[33];
+    double e[33], sum = 0;
+    for (int i = 0; i < 33; i++) {
+        x[i] = frand() * 5.0f;
+        e[i] = exp((double)x[i]);
+        sum += e[i];
+    }
+    kern_softmax(x, 33);
+    for (int i = 0; i < 33; i++) CHECK_NEAR(x[i], e[i] / sum, 1e-6);
+    /* large logits must not overflow; -inf entries (masked) get 0 */
+    float y[4] = {1000.0f, 1001.0f, -INFINITY, 999.0f};
+    kern_softmax(y, 4);
+    const double s = exp(-1.0) + 1 + exp(-2.0);
+    CHECK_NEAR(y[0], exp(-1.0) / s, 1e-6);
+    CHECK_NEAR(y[1], 1 / s, 1e-6);
+    CHECK(y[2] == 0.0f);
+    CHECK_NEAR(y[3], exp(-2.0) / s, 1e-6);
+    float z[3] = {-INFINITY, -INFINITY, -INFINITY};
+    kern_softmax(z, 3);
+    CHECK_NEAR(z[0], 1.0 / 3, 1e-7);
+    float one = 42.0f;
+    kern_softmax(&one, 1);
+    CHECK(one == 1.0f);
+}
+
+TEST(kernels_swiglu_vs_naive) {
+    float g[19], u[19], out[19];
+    for (int i = 0; i < 19; i++) {
+        g[i] = frand() * 8.0f;
+        u[i] = frand();
+    }
+    g[0] = -100.0f; /* exp overflow side: silu -> -0 */
+    g[1] = 100.0f;
+    kern_swiglu(out, g, u, 19);
+    for (int i = 0; i < 19; i++)
+        CHECK_NEAR(out[i], (double)g[i] / (1 + exp(-(double)g[i])) * u[i], 1e-5);
+    CHECK(isfinite(out[0]));
+}
