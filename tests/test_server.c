@@ -594,6 +594,42 @@ static void abuse(srv_proc *p) {
 
 TEST(server_survives_abusive_clients) { WITH_SERVER(abuse); }
 
+/* Sends a raw request and reads the whole response (the request asks for close). */
+static void raw_exchange(int port, const char *request, char *out, size_t cap) {
+    out[0] = '\0';
+    int fd = raw_connect(port);
+    if (fd < 0) return;
+    if (send(fd, request, strlen(request), MSG_NOSIGNAL) < 0) {
+        close(fd);
+        return;
+    }
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < cap && (got = recv(fd, out + n, cap - 1 - n, 0)) > 0) n += (size_t)got;
+    out[n] = '\0';
+    close(fd);
+}
+
+static void cors(srv_proc *p) {
+    char resp[8192];
+    raw_exchange(p->port, "GET /api/version HTTP/1.1\r\nHost: localhost\r\nOrigin: http://localhost:3000\r\n"
+                          "Connection: close\r\n\r\n", resp, sizeof resp);
+    CHECK_MSG(strncmp(resp, "HTTP/1.1 200", 12) == 0, "%s", resp);
+    CHECK_MSG(strstr(resp, "Access-Control-Allow-Origin: http://localhost:3000\r\n"), "%s", resp);
+    raw_exchange(p->port, "OPTIONS /api/chat HTTP/1.1\r\nHost: localhost\r\nOrigin: vscode-webview://abc\r\n"
+                          "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n", resp, sizeof resp);
+    CHECK_MSG(strncmp(resp, "HTTP/1.1 204", 12) == 0, "%s", resp);
+    CHECK_MSG(strstr(resp, "Access-Control-Allow-Methods: ") && strstr(resp, "Content-Type"), "%s", resp);
+    raw_exchange(p->port, "GET /api/tags HTTP/1.1\r\nHost: localhost\r\nOrigin: http://evil.example\r\n"
+                          "Connection: close\r\n\r\n", resp, sizeof resp);
+    CHECK_MSG(strncmp(resp, "HTTP/1.1 403", 12) == 0, "%s", resp);
+    /* no Origin (curl, SDKs): no CORS headers */
+    raw_exchange(p->port, "GET /api/version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", resp, sizeof resp);
+    CHECK_MSG(strncmp(resp, "HTTP/1.1 200", 12) == 0 && !strstr(resp, "Access-Control"), "%s", resp);
+}
+
+TEST(server_cors_origins) { WITH_SERVER(cors); }
+
 /* ---------------------------------------------------------------------------------- */
 /* The streaming machinery in-process: a producer that streams until cancelled. */
 

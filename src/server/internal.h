@@ -41,6 +41,8 @@ struct hl_server {
     bool quiet;
     const struct srv_route *extra_routes;
     size_t n_extra_routes;
+    char **origins; /* CORS origin patterns ('*' wildcards) */
+    size_t n_origins;
     atomic_bool stopping;
     /* producer threads still running (server_stop waits for 0) */
     pthread_mutex_t producers_lock;
@@ -58,6 +60,7 @@ struct srv_request {
     size_t body_len, body_cap;
     bool too_large;
     bool replied;
+    char cors_origin[512]; /* echoed in Access-Control-Allow-Origin when non-empty */
     int status; /* for the log */
     uint64_t start_ns;
     /* blob upload */
@@ -76,6 +79,8 @@ typedef struct srv_route {
 } srv_route;
 
 /* ---- replies (each returns what the MHD access handler should return) ---- */
+/* Adds the CORS headers a reply to r needs (every reply path calls it). */
+void srv_add_cors(const srv_request *r, struct MHD_Response *resp);
 enum MHD_Result srv_reply_json(srv_request *r, unsigned status, json_t *obj); /* steals obj */
 enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -15,6 +15,61 @@
 
 #define DEFAULT_MAX_BODY ((size_t)64 << 20)
 
+/* ---- CORS (Ollama's allowed origins; HEARTH_ORIGINS, else OLLAMA_ORIGINS, adds more) ---- */
+
+static const char *const k_default_origins[] = {
+    "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
+    "http://127.0.0.1", "https://127.0.0.1", "http://127.0.0.1:*", "https://127.0.0.1:*",
+    "http://0.0.0.0", "https://0.0.0.0", "http://0.0.0.0:*", "https://0.0.0.0:*",
+    "app://*", "file://*", "tauri://*", "vscode-webview://*", "vscode-file://*",
+    "chrome-extension://*", "moz-extension://*", "safari-web-extension://*",
+};
+
+static bool glob_match(const char *pat, const char *s) {
+    if (*pat == '\0') return *s == '\0';
+    if (*pat == '*') {
+        for (const char *t = s;; t++) {
+            if (glob_match(pat + 1, t)) return true;
+            if (*t == '\0') return false;
+        }
+    }
+    return *s && *pat == *s && glob_match(pat + 1, s + 1);
+}
+
+static bool origin_allowed(const hl_server *srv, const char *origin) {
+    for (size_t i = 0; i < sizeof k_default_origins / sizeof k_default_origins[0]; i++)
+        if (glob_match(k_default_origins[i], origin)) return true;
+    for (size_t i = 0; i < srv->n_origins; i++)
+        if (glob_match(srv->origins[i], origin)) return true;
+    return false;
+}
+
+static void load_origins(hl_server *srv) {
+    const char *env = getenv("HEARTH_ORIGINS");
+    if (!env || !*env) env = getenv("OLLAMA_ORIGINS");
+    if (!env || !*env) return;
+    char *copy = strdup(env);
+    if (!copy) return;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ' || *tok == '"') tok++;
+        size_t n = strlen(tok);
+        while (n && (tok[n - 1] == ' ' || tok[n - 1] == '"')) tok[--n] = '\0';
+        if (!n) continue;
+        char **nv = realloc(srv->origins, (srv->n_origins + 1) * sizeof *nv);
+        if (!nv) break;
+        srv->origins = nv;
+        if ((nv[srv->n_origins] = strdup(tok)) != NULL) srv->n_origins++;
+    }
+    free(copy);
+}
+
+void srv_add_cors(const srv_request *r, struct MHD_Response *resp) {
+    if (!r->cors_origin[0]) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
+    MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 /* ---- replies ---- */
 
 static enum MHD_Result queue(srv_request *r, unsigned status, const char *ctype, const void *data,
@@ -23,6 +78,7 @@ static enum MHD_Result queue(srv_request *r, unsigned status, const char *ctype,
         MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     if (ctype) MHD_add_response_header(resp, "Content-Type", ctype);
+    srv_add_cors(r, resp);
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->replied = true;
@@ -216,6 +272,38 @@ static bool append_body(srv_request *r, const char *data, size_t len) {
 /* First call for a request: route it, check the method and the declared size. Returns
  * true when a reply was queued already. */
 static bool first_call(srv_request *r, enum MHD_Result *ret) {
+    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (origin && *origin) {
+        if (!origin_allowed(r->srv, origin)) {
+            *ret = srv_reply_text(r, 403, NULL, "");
+            return true;
+        }
+        snprintf(r->cors_origin, sizeof r->cors_origin, "%s", origin);
+    }
+    if (strcmp(r->method, "OPTIONS") == 0) { /* CORS preflight */
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (!resp) {
+            *ret = MHD_NO;
+            return true;
+        }
+        srv_add_cors(r, resp);
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods",
+                                "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, "
+                                "OpenAI-Beta, x-stainless-arch, x-stainless-async, "
+                                "x-stainless-custom-poll-interval, x-stainless-helper-method, "
+                                "x-stainless-lang, x-stainless-os, x-stainless-package-version, "
+                                "x-stainless-poll-helper, x-stainless-retry-count, "
+                                "x-stainless-runtime, x-stainless-runtime-version, "
+                                "x-stainless-timeout");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "43200");
+        *ret = MHD_queue_response(r->conn, 204, resp);
+        MHD_destroy_response(resp);
+        r->replied = true;
+        r->status = 204;
+        return true;
+    }
     r->route = find_route(r->srv, r->path);
     if (!r->route) {
         *ret = srv_reply_text(r, 404, "text/plain", "404 page not found");
@@ -374,6 +462,7 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     s->quiet = cfg->quiet;
     s->extra_routes = cfg->extra_routes;
     s->n_extra_routes = cfg->extra_routes ? cfg->n_extra_routes : 0;
+    load_origins(s);
     pthread_mutex_init(&s->producers_lock, NULL);
     pthread_cond_init(&s->producers_cv, NULL);
     hl_status st = store_open(cfg->models_dir, &s->st, err);
@@ -413,6 +502,8 @@ void server_stop(hl_server *s) {
     while (s->n_producers > 0) pthread_cond_wait(&s->producers_cv, &s->producers_lock);
     pthread_mutex_unlock(&s->producers_lock);
     store_close(s->st);
+    for (size_t i = 0; i < s->n_origins; i++) free(s->origins[i]);
+    free(s->origins);
     pthread_mutex_destroy(&s->producers_lock);
     pthread_cond_destroy(&s->producers_cv);
     free(s);

@@ -274,6 +274,7 @@ enum MHD_Result srv_stream_run(srv_request *r, bool stream, srv_producer fn, voi
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
+    srv_add_cors(r, resp);
     enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);
     r->replied = true;
