@@ -623,12 +623,23 @@ static void cors(srv_proc *p) {
     raw_exchange(p->port, "GET /api/tags HTTP/1.1\r\nHost: localhost\r\nOrigin: http://evil.example\r\n"
                           "Connection: close\r\n\r\n", resp, sizeof resp);
     CHECK_MSG(strncmp(resp, "HTTP/1.1 403", 12) == 0, "%s", resp);
+    /* DNS-rebinding guard: a loopback server answers only names of this machine */
+    raw_exchange(p->port, "GET /api/tags HTTP/1.1\r\nHost: attacker.example:11434\r\nConnection: close\r\n\r\n",
+                 resp, sizeof resp);
+    CHECK_MSG(strncmp(resp, "HTTP/1.1 403", 12) == 0, "%s", resp);
+    const char *ok_hosts[] = {"127.0.0.1:11434", "localhost", "my.local", "[::1]:80", "192.168.1.9", "x.internal"};
+    for (size_t i = 0; i < sizeof ok_hosts / sizeof ok_hosts[0]; i++) {
+        char rq[256];
+        snprintf(rq, sizeof rq, "GET /api/version HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", ok_hosts[i]);
+        raw_exchange(p->port, rq, resp, sizeof resp);
+        CHECK_MSG(strncmp(resp, "HTTP/1.1 200", 12) == 0, "Host %s: %s", ok_hosts[i], resp);
+    }
     /* no Origin (curl, SDKs): no CORS headers */
     raw_exchange(p->port, "GET /api/version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", resp, sizeof resp);
     CHECK_MSG(strncmp(resp, "HTTP/1.1 200", 12) == 0 && !strstr(resp, "Access-Control"), "%s", resp);
 }
 
-TEST(server_cors_origins) { WITH_SERVER(cors); }
+TEST(server_cors_origins_and_host_check) { WITH_SERVER(cors); }
 
 /* ---------------------------------------------------------------------------------- */
 /* The streaming machinery in-process: a producer that streams until cancelled. */

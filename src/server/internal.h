@@ -41,6 +41,7 @@ struct hl_server {
     bool quiet;
     const struct srv_route *extra_routes;
     size_t n_extra_routes;
+    bool loopback_listener; /* enables the DNS-rebinding Host check */
     char **origins; /* CORS origin patterns ('*' wildcards) */
     size_t n_origins;
     atomic_bool stopping;

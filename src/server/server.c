@@ -1,7 +1,10 @@
 #define _GNU_SOURCE
 #include "server/internal.h"
 
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +17,70 @@
 #include "base/file.h"
 
 #define DEFAULT_MAX_BODY ((size_t)64 << 20)
+
+/* ---- DNS-rebinding guard: on a loopback listener, the Host must name this machine ---- */
+
+static bool ip_is_local_interface(int family, const void *addr) {
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) return false;
+    bool found = false;
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != family) continue;
+        if (family == AF_INET)
+            found = memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, addr, 4) == 0;
+        else
+            found = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, addr, 16) == 0;
+    }
+    freeifaddrs(ifs);
+    return found;
+}
+
+static bool ends_with_ci(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
+
+static bool host_allowed(const char *host_hdr) {
+    if (!host_hdr || !*host_hdr) return true;
+    char h[256];
+    snprintf(h, sizeof h, "%s", host_hdr);
+    char *name = h;
+    if (h[0] == '[') { /* [v6]:port */
+        char *close = strchr(h, ']');
+        if (!close) return false;
+        *close = '\0';
+        name = h + 1;
+    } else {
+        char *colon = strchr(h, ':');
+        if (colon && !strchr(colon + 1, ':')) *colon = '\0';
+    }
+    if (!*name || strcasecmp(name, "localhost") == 0 || ends_with_ci(name, ".localhost") ||
+        ends_with_ci(name, ".local") || ends_with_ci(name, ".internal"))
+        return true;
+    char self[256];
+    if (gethostname(self, sizeof self) == 0 && strcasecmp(self, name) == 0) return true;
+    unsigned char a[16];
+    if (inet_pton(AF_INET, name, a) == 1) {
+        if (a[0] == 127 || a[0] == 10 || (a[0] == 172 && (a[1] & 0xF0) == 16) ||
+            (a[0] == 192 && a[1] == 168) || (a[0] | a[1] | a[2] | a[3]) == 0)
+            return true;
+        return ip_is_local_interface(AF_INET, a);
+    }
+    if (inet_pton(AF_INET6, name, a) == 1) {
+        static const unsigned char loop[16] = {[15] = 1}, any[16] = {0};
+        if (memcmp(a, loop, 16) == 0 || memcmp(a, any, 16) == 0 || (a[0] & 0xFE) == 0xFC) return true;
+        return ip_is_local_interface(AF_INET6, a);
+    }
+    return false;
+}
+
+static bool is_loopback_bind(const char *host) {
+    unsigned char a[16];
+    if (strcasecmp(host, "localhost") == 0) return true;
+    if (inet_pton(AF_INET, host, a) == 1) return a[0] == 127;
+    static const unsigned char loop[16] = {[15] = 1};
+    return inet_pton(AF_INET6, host, a) == 1 && memcmp(a, loop, 16) == 0;
+}
 
 /* ---- CORS (Ollama's allowed origins; HEARTH_ORIGINS, else OLLAMA_ORIGINS, adds more) ---- */
 
@@ -272,6 +339,11 @@ static bool append_body(srv_request *r, const char *data, size_t len) {
 /* First call for a request: route it, check the method and the declared size. Returns
  * true when a reply was queued already. */
 static bool first_call(srv_request *r, enum MHD_Result *ret) {
+    if (r->srv->loopback_listener &&
+        !host_allowed(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host"))) {
+        *ret = srv_reply_text(r, 403, NULL, "");
+        return true;
+    }
     const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
     if (origin && *origin) {
         if (!origin_allowed(r->srv, origin)) {
@@ -463,6 +535,7 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     s->extra_routes = cfg->extra_routes;
     s->n_extra_routes = cfg->extra_routes ? cfg->n_extra_routes : 0;
     load_origins(s);
+    s->loopback_listener = is_loopback_bind(cfg->bind.host);
     pthread_mutex_init(&s->producers_lock, NULL);
     pthread_cond_init(&s->producers_cv, NULL);
     hl_status st = store_open(cfg->models_dir, &s->st, err);
