@@ -44,7 +44,7 @@ typedef struct rctx {
     bool failed;
     tval_buf *out;
     frame *root;
-    uint64_t iterations;
+    uint64_t iterations, steps;
     int call_depth, depth;
 } rctx;
 
@@ -71,6 +71,15 @@ static bool oom(rctx *r, const tnode *n) {
         return rfail(r, n, HL_ERR_INVALID, "template rendering used more than %zu bytes of memory",
                      r->lim.max_memory);
     return rfail(r, n, HL_ERR_NOMEM, "out of memory rendering template");
+}
+
+/* Charges evaluation work (bytes/64 for scans); false once over the step budget. */
+static bool charge(rctx *r, const tnode *n, size_t bytes) {
+    r->steps += 1 + bytes / 64;
+    if (r->steps > r->lim.max_steps)
+        return rfail(r, n, HL_ERR_INVALID, "template rendering exceeded %llu evaluation steps",
+                     (unsigned long long)r->lim.max_steps);
+    return true;
 }
 
 static bool fail_undef(rctx *r, const tnode *n, tval v) {
@@ -785,6 +794,10 @@ static bool binop(rctx *r, tnode *n, int op, tval a, tval b, tval *out) {
 }
 
 static bool contains(rctx *r, tnode *n, tval item, tval container, bool *res) {
+    if (container.kind == TV_STR && !charge(r, n, container.u.s.n)) return false;
+    if (container.kind == TV_LIST && !charge(r, n, container.u.l->n * 8)) return false;
+    if ((container.kind == TV_DICT || container.kind == TV_NS) && !charge(r, n, container.u.d->n * 8))
+        return false;
     switch (container.kind) {
     case TV_UNDEF: *res = false; return true;
     case TV_STR:
@@ -985,7 +998,15 @@ static bool eval(rctx *r, tnode *n, frame *f, tval *out) {
         r->depth--;
         return rfail(r, n, HL_ERR_INVALID, "template evaluation nested too deeply");
     }
+    if (!charge(r, n, 0)) {
+        r->depth--;
+        return false;
+    }
     bool ok = eval_inner(r, n, f, out);
+    /* results that scanned or built long strings pay for their length */
+    if (ok && out->kind == TV_STR && out->u.s.n >= 64 && n->kind != N_CONST && n->kind != N_NAME &&
+        n->kind != N_ATTR && n->kind != N_ITEM)
+        ok = charge(r, n, out->u.s.n);
     r->depth--;
     if (ok && r->a.over) return oom(r, n);
     return ok && !r->failed;
@@ -1068,7 +1089,8 @@ static tval do_strip(tval s, tval chars, bool left, bool right) {
 }
 
 static bool case_map(rctx *r, tnode *n, tval s, int mode, tval *out) {
-    /* mode: 0 upper, 1 lower, 2 title, 3 capitalize */
+    /* mode: 0 upper, 1 lower, 2 str.title, 3 capitalize, 4 jinja's title filter (words
+     * start after whitespace or one of -({[<) */
     tval_buf b = {0};
     bool prev_cased = false;
     size_t idx = 0;
@@ -1079,7 +1101,12 @@ static bool case_map(rctx *r, tnode *n, tval s, int mode, tval *out) {
         if (mode == 0) m = utf8proc_toupper(c);
         else if (mode == 1) m = utf8proc_tolower(c);
         else if (mode == 2) m = prev_cased ? utf8proc_tolower(c) : utf8proc_totitle(c);
-        else m = idx == 0 ? utf8proc_totitle(c) : utf8proc_tolower(c);
+        else if (mode == 3) m = idx == 0 ? utf8proc_totitle(c) : utf8proc_tolower(c);
+        else {
+            bool sep = py_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+            m = (!sep && prev_cased) ? utf8proc_tolower(c) : sep ? c : utf8proc_toupper(c);
+            prev_cased = !sep;
+        }
         if (mode == 2) {
             const utf8proc_property_t *pr = utf8proc_get_property(c);
             bool cased = pr->category == UTF8PROC_CATEGORY_LU || pr->category == UTF8PROC_CATEGORY_LL ||
@@ -1157,9 +1184,7 @@ static bool do_split(rctx *r, tnode *n, tval s, tval sep, int64_t maxsplit, tval
             if (i >= len) break;
             size_t st = i;
             if (maxsplit >= 0 && done >= maxsplit) {
-                /* the rest, minus trailing whitespace */
-                tval rest = do_strip(tv_str(p + st, len - st), tv_none(), false, true);
-                if (!tl_push(&r->a, l, rest)) return oom(r, n);
+                if (!tl_push(&r->a, l, tv_str(p + st, len - st))) return oom(r, n);
                 break;
             }
             while (i < len) {
@@ -1267,6 +1292,7 @@ static bool str_format(rctx *r, tnode *n, tval fmt, size_t npos, tval *pos, size
 static bool str_method(rctx *r, tnode *n, tval s, const char *m, size_t npos, tval *pos,
                        size_t nkw, const char **kwn, tval *kwv, tval *out) {
     tval a[3];
+    if (!charge(r, n, s.u.s.n)) return false;
     if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
         static const char *const ps[] = {"chars", NULL};
         if (!bind(r, n, m, ps, npos, pos, nkw, kwn, kwv, a)) return false;
@@ -1970,6 +1996,9 @@ static bool parse_float_str(tval s, double *out) {
 static bool apply_filter(rctx *r, tnode *n, frame *f, const char *name, tval in, size_t npos,
                          tval *pos, size_t nkw, const char **kwn, tval *kwv, tval *out) {
     tval a[4];
+    size_t work = in.kind == TV_STR ? in.u.s.n : in.kind == TV_LIST ? in.u.l->n * 8
+                : in.kind == TV_DICT ? in.u.d->n * 8 : 0;
+    if (!charge(r, n, work)) return false;
 #define BIND(...)                                                                  \
     do {                                                                           \
         static const char *const ps_[] = {__VA_ARGS__, NULL};                      \
@@ -2021,7 +2050,7 @@ static bool apply_filter(rctx *r, tnode *n, frame *f, const char *name, tval in,
         !strcmp(name, "capitalize")) {
         tval s;
         if (!to_str(r, n, in, &s)) return false;
-        return case_map(r, n, s, name[0] == 'u' ? 0 : name[0] == 'l' ? 1 : name[0] == 't' ? 2 : 3, out);
+        return case_map(r, n, s, name[0] == 'u' ? 0 : name[0] == 'l' ? 1 : name[0] == 't' ? 4 : 3, out);
     }
     if (!strcmp(name, "replace")) {
         BIND("old", "new", "count");
@@ -2402,15 +2431,17 @@ static exec_rc exec_for(rctx *r, tnode *n, frame *f) {
         /* loop filter: evaluated per item before the loop proper (loop.* sees the result) */
         tlist *kept = tl_new(&r->a, 0);
         if (!kept) return oom(r, n), EX_ERR;
+        frame *lf = frame_new(r, f);
+        if (!lf) return oom(r, n), EX_ERR;
         for (size_t i = 0; i < items->n; i++) {
             if (++r->iterations > r->lim.max_iterations) {
                 rfail(r, n, HL_ERR_INVALID, "template exceeded %llu loop iterations",
                       (unsigned long long)r->lim.max_iterations);
                 return EX_ERR;
             }
-            frame *lf = frame_new(r, f);
             tval c;
-            if (!lf || !assign_targets(r, n, lf, n->names, n->n_names, items->items[i]))
+            lf->n = 0;
+            if (!assign_targets(r, n, lf, n->names, n->n_names, items->items[i]))
                 return r->failed ? EX_ERR : (oom(r, n), EX_ERR);
             if (!eval(r, n->b, lf, &c)) return EX_ERR;
             if (tv_truthy(c) && !tl_push(&r->a, kept, items->items[i])) return oom(r, n), EX_ERR;
@@ -2424,6 +2455,9 @@ static exec_rc exec_for(rctx *r, tnode *n, frame *f) {
     tval loopv = {0};
     loopv.kind = TV_LOOP;
     loopv.u.loop = lp;
+    /* one frame for all iterations, emptied each time (sets do not survive an iteration) */
+    frame *lf = frame_new(r, f);
+    if (!lf) return oom(r, n), EX_ERR;
     for (size_t i = 0; i < items->n; i++) {
         if (++r->iterations > r->lim.max_iterations) {
             rfail(r, n, HL_ERR_INVALID, "template exceeded %llu loop iterations",
@@ -2431,8 +2465,8 @@ static exec_rc exec_for(rctx *r, tnode *n, frame *f) {
             return EX_ERR;
         }
         lp->index = i;
-        frame *lf = frame_new(r, f);
-        if (!lf || !frame_set(r, lf, "loop", loopv)) return oom(r, n), EX_ERR;
+        lf->n = 0;
+        if (!frame_set(r, lf, "loop", loopv)) return oom(r, n), EX_ERR;
         if (!assign_targets(r, n, lf, n->names, n->n_names, items->items[i])) return EX_ERR;
         exec_rc rc = exec_body(r, n->list, n->n, lf);
         if (rc == EX_ERR) return EX_ERR;
@@ -2525,7 +2559,7 @@ static exec_rc exec_body(rctx *r, tnode **body, size_t nb, frame *f) {
 
 tmpl_limits tmpl_default_limits(void) {
     tmpl_limits l = {.max_output = 16u << 20, .max_memory = 256u << 20,
-                     .max_iterations = 1000000, .max_call_depth = 200};
+                     .max_iterations = 1000000, .max_call_depth = 200, .max_steps = 100000000};
     return l;
 }
 

@@ -44,10 +44,12 @@ typedef struct tmpl_limits {
     size_t max_memory;         /* bytes of working memory one render may use */
     uint64_t max_iterations;   /* loop iterations over the whole render */
     int max_call_depth;        /* nested macro calls */
+    uint64_t max_steps;        /* evaluation work: one per expression evaluated, plus one
+                                  per 64 bytes a string operation scans or copies */
 } tmpl_limits;
 
 /* The defaults tmpl_render uses: 16 MiB output, 256 MiB memory, 1e6 iterations,
- * 200 nested macro calls. Ranges are limited to 100000 items, like jinja's sandbox. */
+ * 200 nested macro calls, 1e8 steps (real templates need well under 1e6). Ranges are limited to 100000 items, like jinja's sandbox. */
 tmpl_limits tmpl_default_limits(void);
 
 /* Parses source (len bytes, need not be NUL-terminated) into *out. */
