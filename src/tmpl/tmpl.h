@@ -1,0 +1,71 @@
+/*
+ * tmpl.h - a Jinja2 interpreter for chat templates.
+ *
+ * Owns: parsing a template source (a model's tokenizer.chat_template) into an AST and
+ * rendering it with a JSON context (messages, tools, add_generation_prompt, bos_token,
+ * eos_token, anything else). It matches Python jinja2 3.1 as transformers'
+ * apply_chat_template sets it up: ImmutableSandboxedEnvironment(trim_blocks=True,
+ * lstrip_blocks=True, extensions=[loopcontrols]), tojson = json.dumps(ensure_ascii=False)
+ * (no HTML escaping, keys unsorted), raise_exception(msg), no strftime_now.
+ * Deliberate leniencies (where jinja2 would raise): list.append/pop/extend/insert work
+ * (llama.cpp supports them; the sandbox forbids them), and a from_json filter exists.
+ *
+ * Usage:
+ *   tmpl *t; hl_err err;
+ *   if (tmpl_compile(src, len, &t, &err)) ...;          // syntax errors: line/column
+ *   char *out; size_t n;
+ *   if (tmpl_render(t, ctx_json_object, &out, &n, &err)) ...;
+ *   ... free(out); tmpl_destroy(t);
+ *
+ * Errors: HL_ERR_FORMAT for syntax errors ("line L, column C: ...") and for runtime
+ * errors of the template itself ("line L: 'x' is undefined", type errors...);
+ * HL_ERR_INVALID for raise_exception (the message is exactly the template's message)
+ * and for hitting a limit (output size, loop iterations, recursion depth, memory),
+ * which is what a hostile template or input gets instead of a crash or a hang.
+ *
+ * Ownership: a tmpl owns its AST; it is immutable after compile, so one tmpl may be
+ * rendered from several threads at once (each render has its own arena). The context is
+ * only read. *out is malloc'd, NUL-terminated (the length excludes the NUL; the text may
+ * contain NUL bytes only if the context strings do), and the caller frees it with free().
+ */
+#ifndef HL_TMPL_H
+#define HL_TMPL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct tmpl tmpl;
+
+typedef struct tmpl_limits {
+    size_t max_output;         /* bytes of any rendered text (the result, macro output...) */
+    size_t max_memory;         /* bytes of working memory one render may use */
+    uint64_t max_iterations;   /* loop iterations over the whole render */
+    int max_call_depth;        /* nested macro calls */
+    uint64_t max_steps;        /* evaluation work: one per expression evaluated, plus one
+                                  per 64 bytes a string operation scans or copies */
+} tmpl_limits;
+
+/* The defaults tmpl_render uses: 16 MiB output, 256 MiB memory, 1e6 iterations,
+ * 200 nested macro calls, 1e8 steps (real templates need well under 1e6). Ranges are limited to 100000 items, like jinja's sandbox. */
+tmpl_limits tmpl_default_limits(void);
+
+/* Parses source (len bytes, need not be NUL-terminated) into *out. */
+hl_status tmpl_compile(const char *source, size_t len, tmpl **out, hl_err *err);
+
+/* Renders with context, a JSON object (NULL = empty); see the header comment. */
+hl_status tmpl_render(const tmpl *t, const json_t *context, char **out, size_t *out_len,
+                      hl_err *err);
+hl_status tmpl_render_limited(const tmpl *t, const json_t *context, const tmpl_limits *limits,
+                              char **out, size_t *out_len, hl_err *err);
+
+void tmpl_destroy(tmpl *t); /* accepts NULL */
+
+/* The chat template in a tokenizer_config.json object: its "chat_template" field when it
+ * is a string, or the "default" entry's template when it is a list of {name, template}.
+ * Returns a pointer into config (NULL when there is none). */
+const char *tmpl_from_tokenizer_config(const json_t *config);
+
+#endif
