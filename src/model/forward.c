@@ -403,3 +403,23 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
     }
     return HL_OK;
 }
+
+/* Built on model_eval so it works whatever KV layout the eval uses: after each chunk the
+ * residual stream c->x still holds that chunk's final hidden states (the logits step only
+ * writes c->xb), which are normalised here exactly as the logits step normalises them. */
+hl_status model_eval_hidden(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
+                            float *hidden, hl_err *err) {
+    const model *m = c->m;
+    const int64_t E = m->hp.n_embd;
+    if (n <= 0) return hl_fail(err, HL_ERR_INVALID, "no tokens to evaluate");
+    for (int32_t done = 0; done < n;) {
+        int32_t chunk = n - done < c->max_batch ? n - done : c->max_batch;
+        hl_status st = model_eval(c, kv, tokens + done, chunk, NULL, err);
+        if (st) return st;
+        for (int32_t t = 0; t < chunk; t++)
+            kern_rmsnorm(hidden + (int64_t)(done + t) * E, c->x + t * E, m->output_norm, E,
+                         m->hp.rms_eps);
+        done += chunk;
+    }
+    return HL_OK;
+}

@@ -120,4 +120,12 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
 /* The last evaluated token's logits (n_vocab floats), valid until the next eval. */
 const float *model_ctx_logits(const model_ctx *c);
 
+/* Like model_eval, but writes every token's final hidden state instead of logits: the
+ * residual stream after the last layer, RMS-normalised with output_norm (the vector the
+ * output projection would multiply), n * n_embd floats into hidden (row i for
+ * tokens[i]). Used for embeddings (pooling is the caller's). The tokens are appended to
+ * kv like model_eval does. */
+hl_status model_eval_hidden(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
+                            float *hidden, hl_err *err);
+
 #endif
