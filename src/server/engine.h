@@ -1,0 +1,92 @@
+/*
+ * engine.h - the server's seam to the inference engine: one loaded model that can run a
+ * token sequence (prefill + decode with the slot sampler) or pool hidden states into an
+ * embedding. The HTTP handlers and the loaded-model manager (sched.h) only see this API;
+ * the implementation (engine.c) drives the runner's pipeline.
+ *
+ * Ownership: engine_open allocates and owns the model, its caches and compute state;
+ * engine_close frees them. An engine may be used from several threads; runs are
+ * serialized internally (one sequence at a time for now).
+ *
+ * Generation contract (engine_generate):
+ *   - the prompt (n_prompt >= 1 tokens) must leave room for at least one generated token:
+ *     n_prompt >= n_ctx fails with HL_ERR_KV_FULL and the message
+ *     "input length (N tokens) exceeds the model's maximum context length (M tokens)";
+ *   - tokens are sampled with req->sp and passed one by one to req->on_token (EOG tokens
+ *     are not passed); on_token returns true to stop there (a stop string matched);
+ *   - num_predict < 0: until EOG or the context is full; >= 0: exactly that many tokens
+ *     at most (num_predict 0 generates nothing). A full context or the limit ends with
+ *     ENGINE_DONE_LENGTH; EOG or on_token's stop with ENGINE_DONE_STOP;
+ *   - req->cancelled is polled between tokens (and between prefill chunks): when it turns
+ *     true the run ends with HL_ERR_CANCELLED.
+ */
+#ifndef HL_SERVER_ENGINE_H
+#define HL_SERVER_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "sample/sampler.h"
+#include "tok/tok.h"
+
+typedef struct engine engine;
+
+typedef struct engine_config {
+    int32_t num_ctx;   /* requested context; clamped to the trained context (<= 0: 4096) */
+    int32_t num_batch; /* prefill chunk (<= 0: 512) */
+    int n_threads;     /* <= 0: all CPUs */
+} engine_config;
+
+typedef struct engine_info {
+    int32_t n_ctx;       /* the context actually used */
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_vocab;
+    uint64_t mem_bytes;  /* measured: weights read + KV cache + scratch */
+    int pooling;         /* ENGINE_POOL_* the GGUF asks for (mean when it does not say) */
+} engine_info;
+
+enum { ENGINE_POOL_MEAN = 1, ENGINE_POOL_CLS = 2, ENGINE_POOL_LAST = 3 };
+
+typedef enum engine_done {
+    ENGINE_DONE_STOP = 0,
+    ENGINE_DONE_LENGTH = 1,
+} engine_done;
+
+typedef struct engine_request {
+    const int32_t *prompt;
+    size_t n_prompt;
+    sampler_opts sp;
+    int64_t num_predict; /* < 0: unbounded (until EOG or a full context) */
+    bool (*on_token)(void *ud, int32_t token); /* true = stop now */
+    bool (*cancelled)(void *ud);               /* may be NULL */
+    void *ud;
+} engine_request;
+
+typedef struct engine_stats {
+    int32_t prompt_eval_count; /* every prompt token, cache hits included (as Ollama) */
+    uint64_t prompt_eval_ns;
+    int32_t eval_count;        /* tokens sampled (and passed to on_token) */
+    uint64_t eval_ns;
+    engine_done done;
+} engine_stats;
+
+hl_status engine_open(const char *gguf_path, const engine_config *cfg, engine **out,
+                      hl_err *err);
+void engine_close(engine *e); /* accepts NULL */
+
+const tok_vocab *engine_vocab(const engine *e);
+void engine_get_info(const engine *e, engine_info *out);
+/* The GGUF's tokenizer.chat_template (NULL when none); owned by the engine. */
+const char *engine_chat_template(const engine *e);
+
+hl_status engine_generate(engine *e, const engine_request *req, engine_stats *stats,
+                          hl_err *err);
+
+/* Pools the final hidden states of tokens (1 <= n <= n_ctx) into out (n_embd floats) as
+ * info.pooling says; not normalised. */
+hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, hl_err *err);
+
+#endif
