@@ -1,0 +1,73 @@
+/*
+ * sched.h - the loaded-model manager: which models are resident, who is using them, and
+ * when they are unloaded (Ollama's scheduler, spec section 5).
+ *
+ * A request acquires a model (sched_acquire): the first use loads it from the store
+ * (engine_open on its GGUF); later requests share the loaded engine. Releasing it
+ * (sched_release) starts the keep-alive timer: keep_alive <= 0 unloads as soon as no
+ * request uses it, otherwise it expires keep_alive after the last release (a reaper
+ * thread unloads it). The keep_alive of a request overrides and is remembered for the
+ * model; absent (SCHED_KEEP_UNSET) keeps the remembered value (at load: the default,
+ * $HEARTH_KEEP_ALIVE / $OLLAMA_KEEP_ALIVE, else 5m).
+ *
+ * Residency policy: one model at a time for now (max_loaded = 1). A request for another
+ * model, or for the same model with different load options (num_ctx, num_batch,
+ * num_thread), waits until the resident one is idle, unloads it and loads its own. The
+ * bookkeeping is a list so that several models under a memory budget can come next.
+ *
+ * Ownership: the sched owns every sched_model and its engine; a sched_model pointer is
+ * valid from sched_acquire until the matching sched_release. Thread-safe.
+ */
+#ifndef HL_SERVER_SCHED_H
+#define HL_SERVER_SCHED_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "server/engine.h"
+#include "store/store.h"
+
+#define SCHED_KEEP_FOREVER INT64_MAX
+#define SCHED_KEEP_UNSET INT64_MIN
+
+typedef struct sched sched;
+
+typedef struct sched_model {
+    char name[512];      /* display name, e.g. "m:latest" */
+    store_name sname;
+    char digest[65];
+    char *model_path;
+    json_t *details;     /* the /api/tags "details" object */
+    engine *eng;
+    engine_info info;
+    engine_config cfg;   /* as requested (reload when a request asks for another) */
+    /* guarded by the sched's lock */
+    int refs;
+    int64_t keep_alive_ns;
+    int64_t expires_at_ns; /* wall clock; meaningful when refs == 0 */
+    bool unload_when_idle;
+} sched_model;
+
+hl_status sched_create(sched **out, hl_err *err);
+void sched_destroy(sched *s); /* unloads everything; accepts NULL */
+
+/* The default keep-alive (environment, else 5 minutes) in ns. */
+int64_t sched_default_keep_alive(void);
+
+/* Gets sm loaded with cfg and takes a reference. *load_ns: time spent waiting and
+ * loading. cancelled (may be NULL) is polled while waiting for a busy model. */
+hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cfg,
+                        int64_t keep_alive_ns, bool (*cancelled)(void *), void *ud,
+                        sched_model **out, uint64_t *load_ns, hl_err *err);
+void sched_release(sched *s, sched_model *m, int64_t keep_alive_ns);
+
+/* Unloads a model as soon as it is idle (keep_alive 0 with an empty prompt). Returns
+ * whether it was loaded. */
+bool sched_expire(sched *s, const store_name *name);
+
+/* {"models":[...]} for /api/ps, newest expiry first. */
+json_t *sched_ps(sched *s);
+
+#endif
