@@ -7,6 +7,7 @@
 
 #include "gguf/gguf.h"
 #include "server/internal.h"
+#include "server/sched.h"
 #include "store/ggufinfo.h"
 
 json_t *srv_model_details(json_t *config) {
@@ -56,9 +57,7 @@ enum MHD_Result srv_handle_tags(srv_request *r) {
 }
 
 enum MHD_Result srv_handle_ps(srv_request *r) {
-    /* No model is ever resident until the engine lands: the registry of loaded models
-     * (name, size, expires_at, context_length) will feed this list. */
-    return srv_reply_json(r, 200, json_pack("{s:[]}", "models"));
+    return srv_reply_json(r, 200, sched_ps(r->srv->sched));
 }
 
 /* Ollama's parameters block: name padded to 30 columns, then the value (strings quoted). */

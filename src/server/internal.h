@@ -33,9 +33,12 @@
 
 typedef struct srv_request srv_request;
 
+struct sched; /* server/sched.h */
+
 struct hl_server {
     struct MHD_Daemon *mhd;
     store *st;
+    struct sched *sched; /* loaded models */
     int port;
     size_t max_body;
     bool quiet;

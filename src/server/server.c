@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "server/internal.h"
+#include "server/sched.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -539,6 +540,7 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     pthread_mutex_init(&s->producers_lock, NULL);
     pthread_cond_init(&s->producers_cv, NULL);
     hl_status st = store_open(cfg->models_dir, &s->st, err);
+    if (st == HL_OK) st = sched_create(&s->sched, err);
     if (st != HL_OK) {
         server_stop(s);
         return st;
@@ -574,6 +576,7 @@ void server_stop(hl_server *s) {
     pthread_mutex_lock(&s->producers_lock);
     while (s->n_producers > 0) pthread_cond_wait(&s->producers_cv, &s->producers_lock);
     pthread_mutex_unlock(&s->producers_lock);
+    sched_destroy(s->sched);
     store_close(s->st);
     for (size_t i = 0; i < s->n_origins; i++) free(s->origins[i]);
     free(s->origins);
