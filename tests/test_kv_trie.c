@@ -528,14 +528,13 @@ TEST(kv_trie_user_snapshot_preserves_restore_point) {
     user_snapshot_preserves_restore_point(ENV_RECURRENT);
 }
 
-static void inflate_all(kv_prefix *pc, kv_node *n, size_t bytes) {
+static void inflate_all(const env *e, kv_node *n, size_t bytes) {
     if (n->snaps)
-        for (int i = 0; i < 2; i++)
-            if (i < 1 || n->snaps[1]) {
-                fake_snap *s = n->snaps[i];
-                if (s) s->bytes = bytes;
-            }
-    for (int32_t i = 0; i < n->n_children; i++) inflate_all(pc, n->children[i], bytes);
+        for (int i = 0; i < e->n; i++) {
+            fake_snap *s = n->snaps[i];
+            if (s) s->bytes = bytes;
+        }
+    for (int32_t i = 0; i < n->n_children; i++) inflate_all(e, n->children[i], bytes);
 }
 
 static void user_snapshot_resists_auto_merge(env_kind kind) {
@@ -547,7 +546,7 @@ static void user_snapshot_resists_auto_merge(env_kind kind) {
     kv_node *u = node_ending_at(kv_prefix_root(e->pc), 3);
     CHECK(u && u->user);
     CHECK_EQ_INT(u->n_children, 2);
-    inflate_all(e->pc, kv_prefix_root(e->pc), (size_t)5 << 30);
+    inflate_all(e, kv_prefix_root(e->pc), (size_t)5 << 30);
     kv_prefix_recount(e->pc);
     kv_prefix_evict(e->pc);
     u = node_ending_at(kv_prefix_root(e->pc), 3);
@@ -621,7 +620,7 @@ TEST(kv_trie_eviction_preserves_active_conversations) {
         int32_t in[] = {1, 2, 3, 4, 5, 100 + c, 200 + c}, g[] = {300 + c};
         CHECK_OK(run_req(e, in, 7, g, 1, 0).st, NULL);
     }
-    inflate_all(e->pc, kv_prefix_root(e->pc), (size_t)2 << 30);
+    inflate_all(e, kv_prefix_root(e->pc), (size_t)2 << 30);
     kv_prefix_recount(e->pc);
     CHECK(kv_prefix_snapshot_bytes(e->pc) > ((size_t)8 << 30));
     kv_prefix_evict(e->pc);

@@ -362,7 +362,7 @@ static size_t collect(kv_pool *p, kv_tier tier) {
         }
         p->cands[n++] = b;
     }
-    qsort(p->cands, n, sizeof *p->cands, cmp_lru);
+    if (n > 1) qsort(p->cands, n, sizeof *p->cands, cmp_lru);
     return n;
 }
 

@@ -22,6 +22,7 @@ struct kv_prefix {
     kv_node *root;
     kv_path active;
     size_t snap_bytes;
+    uint64_t n_evicted;
     bool in_session;
 };
 
@@ -211,6 +212,8 @@ static size_t sum_bytes(const kv_prefix *pc, const kv_node *n) {
     for (int32_t i = 0; i < n->n_children; i++) b += sum_bytes(pc, n->children[i]);
     return b;
 }
+
+uint64_t kv_prefix_evictions(const kv_prefix *pc) { return pc->n_evicted; }
 
 void kv_prefix_recount(kv_prefix *pc) { pc->snap_bytes = sum_bytes(pc, pc->root); }
 
@@ -439,6 +442,7 @@ void kv_prefix_evict(kv_prefix *pc) {
         hl_status st = victim->n_children == 0 ? kv_trie_remove(pc, victim, NULL)
                                                : kv_trie_merge_with_child(pc, victim, NULL);
         if (st) break; /* out of memory merging: stop rather than spin */
+        pc->n_evicted++;
     }
 }
 

@@ -114,6 +114,8 @@ size_t kv_prefix_snapshot_bytes(const kv_prefix *pc); /* sum over all nodes' sna
 size_t kv_prefix_count_nodes(const kv_prefix *pc);
 /* Recomputes the snapshot byte counter (when a kind's sizes changed in place). */
 void kv_prefix_recount(kv_prefix *pc);
+/* Nodes removed or merged away by eviction so far. */
+uint64_t kv_prefix_evictions(const kv_prefix *pc);
 uint64_t kv_prefix_now(const kv_prefix *pc);
 /* Minimum offset over the live (non-stateless) caches. */
 int32_t kv_prefix_cache_offset(const kv_prefix *pc);
