@@ -904,6 +904,10 @@ int32_t tok_stream_push(tok_stream *s, int32_t id, char *buf, size_t cap) {
     return (int32_t)w;
 }
 
+size_t tok_stream_buf_size(const tok_vocab *v) {
+    return 3 * ((size_t)v->max_piece_len + sizeof ((tok_stream *)0)->pending);
+}
+
 int32_t tok_stream_flush(tok_stream *s, char *buf, size_t cap) {
     if (s->n_pending == 0) return 0;
     if (cap < 3) return -1;

@@ -147,6 +147,9 @@ void tok_stream_init(tok_stream *s, const tok_vocab *v, bool render_special,
 /* Appends the text ready after id to buf (up to cap bytes; returns bytes written,
  * or -1 if cap was too small: 64 + the longest token is always enough). */
 int32_t tok_stream_push(tok_stream *s, int32_t id, char *buf, size_t cap);
+/* A cap for tok_stream_push/flush that is always enough for this vocab (every held or
+ * piece byte may turn into a 3-byte U+FFFD). */
+size_t tok_stream_buf_size(const tok_vocab *v);
 /* Emits what is still held (invalid tail as U+FFFD). */
 int32_t tok_stream_flush(tok_stream *s, char *buf, size_t cap);
 
