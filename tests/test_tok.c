@@ -403,6 +403,17 @@ static void hostile_inputs(const tok_vocab *v, bool roundtrip) {
 
 TEST(tok_hostile_input_spm) {
     VOCAB_OR_SKIP(v, "ggml-vocab-llama-spm.gguf");
+    /* found by fuzzing: a 2-byte lead before a space takes part of the escaped U+2581,
+     * leaving more symbols than input bytes */
+    char lead_space[4000];
+    for (size_t i = 0; i < sizeof lead_space; i += 2) lead_space[i] = '\xc2', lead_space[i + 1] = ' ';
+    int32_t *ids = malloc(9000 * sizeof *ids);
+    long n = encode(v, lead_space, sizeof lead_space, false, false, ids, 9000);
+    int32_t third = n > 3 ? ids[3] : -1;
+    free(ids);
+    /* "▁", then per pair the bytes C2 E2 96 81 as byte tokens */
+    CHECK_EQ_INT(n, 1 + 4 * 2000);
+    CHECK_EQ_INT(third, byte_tok(v, 0x96));
     hostile_inputs(v, true);
     tok_vocab_destroy(v);
 }
@@ -441,7 +452,7 @@ TEST(tok_speed_few_kb) {
 /* ---- GGUF metadata handling (files built with the gguf writer) ---- */
 
 static const char *const k_small_tokens[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a",
-                                             "\xe2\x96\x81" "a", "b", "<|im_end|>",
+                                             ("\xe2\x96\x81" "a"), "b", "<|im_end|>",
                                              "<|endoftext|>"};
 #define N_SMALL 9
 
@@ -601,7 +612,7 @@ static tok_vocab *build(tok_model_kind kind, const char *const *texts, const int
 }
 
 TEST(tok_special_partition_longest_first) {
-    static const char *const t[] = {"<unk>", "\xe2\x96\x81", "a", "ab", "bcd", "\xe2\x96\x81" "a",
+    static const char *const t[] = {"<unk>", "\xe2\x96\x81", "a", "ab", "bcd", ("\xe2\x96\x81" "a"),
                                     "<c>", "c", "d"};
     static const int ty[] = {2, 1, 1, 4, 4, 1, 3, 1, 1};
     tok_vocab *v = build(TOK_MODEL_SPM, t, ty, 9);

@@ -151,7 +151,7 @@ static const char *tok_text(const tok_vocab *v, int32_t id) {
 /* Texts llama.cpp treats as end-of-turn markers when the file names no EOT. */
 static const char *const k_eot_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-    "_<EOT>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "_<EOT>", ("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
     "<end_of_utterance>",
 };
 /* Texts that end generation whatever the metadata says. */
