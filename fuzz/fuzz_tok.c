@@ -103,10 +103,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (ids[i] < 0 || ids[i] >= tok_vocab_n_tokens(v)) abort();
             int64_t dn = tok_decode(v, ids, n, ps, true, out, 8 * size + 64);
             if (dn < 0 || (size_t)dn > 8 * size + 64) abort();
-            if (k == 0 && !ps && valid_utf8(data, size) &&
-                !memmem(data, size, "\xe2\x96\x81", 3) &&
-                !memmem(data, size, "<u>", 3) && /* a space prefix follows specials */ (dn != (int64_t)size ||
-                                                          memcmp(out, data, size) != 0))
+            /* no round trip when a special token is in the text: a space prefix follows it */
+            bool plain = valid_utf8(data, size) && !memmem(data, size, "\xe2\x96\x81", 3) &&
+                         !memmem(data, size, "<u>", 3);
+            if (k == 0 && !ps && plain && (dn != (int64_t)size || memcmp(out, data, size) != 0))
                 abort();
             tok_stream s;
             tok_stream_init(&s, v, ps, true);
