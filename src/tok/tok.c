@@ -277,8 +277,7 @@ static hl_status build_trie(tok_vocab *v, hl_err *err) {
             }
             node = c;
         }
-        /* Two tokens with the same text: the first id wins (like the text map's order
-         * does not matter here: both are special). */
+        /* Two special tokens with the same text: the first id wins. */
         if (v->trie[node].token < 0) v->trie[node].token = id;
     }
     return HL_OK;
@@ -681,8 +680,7 @@ static hl_status find_specials(const tok_vocab *v, const char *text, size_t len,
     size_t kept = 0;
     for (size_t i = 0; i < out->n; i++) {
         special_match m = out->m[i];
-        /* Overlap with an accepted match: checking both ends and the first byte is
-         * enough since accepted matches are at least as long as this one. */
+        /* Rejected if it overlaps a match accepted before (O(length) per match). */
         bool free_span = true;
         for (size_t k = m.start; k < m.start + m.len; k++) {
             if (taken[k]) {
