@@ -65,6 +65,10 @@ TEST(bpe_pretok_gpt2_words) {
               "[\xe6\x88\x91\xe6\x83\xb3\xe5\x9c\xa8" "apple]");
     CHECK_STR(SPLIT("gpt-2", "a\r\n\r\nb"), "[a][\r\n\r][\n][b]");
     CHECK_STR(SPLIT("mpt", "x  "), "[x][  ]");
+    /* U+180E is not White_Space (PCRE2's own \s would say it is) */
+    CHECK_STR(SPLIT("gpt-2", "a\xe1\xa0\x8e!"), "[a][\xe1\xa0\x8e!]");
+    /* U+3000 and U+00A0 are */
+    CHECK_STR(SPLIT("gpt-2", "a\xe3\x80\x80\xc2\xa0 b"), "[a][\xe3\x80\x80\xc2\xa0][ b]");
 }
 
 TEST(bpe_pretok_llama3_words) {
