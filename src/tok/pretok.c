@@ -33,6 +33,7 @@
 struct tok_pretok {
     size_t n_regex;
     pcre2_code *re[PRETOK_MAX_REGEX];
+    bool jit[PRETOK_MAX_REGEX];
 };
 
 /* ---- regex sets ---- */
@@ -272,7 +273,8 @@ hl_status tok_pretok_create(const char *name, tok_pretok **out, hl_err *err) {
         /* JIT is an optimisation: the interpreter runs when it is unavailable, and
          * under valgrind (make valgrind sets HEARTH_VALGRIND), which reports false
          * uninitialised reads inside JIT code. */
-        if (!getenv("HEARTH_VALGRIND")) (void)pcre2_jit_compile(c, PCRE2_JIT_COMPLETE);
+        bool jit = !getenv("HEARTH_VALGRIND") && pcre2_jit_compile(c, PCRE2_JIT_COMPLETE) == 0;
+        p->jit[p->n_regex] = jit;
         p->re[p->n_regex++] = c;
     }
     *out = p;
@@ -350,17 +352,32 @@ static size_t utf8_char_len(const unsigned char *s, size_t n) {
     return k ? k : 1;
 }
 
+static int match_at(const pcre2_code *code, bool jit, const unsigned char *piece, size_t plen,
+                    size_t off, pcre2_match_data *md) {
+    int rc = jit ? pcre2_jit_match(code, piece, plen, off, 0, md, NULL)
+                 : pcre2_match(code, piece, plen, off, PCRE2_NO_UTF_CHECK, md, NULL);
+    /* JIT's stack is small; the interpreter keeps its backtracking on the heap */
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+        rc = pcre2_match(code, piece, plen, off, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, NULL);
+    return rc;
+}
+
 /* Splits each piece of in with code, appending the new piece ends to out. */
-static hl_status split_pass(const pcre2_code *code, const unsigned char *subj, const ends *in,
-                            ends *out, pcre2_match_data *md, hl_err *err) {
+static hl_status split_pass(const pcre2_code *code, bool jit, const unsigned char *subj,
+                            const ends *in, ends *out, pcre2_match_data *md, hl_err *err) {
     size_t start = 0;
     for (size_t i = 0; i < in->n; i++) {
         size_t end = in->v[i];
         const unsigned char *piece = subj + start;
         size_t plen = end - start;
         size_t last = 0, off = 0;
+        if (plen == utf8_char_len(piece, plen)) { /* one character: nothing to split */
+            if (!ends_push(out, end)) goto nomem;
+            start = end;
+            continue;
+        }
         while (off < plen) {
-            int rc = pcre2_match(code, piece, plen, off, PCRE2_NO_UTF_CHECK, md, NULL);
+            int rc = match_at(code, jit, piece, plen, off, md);
             if (rc == PCRE2_ERROR_NOMATCH) break;
             if (rc < 0) {
                 PCRE2_UCHAR msg[160];
@@ -431,7 +448,7 @@ hl_status tok_pretok_split(const tok_pretok *p, const char *text, size_t len,
     if (!md || !ends_push(&a, slen)) goto nomem;
     for (size_t r = 0; r < p->n_regex; r++) {
         b.n = 0;
-        st = split_pass(p->re[r], subj, &a, &b, md, err);
+        st = split_pass(p->re[r], p->jit[r], subj, &a, &b, md, err);
         if (st != HL_OK) goto done;
         ends t = a;
         a = b;
