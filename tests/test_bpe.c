@@ -457,3 +457,41 @@ TEST(bpe_hf_errors) {
     CHECK_EQ_INT(tok_vocab_load_hf(missing, &v, &err), HL_ERR_IO);
     CHECK(v == NULL);
 }
+
+/* ---- speed: well under a millisecond per KB on ordinary text ---- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define BPE_SLOWDOWN 8.0
+#else
+#define BPE_SLOWDOWN 1.0
+#endif
+
+TEST(bpe_speed_and_roundtrip_256k) {
+    const char *inp = test_shared_path("testdata/tokenizer/llama.cpp/ggml-vocab-gpt-2.gguf.inp");
+    if (!inp) SKIP("ggml-vocab-gpt-2.gguf.inp not found");
+    tok_vocab *v = tok_vectors_open_vocab("ggml-vocab-gpt-2.gguf");
+    if (!v) SKIP("ggml-vocab-gpt-2.gguf not found");
+    char *base = NULL;
+    size_t blen = 0;
+    hl_err err;
+    CHECK_OK(hl_file_read(inp, &base, &blen, &err), &err);
+    size_t n = 256 * 1024;
+    char *text = malloc(n);
+    int32_t *ids = malloc(n * sizeof *ids);
+    char *back = malloc(n);
+    CHECK(text && ids && back && blen > 0);
+    for (size_t i = 0; i < n; i++) text[i] = base[i % blen];
+    size_t n_ids = 0;
+    uint64_t t0 = hl_time_ns();
+    CHECK_OK(tok_encode(v, text, n, false, false, ids, n, &n_ids, &err), &err);
+    double ms = (double)(hl_time_ns() - t0) / 1e6;
+    CHECK(n_ids > n / 8 && n_ids <= n);
+    CHECK_MSG(ms < 256 * 0.5 * BPE_SLOWDOWN, "256 KB took %.1f ms", ms);
+    CHECK_EQ_INT(tok_decode(v, ids, n_ids, false, false, back, n), (int64_t)n);
+    CHECK(memcmp(back, text, n) == 0);
+    free(base);
+    free(text);
+    free(ids);
+    free(back);
+    tok_vocab_destroy(v);
+}
