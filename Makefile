@@ -73,7 +73,7 @@ valgrind: $(BUILD)/hearth $(BUILD)/hearth-tests
 
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 fuzz:
-	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 \
+	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 CFLAGS="$(CFLAGS) -Wno-unknown-warning-option" \
 	    SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" \
 	    build-fuzz/libhearth.a
 	@mkdir -p build-fuzz/fuzz

@@ -601,6 +601,17 @@ TEST(gguf_rejects_bad_value_types) {
     bb_key(&b, "a\nb", (gguf_type)0x7fffffff);
     bb_zeros(&b, 8);
     EXPECT_FAIL(b.p, b.len, "key 0 ('a?b'): unknown value type");
+    /* a bool byte other than 0/1 is accepted and reads as true */
+    b.len = 0;
+    bb_header(&b, 3, 0, 1);
+    bb_key(&b, "flag", GGUF_TYPE_BOOL);
+    bb_raw(&b, "\x02", 1);
+    gguf_file *f;
+    hl_err err;
+    CHECK_OK(gguf_open_memory(b.p, b.len, &f, &err), &err);
+    bool v = false;
+    CHECK(gguf_get_bool(f, "flag", &v) && v);
+    gguf_close(f);
     free(b.p);
 }
 

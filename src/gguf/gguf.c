@@ -228,7 +228,9 @@ static hl_status read_value(reader *r, gguf_kv *kv, const char *where, hl_err *e
 
 static hl_status parse_kvs(gguf_file *f, reader *r, hl_err *err) {
     char where[SHOW_MAX + 64];
-    f->key_index = hl_strmap_create((size_t)f->n_kv);
+    /* Sized for what a real file has; it grows if there are more, so a lying count
+     * does not cost a large table up front. */
+    f->key_index = hl_strmap_create(f->n_kv < 1024 ? (size_t)f->n_kv : 1024);
     if (!f->key_index) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < f->n_kv; i++) {
         gguf_kv *kv = &f->kv[i];
@@ -397,7 +399,7 @@ static hl_status parse(gguf_file *f, hl_err *err) {
     f->n_tensors = (int64_t)n_tensors;
     f->kv = calloc(n_kv ? (size_t)n_kv : 1, sizeof *f->kv);
     f->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *f->tensors);
-    f->tensor_index = hl_strmap_create((size_t)n_tensors);
+    f->tensor_index = hl_strmap_create(n_tensors < 4096 ? (size_t)n_tensors : 4096);
     if (!f->kv || !f->tensors || !f->tensor_index)
         return hl_fail(err, HL_ERR_NOMEM, "out of memory");
 

@@ -86,7 +86,8 @@ gguf_type gguf_kv_type(const gguf_file *f, int64_t i);
 /* Typed getters by key. Return false when the key is absent or has a type that
  * cannot be converted losslessly (any integer type converts to a wider or equal
  * signed/unsigned type when the value fits; FLOAT32 and FLOAT64 convert to each
- * other; integers do not become floats). *out is untouched on false. */
+ * other; integers do not become floats). A BOOL is read as true for any nonzero
+ * byte. *out is untouched on false. */
 bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
 bool gguf_get_i32(const gguf_file *f, const char *key, int32_t *out);
 bool gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);

@@ -22,6 +22,9 @@ typedef struct spm_bigram {
     uint32_t size;
 } spm_bigram;
 
+/* A 4-ary heap: shallower than binary, fewer cache misses on long texts. */
+#define HEAP_ARITY 4
+
 typedef struct spm_heap {
     spm_bigram *a;
     size_t n, cap;
@@ -43,7 +46,7 @@ static bool heap_push(spm_heap *h, spm_bigram b) {
     }
     size_t i = h->n++;
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
+        size_t parent = (i - 1) / HEAP_ARITY;
         if (!bigram_before(&b, &h->a[parent])) break;
         h->a[i] = h->a[parent];
         i = parent;
@@ -52,19 +55,25 @@ static bool heap_push(spm_heap *h, spm_bigram b) {
     return true;
 }
 
-static spm_bigram heap_pop(spm_heap *h) {
-    spm_bigram top = h->a[0];
-    spm_bigram last = h->a[--h->n];
-    size_t i = 0;
+static void sift_down(spm_heap *h, size_t i) {
+    spm_bigram x = h->a[i];
     for (;;) {
-        size_t c = 2 * i + 1;
+        size_t c = HEAP_ARITY * i + 1;
         if (c >= h->n) break;
-        if (c + 1 < h->n && bigram_before(&h->a[c + 1], &h->a[c])) c++;
-        if (!bigram_before(&h->a[c], &last)) break;
+        size_t end = c + HEAP_ARITY < h->n ? c + HEAP_ARITY : h->n;
+        for (size_t k = c + 1; k < end; k++)
+            if (bigram_before(&h->a[k], &h->a[c])) c = k;
+        if (!bigram_before(&h->a[c], &x)) break;
         h->a[i] = h->a[c];
         i = c;
     }
-    if (h->n > 0) h->a[i] = last;
+    h->a[i] = x;
+}
+
+static spm_bigram heap_pop(spm_heap *h) {
+    spm_bigram top = h->a[0];
+    h->a[0] = h->a[--h->n];
+    if (h->n > 0) sift_down(h, 0);
     return top;
 }
 
@@ -92,6 +101,10 @@ static void emit_unknown(const tok_vocab *v, const uint8_t *bytes, uint32_t n, t
 static uint32_t spm_char_len(uint8_t b) {
     static const uint8_t by_high_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
     return by_high_nibble[b >> 4];
+}
+
+static bool is_spm_space(const char *buf, const spm_symbol *s) {
+    return s->n == 3 && memcmp(buf + s->off, "\xe2\x96\x81", 3) == 0;
 }
 
 hl_status tok_spm_encode(const tok_vocab *v, const char *text, size_t len, bool space_prefix,
@@ -129,35 +142,72 @@ hl_status tok_spm_encode(const tok_vocab *v, const char *text, size_t len, bool 
         n_sym++;
         off += cl;
     }
-    for (int32_t i = 1; i < n_sym; i++) {
-        if (!try_add_bigram(v, buf, sym, i - 1, i, &heap)) {
-            st = hl_fail(err, HL_ERR_NOMEM, "out of memory tokenizing");
-            goto done;
-        }
+    heap.cap = (size_t)n_sym + 64;
+    heap.a = malloc(heap.cap * sizeof *heap.a);
+    if (!heap.a) {
+        st = hl_fail(err, HL_ERR_NOMEM, "out of memory tokenizing");
+        goto done;
     }
-    while (heap.n > 0) {
-        spm_bigram bg = heap_pop(&heap);
-        spm_symbol *l = &sym[bg.left], *r = &sym[bg.right];
-        /* Stale entry: one side was merged into something else since. */
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) sym[r->next].prev = bg.left;
-        if (!try_add_bigram(v, buf, sym, l->prev, bg.left, &heap) ||
-            !try_add_bigram(v, buf, sym, bg.left, l->next, &heap)) {
-            st = hl_fail(err, HL_ERR_NOMEM, "out of memory tokenizing");
-            goto done;
+    /* Merge chunk by chunk. When no token has U+2581 right after another character
+     * (true of SentencePiece vocabularies that split on whitespace), no merge can
+     * cross the start of a word, so words are independent and their heaps small:
+     * same result, much faster. */
+    for (int32_t a = 0, b; a < n_sym; a = b) {
+        b = a + 1;
+        if (v->spm_word_chunks) {
+            while (b < n_sym && !(is_spm_space(buf, &sym[b]) && !is_spm_space(buf, &sym[b - 1])))
+                b++;
+        } else {
+            b = n_sym;
         }
-    }
-    for (int32_t i = n_sym > 0 ? 0 : -1; i >= 0; i = sym[i].next) {
-        int32_t id = tok_lookup(v, buf + sym[i].off, sym[i].n);
-        if (id >= 0) tok_sink_push(sink, id);
-        else emit_unknown(v, (const uint8_t *)buf + sym[i].off, sym[i].n, sink);
+        sym[a].prev = -1;
+        sym[b - 1].next = -1;
+        /* Seed with every adjacent pair that is a token, then heapify in O(n). */
+        heap.n = 0;
+        for (int32_t i = a + 1; i < b; i++) {
+            uint32_t size = sym[i - 1].n + sym[i].n;
+            int32_t id = tok_lookup(v, buf + sym[i - 1].off, size);
+            if (id >= 0) heap.a[heap.n++] = (spm_bigram){v->tokens[id].score, i - 1, i, size};
+        }
+        for (size_t k = heap.n / HEAP_ARITY + 1; k-- > 0;)
+            if (k < heap.n) sift_down(&heap, k);
+        while (heap.n > 0) {
+            spm_bigram bg = heap_pop(&heap);
+            spm_symbol *l = &sym[bg.left], *r = &sym[bg.right];
+            /* Stale entry: one side was merged into something else since. */
+            if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
+            l->n += r->n;
+            r->n = 0;
+            l->next = r->next;
+            if (r->next >= 0) sym[r->next].prev = bg.left;
+            if (!try_add_bigram(v, buf, sym, l->prev, bg.left, &heap) ||
+                !try_add_bigram(v, buf, sym, bg.left, l->next, &heap)) {
+                st = hl_fail(err, HL_ERR_NOMEM, "out of memory tokenizing");
+                goto done;
+            }
+        }
+        for (int32_t i = a; i >= 0; i = sym[i].next) {
+            int32_t id = tok_lookup(v, buf + sym[i].off, sym[i].n);
+            if (id >= 0) tok_sink_push(sink, id);
+            else emit_unknown(v, (const uint8_t *)buf + sym[i].off, sym[i].n, sink);
+        }
     }
 done:
     free(buf);
     free(sym);
     free(heap.a);
     return st;
+}
+
+bool tok_spm_words_independent(const tok_vocab *v) {
+    for (int32_t id = 0; id < v->n_tokens; id++) {
+        const char *t = v->text_arena + v->tokens[id].text_off;
+        uint32_t n = v->tokens[id].text_len;
+        /* the first char may be anything; look for U+2581 after a different char */
+        for (uint32_t i = 1; i + 3 <= n; i++) {
+            if (memcmp(t + i, "\xe2\x96\x81", 3) != 0) continue;
+            if (i < 3 || memcmp(t + i - 3, "\xe2\x96\x81", 3) != 0) return false;
+        }
+    }
+    return true;
 }

@@ -97,6 +97,7 @@ hl_status tok_vocab_add_token(tok_vocab *v, const char *text, size_t len, float 
     e->text_len = (uint32_t)len;
     e->score = score;
     e->type = (uint8_t)type;
+    e->strip = 0;
     if (len) memcpy(v->text_arena + v->arena_len, text, len);
     v->text_arena[v->arena_len + len] = '\0';
     v->arena_len += len + 1;
@@ -128,6 +129,10 @@ hl_status tok_vocab_add_merge(tok_vocab *v, const char *merge, size_t len) {
 
 void tok_vocab_set_special(tok_vocab *v, tok_special which, int32_t id) {
     if ((int)which >= 0 && which < TOK_SPECIAL_COUNT) v->special[which] = id;
+}
+void tok_vocab_set_token_strip(tok_vocab *v, int32_t id, int strip) {
+    if (tok_id_valid(v, id) && !v->finished)
+        v->tokens[id].strip = (uint8_t)(strip & (TOK_STRIP_LEFT | TOK_STRIP_RIGHT));
 }
 void tok_vocab_set_add_bos(tok_vocab *v, bool on) { v->add_bos = on; }
 void tok_vocab_set_add_eos(tok_vocab *v, bool on) { v->add_eos = on; }
@@ -342,6 +347,8 @@ hl_status tok_vocab_finish(tok_vocab *v, hl_err *err) {
     for (size_t k = 0; k < N_OF(eog_roles); k++)
         if (v->special[eog_roles[k]] >= 0) v->is_eog[v->special[eog_roles[k]]] = 1;
 
+    if (v->kind == TOK_MODEL_SPM) v->spm_word_chunks = tok_spm_words_independent(v);
+
     hl_status st = build_pieces(v, err);
     if (st == HL_OK) st = build_trie(v, err);
     if (st != HL_OK) return st;
@@ -424,6 +431,46 @@ static hl_status read_id_key(const gguf_file *f, const char *key, int32_t n_toke
                        key, (long long)val, (int)n_tokens);
     *id = (int32_t)val;
     return HL_OK;
+}
+
+/* Whether s (len bytes) contains needle, ASCII case-insensitively. */
+static bool contains_ci(const char *s, size_t len, const char *needle) {
+    size_t n = strlen(needle);
+    for (size_t i = 0; i + n <= len; i++) {
+        size_t k = 0;
+        while (k < n && (s[i + k] | 0x20) == (needle[k] | 0x20)) k++;
+        if (k == n) return true;
+    }
+    return false;
+}
+
+static void set_strip_by_text(tok_vocab *v, const char *text, int strip) {
+    /* the text map is built later, in finish: scan */
+    for (int32_t i = 0; i < v->n_tokens; i++)
+        if (v->tokens[i].text_len == strlen(text) && memcmp(tok_text(v, i), text, strlen(text)) == 0)
+            v->tokens[i].strip = (uint8_t)strip;
+}
+
+/* GGUF has no per-token strip flags; llama.cpp sets them for some models by name. */
+static void apply_model_strip_rules(const gguf_file *f, tok_vocab *v) {
+    gguf_str name = {0}, arch = {0};
+    gguf_get_str(f, "general.name", &name);
+    gguf_get_str(f, "general.architecture", &arch);
+    if (contains_ci(v->pre, strlen(v->pre), "jina-v2-de") ||
+        contains_ci(v->pre, strlen(v->pre), "jina-v2-es") ||
+        contains_ci(v->pre, strlen(v->pre), "jina-v2-code") ||
+        (arch.ptr && (contains_ci(arch.ptr, arch.len, "nomic-bert-moe") ||
+                      contains_ci(arch.ptr, arch.len, "jina-bert-v3")))) {
+        set_strip_by_text(v, "<mask>", TOK_STRIP_LEFT);
+    } else if (name.ptr && (contains_ci(name.ptr, name.len, "phi-3") ||
+                            contains_ci(name.ptr, name.len, "phi3"))) {
+        for (int32_t i = 0; i < v->n_tokens; i++)
+            if (is_matchable_special(v->tokens[i].type)) v->tokens[i].strip = TOK_STRIP_RIGHT;
+        set_strip_by_text(v, "</s>", TOK_STRIP_RIGHT);
+        set_strip_by_text(v, "<unk>", 0);
+        set_strip_by_text(v, "<s>", 0);
+        set_strip_by_text(v, "<|endoftext|>", 0);
+    }
 }
 
 static hl_status load_gguf_into(const gguf_file *f, tok_vocab **out, hl_err *err) {
@@ -550,6 +597,7 @@ static hl_status load_gguf_into(const gguf_file *f, tok_vocab **out, hl_err *err
     if (kind == TOK_MODEL_WPM && gguf_get_bool(f, "tokenizer.ggml.add_sep_token", &b))
         v->add_eos = b;
     if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b)) v->add_space_prefix = b;
+    apply_model_strip_rules(f, v);
     return tok_vocab_finish(v, err);
 }
 
@@ -683,6 +731,10 @@ static hl_status encode_raw(const tok_vocab *v, const char *text, size_t len, bo
     }
 }
 
+static bool is_c_space(char c) {
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
 hl_status tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_special,
                      bool parse_special, int32_t *out, size_t max_out, size_t *n_out,
                      hl_err *err) {
@@ -707,6 +759,10 @@ hl_status tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_
     size_t pos = 0;
     for (size_t i = 0; i <= ml.n && st == HL_OK; i++) {
         size_t end = i < ml.n ? ml.m[i].start : len;
+        if (i > 0 && (v->tokens[ml.m[i - 1].id].strip & TOK_STRIP_RIGHT))
+            while (pos < end && is_c_space(text[pos])) pos++;
+        if (i < ml.n && (v->tokens[ml.m[i].id].strip & TOK_STRIP_LEFT))
+            while (end > pos && is_c_space(text[end - 1])) end--;
         if (end > pos) {
             st = encode_raw(v, text + pos, end - pos, v->add_space_prefix && prev_special, &sink,
                             err);
@@ -846,6 +902,10 @@ int32_t tok_stream_push(tok_stream *s, int32_t id, char *buf, size_t cap) {
     s->n_pending = n_hold;
     s->at_start = false;
     return (int32_t)w;
+}
+
+size_t tok_stream_buf_size(const tok_vocab *v) {
+    return 3 * ((size_t)v->max_piece_len + sizeof ((tok_stream *)0)->pending);
 }
 
 int32_t tok_stream_flush(tok_stream *s, char *buf, size_t cap) {

@@ -12,7 +12,8 @@ typedef struct tok_entry {
     size_t text_off; /* into text_arena; the text is NUL-terminated there */
     uint32_t text_len;
     float score;
-    uint8_t type; /* tok_token_type */
+    uint8_t type;  /* tok_token_type */
+    uint8_t strip; /* TOK_STRIP_LEFT | TOK_STRIP_RIGHT: whitespace eaten around the special */
 } tok_entry;
 
 /* One node of the byte trie over special-token texts. */
@@ -40,6 +41,7 @@ struct tok_vocab {
     int32_t special[TOK_SPECIAL_COUNT];
     bool add_bos, add_eos, add_space_prefix;
     bool ignore_merges;
+    bool spm_word_chunks; /* no token has U+2581 after another character (see spm.c) */
 
     /* Built by tok_vocab_finish. */
     hl_strmap *token_map; /* text -> id (a later duplicate wins, as in llama.cpp) */
@@ -55,6 +57,9 @@ struct tok_vocab {
     uint8_t special_first_byte[32]; /* bitset: bytes that start a special token */
     tok_pretok *pretok;
 };
+
+/* Whether an SPM vocab allows encoding word by word (computed in finish). */
+bool tok_spm_words_independent(const tok_vocab *v);
 
 static inline bool tok_id_valid(const tok_vocab *v, int32_t id) {
     return id >= 0 && id < v->n_tokens;
