@@ -4,7 +4,7 @@
  * Each name maps to the regex list llama.cpp uses for that tokenizer.ggml.pre value.
  * llama.cpp runs some of them through hand-written matchers and others through
  * std::regex over "category-collapsed" text; both behave like the plain regexes
- * below under PCRE2 with UTF + UCP, with two adjustments:
+ * below under PCRE2 with UTF + UCP, with these adjustments:
  *   - case-insensitive contractions are spelled (?:'[sS]|...) because PCRE2's
  *     caseless UCP matching would also take U+017F for 's' and U+212A for 'k';
  *   - deepseek-llm's "\s+$" is "\s+\z" (PCRE2's $ also matches before a final \n);
