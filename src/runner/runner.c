@@ -76,6 +76,7 @@ void runner_destroy(runner *r) {
 
 int32_t runner_n_ctx(const runner *r) { return r->n_ctx; }
 kv_pool *runner_kv_pool(runner *r) { return r->pool; }
+sampler *runner_sampler(runner *r) { return r->smp; }
 struct kv_prefix *runner_prefix_cache(runner *r) { return r->pc; }
 
 hl_status runner_prepare(const runner *r, const runner_request *req, int32_t *num_predict,
@@ -161,6 +162,10 @@ hl_status runner_generate(runner *r, const runner_request *req, runner_stats *st
         if (st) goto out;
         done += chunk;
         if (next >= 0 && done >= next && (st = kv_session_snapshot(&sess, &e))) goto out;
+        if (req->progress && !req->progress(req->user, done, n)) {
+            st = hl_fail(&e, HL_ERR_CANCELLED, "request cancelled");
+            goto out;
+        }
     }
     if (cancelled(req)) {
         st = hl_fail(&e, HL_ERR_CANCELLED, "request cancelled");

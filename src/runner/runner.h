@@ -89,6 +89,8 @@ typedef struct runner_event {
 
 /* Returns false to cancel the request (e.g. the client went away). */
 typedef bool (*runner_emit_fn)(void *user, const runner_event *ev);
+/* Called after each prefill chunk ("prompt processing progress"); false cancels. */
+typedef bool (*runner_progress_fn)(void *user, int32_t processed, int32_t total);
 
 typedef struct runner_request {
     const int32_t *tokens;
@@ -99,7 +101,8 @@ typedef struct runner_request {
     int32_t n_stop_tokens;
     atomic_bool *cancel;          /* may be NULL */
     runner_emit_fn emit;          /* may be NULL */
-    void *user;
+    runner_progress_fn progress;  /* may be NULL */
+    void *user;                   /* passed to emit and progress */
 } runner_request;
 
 typedef struct runner runner;
@@ -134,6 +137,7 @@ void runner_page_out_idle(runner *r);
 
 /* For tests and benchmarks. */
 kv_pool *runner_kv_pool(runner *r);
+sampler *runner_sampler(runner *r);
 struct kv_prefix *runner_prefix_cache(runner *r);
 
 #endif
