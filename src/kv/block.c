@@ -239,8 +239,24 @@ static void unshuffle(const uint8_t *src, uint8_t *dst, size_t n_bytes) {
         for (size_t j = 0; j < 4; j++) dst[i * 4 + j] = src[j * n + i];
 }
 
+/* Rows >= n_valid are read by nobody; zeroing them makes the block deflate better (and
+ * never feeds uninitialised bytes to the compressor). */
+static void zero_invalid_rows(kv_pool *p, kv_block *b) {
+    const kv_layout *l = &p->layout;
+    const int32_t rows = l->block_tokens - b->n_valid;
+    if (rows <= 0) return;
+    for (int32_t layer = 0; layer < l->n_layer; layer++)
+        for (int32_t h = 0; h < l->n_head_kv; h++) {
+            memset(kv_block_k_row(p, b->data, layer, h, b->n_valid), 0,
+                   (size_t)rows * (size_t)l->head_dim_k * sizeof(float));
+            memset(kv_block_v_row(p, b->data, layer, h, b->n_valid), 0,
+                   (size_t)rows * (size_t)l->head_dim_v * sizeof(float));
+        }
+}
+
 static bool block_compress(kv_pool *p, kv_block *b) {
     if (b->tier != KV_TIER_RESIDENT || b->table_refs > 0) return false;
+    zero_invalid_rows(p, b);
     shuffle((const uint8_t *)b->data, p->scratch, p->block_bytes);
     uLongf zlen = compressBound((uLong)p->block_bytes);
     uint8_t *z = malloc(zlen);
