@@ -202,7 +202,7 @@ int main(void) {
             conv *c = cs[k];
             append_random(c, 12); /* the next user message after the answer */
             hits[n_hits] = turn(r, c, &st);
-            printf("%c turn %d (conversation cached):  prompt %4d  TTFT %8.1f ms  (cached %d)\n",
+            printf("%c turn %d (conversation cached):    prompt %4d  TTFT %8.1f ms  (cached %d)\n",
                    k ? 'B' : 'A', round + 2, st.prompt_eval_count, hits[n_hits],
                    st.cached_tokens);
             n_hits++;

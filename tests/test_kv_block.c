@@ -396,3 +396,36 @@ TEST(kv_block_trie_random_conversations_stay_consistent) {
     if (test_failed()) return;
     random_conversations(NULL);
 }
+
+TEST(kv_block_eviction_only_when_paging_cannot_help) {
+    const char *dir = test_tmpdir();
+    const size_t bb = kv_layout_block_bytes(&LAYOUT);
+    int32_t conv[4][64];
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 64; i++) conv[k][i] = i < 10 ? i + 1 : 100 * k + i;
+    /* unlimited disk: the live conversation alone is over the 2-block budget, yet nothing
+     * cached is evicted - it all goes to disk */
+    blk_env e;
+    CHECK(blk_env_init(&e, 2 * bb, dir));
+    for (int k = 0; k < 4; k++) CHECK(blk_req(&e, conv[k], 60, NULL, 0) >= 0);
+    CHECK_EQ_INT(kv_prefix_evictions(e.pc), 0);
+    CHECK(kv_pool_get_stats(e.pool).n_spilled > 0);
+    CHECK_EQ_INT(blk_req(&e, conv[0], 64, NULL, 0), 4);
+    blk_env_free(&e);
+    /* a disk cap of 3 blocks: the oldest conversations are evicted to respect it */
+    CHECK(blk_env_init(&e, 2 * bb, dir));
+    kv_pool_destroy(e.pool);
+    kv_pool_config cfg = {.layout = LAYOUT, .budget_bytes = 2 * bb, .spill_dir = dir,
+                          .spill_max_bytes = 3 * bb};
+    kv_prefix_destroy(e.pc);
+    CHECK_OK(kv_pool_create(&cfg, &e.pool, NULL), NULL);
+    kv_table_init(&e.table, e.pool);
+    kv_prefix_config tc = {.caches = &e.cache, .n_caches = 1, .over_budget = kv_pool_over_budget,
+                           .budget_ctx = e.pool, .page_out_on_close = true};
+    CHECK_OK(kv_prefix_create(&tc, &e.pc, NULL), NULL);
+    for (int k = 0; k < 4; k++) CHECK(blk_req(&e, conv[k], 60, NULL, 0) >= 0);
+    CHECK(kv_prefix_evictions(e.pc) > 0);
+    CHECK(kv_pool_get_stats(e.pool).disk_bytes <= 3 * bb);
+    CHECK_OK(kv_trie_check(e.pc, NULL), NULL);
+    blk_env_free(&e);
+}

@@ -420,3 +420,42 @@ TEST(runner_bad_sampling_options_are_an_error_event) {
     runner_destroy(r);
     model_free(m);
 }
+
+TEST(runner_spills_to_disk_under_a_tight_budget_and_restores_exactly) {
+    model *m = load_synth();
+    const char *dir = test_tmpdir();
+    /* budget: 6 blocks of 8 tokens; three conversations of ~90 tokens cannot stay in RAM */
+    runner_config cfg = {.n_threads = 1, .block_tokens = 8, .spill_dir = dir};
+    runner *probe = NULL, *cold = new_runner(m, 8, 2048);
+    CHECK_OK(runner_create(m, &cfg, &probe, NULL), NULL);
+    size_t bb = kv_pool_get_stats(runner_kv_pool(probe)).block_bytes;
+    runner_destroy(probe);
+    cfg.kv_budget_bytes = 6 * bb;
+    runner *r = NULL;
+    CHECK_OK(runner_create(m, &cfg, &r, NULL), NULL);
+    int32_t conv[3][120];
+    for (int k = 0; k < 3; k++) {
+        fill_prompt(conv[k], 120, 20);
+        fill_prompt(conv[k] + 30, 90, 21 + k); /* 30 shared tokens */
+    }
+    capture c = {0}, cc = {0};
+    runner_stats st;
+    for (int round = 0; round < 2; round++)
+        for (int k = 0; k < 3; k++) {
+            int n = 80 + 10 * round;
+            CHECK_OK(run(r, conv[k], n, 3, &c, &st), NULL);
+            if (round == 1) CHECK_EQ_INT(st.cached_tokens, 80); /* restored from disk/RAM */
+            CHECK_OK(run(cold, conv[k], n, 3, &cc, &st), NULL);
+            for (int i = 0; i < 3; i++) CHECK_EQ_INT(c.toks[i], cc.toks[i]);
+        }
+    kv_pool_stats ps = kv_pool_get_stats(runner_kv_pool(r));
+    CHECK(ps.n_paged_out > 0);
+    CHECK(ps.n_paged_in > 0);
+    CHECK(ps.n_spilled > 0);
+    runner_memory mem = runner_get_memory(r);
+    CHECK(mem.kv_disk > 0);
+    CHECK_OK(kv_trie_check(runner_prefix_cache(r), NULL), NULL);
+    runner_destroy(r);
+    runner_destroy(cold);
+    model_free(m);
+}

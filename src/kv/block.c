@@ -163,6 +163,7 @@ void kv_pool_destroy(kv_pool *p) {
 
 const kv_layout *kv_pool_layout(const kv_pool *p) { return &p->layout; }
 size_t kv_pool_budget(const kv_pool *p) { return p->budget; }
+size_t kv_pool_spill_max(const kv_pool *p) { return p->spill_max; }
 void kv_pool_set_budget(kv_pool *p, size_t budget_bytes) { p->budget = budget_bytes; }
 kv_pool_stats kv_pool_get_stats(const kv_pool *p) { return p->st; }
 
@@ -357,6 +358,16 @@ hl_status kv_block_make_resident(kv_pool *p, kv_block *b, hl_err *err) {
 
 bool kv_pool_within_budget(const kv_pool *p) {
     return p->st.ram_bytes <= p->budget && p->st.disk_bytes <= p->spill_max;
+}
+
+size_t kv_pool_cold_ram_bytes(const kv_pool *p) {
+    size_t n = 0;
+    for (const kv_block *b = p->head; b; b = b->next) {
+        if (b->table_refs > 0) continue;
+        if (b->tier == KV_TIER_RESIDENT) n += p->block_bytes;
+        else if (b->tier == KV_TIER_COMPRESSED) n += b->zlen;
+    }
+    return n;
 }
 
 static int cmp_lru(const void *a, const void *b) {

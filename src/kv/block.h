@@ -85,6 +85,7 @@ hl_status kv_pool_create(const kv_pool_config *cfg, kv_pool **out, hl_err *err);
 void kv_pool_destroy(kv_pool *p); /* accepts NULL */
 const kv_layout *kv_pool_layout(const kv_pool *p);
 size_t kv_pool_budget(const kv_pool *p);
+size_t kv_pool_spill_max(const kv_pool *p); /* SIZE_MAX when unlimited */
 void kv_pool_set_budget(kv_pool *p, size_t budget_bytes);
 kv_pool_stats kv_pool_get_stats(const kv_pool *p);
 
@@ -96,6 +97,9 @@ kv_pool_stats kv_pool_get_stats(const kv_pool *p);
 bool kv_pool_page(kv_pool *p);
 /* Like kv_pool_page's result without doing anything. */
 bool kv_pool_within_budget(const kv_pool *p);
+/* RAM held by blocks no live table holds (resident or compressed): what evicting trie
+ * nodes can give back. */
+size_t kv_pool_cold_ram_bytes(const kv_pool *p);
 
 /* Pages out every block no live table holds (an explicit "conversation went idle"):
  * compress all, and spill all when a spill directory is configured. */

@@ -132,7 +132,11 @@ const kv_cache_ops kv_block_cache_ops = {
 
 bool kv_pool_over_budget(void *ctx, const kv_prefix *pc) {
     (void)pc;
-    return !kv_pool_page((kv_pool *)ctx);
+    kv_pool *p = ctx;
+    if (kv_pool_page(p)) return false;
+    kv_pool_stats st = kv_pool_get_stats(p);
+    if (st.disk_bytes > kv_pool_spill_max(p)) return true;
+    return st.ram_bytes > kv_pool_budget(p) && kv_pool_cold_ram_bytes(p) > 0;
 }
 
 /* ---- whole state ---- */

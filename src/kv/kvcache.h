@@ -26,8 +26,10 @@
 extern const kv_cache_ops kv_block_cache_ops;
 
 /* An over_budget hook for kv_prefix_config: pages the pool (ctx = kv_pool *) and says
- * whether it is still over its budgets, so trie eviction runs only when paging cannot
- * make room. */
+ * whether evicting trie nodes is still needed: RAM over budget while blocks no live table
+ * holds remain in RAM (no spill directory, or the disk cap is reached), or the disk over
+ * its cap. Blocks of the live sequence may exceed the budget on their own; evicting
+ * cached conversations would not help that. */
 bool kv_pool_over_budget(void *ctx, const kv_prefix *pc);
 
 /* A block snapshot's range and blocks (for tests and statistics). */
