@@ -38,6 +38,7 @@ struct kv_pool {
     kv_block *head; /* alive blocks */
     float *recycled[KV_MAX_RECYCLED];
     int n_recycled;
+    kv_block *free_structs; /* recycled kv_block structs, linked through next */
     uint8_t *scratch; /* block_bytes, for shuffling */
     kv_block **cands; /* paging candidates */
     size_t cap_cands;
@@ -148,12 +149,18 @@ static void block_destroy(kv_pool *p, kv_block *b) {
     else p->head = b->next;
     if (b->next) b->next->prev = b->prev;
     p->st.n_blocks--;
-    free(b);
+    b->next = p->free_structs; /* decode needs a block every B tokens: no malloc for it */
+    p->free_structs = b;
 }
 
 void kv_pool_destroy(kv_pool *p) {
     if (!p) return;
     while (p->head) block_destroy(p, p->head);
+    while (p->free_structs) {
+        kv_block *n = p->free_structs->next;
+        free(p->free_structs);
+        p->free_structs = n;
+    }
     for (int i = 0; i < p->n_recycled; i++) free(p->recycled[i]);
     free(p->scratch);
     free(p->cands);
@@ -178,11 +185,17 @@ static float *data_alloc(kv_pool *p) {
 }
 
 static kv_block *block_new(kv_pool *p) {
-    kv_block *b = calloc(1, sizeof *b);
-    if (!b) return NULL;
+    kv_block *b = p->free_structs;
+    if (b) {
+        p->free_structs = b->next;
+        *b = (kv_block){0};
+    } else if (!(b = calloc(1, sizeof *b))) {
+        return NULL;
+    }
     b->data = data_alloc(p);
     if (!b->data) {
-        free(b);
+        b->next = p->free_structs;
+        p->free_structs = b;
         return NULL;
     }
     b->id = p->next_id++;
@@ -537,6 +550,10 @@ hl_status kv_table_reserve(kv_table *t, int32_t n, hl_err *err) {
 }
 
 void kv_table_commit(kv_table *t, int32_t n) { t->len += n; }
+
+hl_status kv_table_prealloc(kv_table *t, int32_t n_positions, hl_err *err) {
+    return table_grow(t, blocks_for(t, n_positions), err);
+}
 
 hl_status kv_table_set(kv_table *t, int32_t index, kv_block *b, hl_err *err) {
     if (index < 0 || index > t->n_blocks)

@@ -144,6 +144,9 @@ void kv_table_truncate(kv_table *t, int32_t n);
  * first when new blocks push it over budget (it never fails for budget reasons). */
 hl_status kv_table_reserve(kv_table *t, int32_t n, hl_err *err);
 void kv_table_commit(kv_table *t, int32_t n);
+/* Sizes the table's arrays for n_positions (no blocks are allocated), so growing up to
+ * there never reallocates. */
+hl_status kv_table_prealloc(kv_table *t, int32_t n_positions, hl_err *err);
 
 /* Installs block b (made resident first; the table takes its own reference) at block
  * index `index` <= n_blocks, replacing the block there. len is not changed. */

@@ -707,6 +707,10 @@ hl_status kv_session_snapshot(kv_session *s, hl_err *err) {
     return attach_snapshots(pc, node, err);
 }
 
+hl_status kv_session_reserve_outputs(kv_session *s, int32_t n, hl_err *err) {
+    return n > 0 ? stored_reserve(s, n, err) : HL_OK;
+}
+
 hl_status kv_session_add_outputs(kv_session *s, const int32_t *tokens, int32_t n, hl_err *err) {
     if (n <= 0) return HL_OK;
     hl_status st = stored_reserve(s, n, err);

@@ -179,6 +179,8 @@ void kv_session_schedule_prefill(kv_session *s);
 int32_t kv_session_next_snapshot(const kv_session *s);
 /* Consumes pending offsets the caches reached and attaches snapshots there. */
 hl_status kv_session_snapshot(kv_session *s, hl_err *err);
+/* Makes room for n more stored tokens, so kv_session_add_outputs does not allocate. */
+hl_status kv_session_reserve_outputs(kv_session *s, int32_t n, hl_err *err);
 /* Records generated tokens (the caches may hold them). */
 hl_status kv_session_add_outputs(kv_session *s, const int32_t *tokens, int32_t n, hl_err *err);
 /* Records what the caches reached in the trie and frees the session. Safe to call on a

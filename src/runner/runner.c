@@ -144,6 +144,9 @@ hl_status runner_generate(runner *r, const runner_request *req, runner_stats *st
     if (st) goto out;
     rs.cached_tokens = sess.prefix;
     kv_session_schedule_prefill(&sess);
+    /* decode must not allocate per token: size the bookkeeping for the whole request */
+    if ((st = kv_session_reserve_outputs(&sess, num_predict, &e))) goto out;
+    if ((st = kv_table_prealloc(&r->table, n + num_predict, &e))) goto out;
     st = sampler_add(r->smp, slot, &req->sampling, req->tokens, (size_t)n, &e);
     if (st) goto out;
     have_slot = true;
