@@ -1,31 +1,41 @@
 /*
- * engine.c - the engine seam (engine.h).
- *
- * TEMPORARY ADAPTER: until the runner's pipeline (src/runner/) is merged this drives the
- * model directly with one model_kv and the slot sampler - no prefix cache, one sequence.
- * It is replaced by the runner's pipeline; keep it trivial.
+ * engine.c - the engine seam (engine.h) over the runner's pipeline (src/runner/): the
+ * runner owns the prefix-trie KV cache shared across conversations, chunked prefill,
+ * decoding with the slot sampler, exact num_predict and the context limit. This file
+ * only adapts its event stream to engine.h's callbacks and adds embeddings, which the
+ * runner does not do: they run on a separate compute context over a throwaway KV cache
+ * (model_eval_hidden), so they never disturb the runner's cache.
  */
 #include "server/engine.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/file.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "runner/runner.h"
 
 struct engine {
     model *m;
-    model_kv *kv;
-    model_ctx *ctx;
+    runner *run;
+    model_ctx *embed_ctx; /* created on the first embedding */
     engine_info info;
+    _Atomic uint64_t mem_bytes; /* measured after load and after every request */
+    engine_config cfg;
     char *chat_template;
-    int32_t batch;
-    pthread_mutex_t lock; /* one run at a time */
+    pthread_mutex_t lock; /* the runner and the embedding context serve one request at a time */
 };
+
+/* Lock held. */
+static void measure(engine *e) {
+    runner_memory mem = runner_get_memory(e->run);
+    atomic_store(&e->mem_bytes, (uint64_t)mem.total +
+                                    (e->embed_ctx ? model_ctx_scratch_bytes(e->embed_ctx) : 0));
+}
 
 static void read_metadata(engine *e, const char *path) {
     gguf_file *f = NULL;
@@ -58,6 +68,7 @@ hl_status engine_open(const char *gguf_path, const engine_config *cfg, engine **
     if (!e) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&e->lock, NULL);
     e->info.pooling = ENGINE_POOL_MEAN;
+    e->cfg = *cfg;
     hl_status st = model_load(gguf_path, NULL, &e->m, err);
     if (st) goto fail;
     if (!model_vocab(e->m)) {
@@ -68,22 +79,16 @@ hl_status engine_open(const char *gguf_path, const engine_config *cfg, engine **
     int32_t n_ctx = cfg->num_ctx > 0 ? cfg->num_ctx : 4096;
     if (hp->n_ctx_train > 0 && n_ctx > hp->n_ctx_train) n_ctx = hp->n_ctx_train;
     if (n_ctx < 4) n_ctx = 4;
-    st = model_kv_create(e->m, n_ctx, &e->kv, err);
+    runner_config rc = {.n_threads = cfg->n_threads, .n_ctx = n_ctx,
+                        .prefill_chunk = cfg->num_batch > 0 ? cfg->num_batch : 0};
+    st = runner_create(e->m, &rc, &e->run, err);
     if (st) goto fail;
-    st = model_ctx_create(e->m, cfg->n_threads, cfg->num_batch > 0 ? cfg->num_batch : 512,
-                          &e->ctx, err);
-    if (st) goto fail;
-    e->info.n_ctx = n_ctx;
-    e->batch = cfg->num_batch > 0 ? cfg->num_batch : 512;
+    e->info.n_ctx = runner_n_ctx(e->run);
     e->info.n_ctx_train = hp->n_ctx_train;
     e->info.n_embd = hp->n_embd;
     e->info.n_vocab = hp->n_vocab;
-    struct stat sb;
-    uint64_t file = stat(gguf_path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-    uint64_t kv_bytes = (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv *
-                        (uint64_t)(hp->head_dim_k + hp->head_dim_v) * (uint64_t)n_ctx * 4u;
-    e->info.mem_bytes = file + kv_bytes;
     read_metadata(e, gguf_path);
+    measure(e);
     *out = e;
     return HL_OK;
 fail:
@@ -93,8 +98,8 @@ fail:
 
 void engine_close(engine *e) {
     if (!e) return;
-    model_ctx_free(e->ctx);
-    model_kv_free(e->kv);
+    model_ctx_free(e->embed_ctx);
+    runner_destroy(e->run);
     model_free(e->m);
     free(e->chat_template);
     pthread_mutex_destroy(&e->lock);
@@ -102,82 +107,70 @@ void engine_close(engine *e) {
 }
 
 const tok_vocab *engine_vocab(const engine *e) { return model_vocab(e->m); }
-void engine_get_info(const engine *e, engine_info *out) { *out = e->info; }
-const char *engine_chat_template(const engine *e) { return e->chat_template; }
 
-static bool is_cancelled(const engine_request *req) {
-    return req->cancelled && req->cancelled(req->ud);
+void engine_get_info(const engine *e, engine_info *out) {
+    *out = e->info;
+    out->mem_bytes = atomic_load(&((engine *)e)->mem_bytes);
 }
 
-static hl_status generate_locked(engine *e, const engine_request *req, engine_stats *stats,
-                                 sampler *smp, hl_err *err) {
-    const int32_t n_ctx = e->info.n_ctx;
-    if (req->n_prompt == 0) return hl_fail(err, HL_ERR_INVALID, "empty prompt");
-    if (req->n_prompt >= (size_t)n_ctx)
-        return hl_fail(err, HL_ERR_KV_FULL,
-                       "input length (%zu tokens) exceeds the model's maximum context length "
-                       "(%d tokens)",
-                       req->n_prompt, n_ctx);
-    hl_status st = model_kv_truncate(e->kv, 0, err);
-    if (st) return st;
-    st = sampler_add(smp, 0, &req->sp, req->prompt, req->n_prompt, err);
-    if (st) return st;
-    uint64_t t0 = hl_time_ns();
-    const int32_t batch = e->batch;
-    for (size_t done = 0; done < req->n_prompt;) {
-        if (is_cancelled(req)) return hl_fail(err, HL_ERR_CANCELLED, "request canceled");
-        size_t chunk = req->n_prompt - done < (size_t)batch ? req->n_prompt - done : (size_t)batch;
-        st = model_eval(e->ctx, e->kv, req->prompt + done, (int32_t)chunk, NULL, err);
-        if (st) return st;
-        done += chunk;
+const char *engine_chat_template(const engine *e) { return e->chat_template; }
+
+typedef struct gen_bridge {
+    const engine_request *req;
+    bool caller_stopped; /* on_token asked to stop (a stop string): not an error */
+} gen_bridge;
+
+static bool bridge_emit(void *user, const runner_event *ev) {
+    gen_bridge *b = user;
+    if (ev->kind != RUNNER_EV_TOKEN) return true;
+    if (b->req->cancelled && b->req->cancelled(b->req->ud)) return false;
+    if (b->req->on_token(b->req->ud, ev->token)) {
+        b->caller_stopped = true;
+        return false;
     }
-    uint64_t t1 = hl_time_ns();
-    stats->prompt_eval_count = (int32_t)req->n_prompt;
-    stats->prompt_eval_ns = t1 - t0;
-    stats->done = ENGINE_DONE_STOP;
-    const tok_vocab *vocab = model_vocab(e->m);
-    const int32_t n_vocab = e->info.n_vocab;
-    for (;;) {
-        if (req->num_predict >= 0 && stats->eval_count >= req->num_predict) {
-            stats->done = ENGINE_DONE_LENGTH;
-            break;
-        }
-        if (is_cancelled(req)) {
-            st = hl_fail(err, HL_ERR_CANCELLED, "request canceled");
-            break;
-        }
-        sampler_out so;
-        const int32_t slot = 0;
-        st = sampler_sample(smp, &slot, 1, model_ctx_logits(e->ctx), (size_t)n_vocab, &so, err);
-        if (st) break;
-        if (tok_is_eog(vocab, so.token)) break;
-        stats->eval_count++;
-        if (req->on_token(req->ud, so.token)) break;
-        if (model_kv_len(e->kv) >= n_ctx) {
-            stats->done = ENGINE_DONE_LENGTH;
-            break;
-        }
-        if (req->num_predict >= 0 && stats->eval_count >= req->num_predict) {
-            stats->done = ENGINE_DONE_LENGTH;
-            break;
-        }
-        st = model_eval(e->ctx, e->kv, &so.token, 1, NULL, err);
-        if (st) break;
-    }
-    stats->eval_ns = hl_time_ns() - t1;
-    return st;
+    return true;
+}
+
+static bool bridge_progress(void *user, int32_t processed, int32_t total) {
+    (void)processed, (void)total;
+    gen_bridge *b = user;
+    return !(b->req->cancelled && b->req->cancelled(b->req->ud));
 }
 
 hl_status engine_generate(engine *e, const engine_request *req, engine_stats *stats,
                           hl_err *err) {
     *stats = (engine_stats){0};
-    sampler *smp = NULL;
-    hl_status st = sampler_create(e->info.n_vocab, e->info.n_ctx, &smp, err);
-    if (st) return st;
+    if (req->n_prompt > (size_t)INT32_MAX)
+        return hl_fail(err, HL_ERR_KV_FULL,
+                       "input length (%zu tokens) exceeds the model's maximum context length "
+                       "(%d tokens)", req->n_prompt, e->info.n_ctx);
+    gen_bridge b = {.req = req};
+    runner_request rr = {
+        .tokens = req->prompt,
+        .n_tokens = (int32_t)req->n_prompt,
+        /* the runner reads <= 0 as "until the context end", like Ollama's -1/-2 and 0 */
+        .num_predict = req->num_predict > INT32_MAX ? INT32_MAX : (int32_t)req->num_predict,
+        .sampling = req->sp,
+        .emit = bridge_emit,
+        .progress = bridge_progress,
+        .user = &b,
+    };
+    runner_stats rs = {0};
     pthread_mutex_lock(&e->lock);
-    st = generate_locked(e, req, stats, smp, err);
+    hl_status st = runner_generate(e->run, &rr, &rs, err);
+    measure(e);
     pthread_mutex_unlock(&e->lock);
-    sampler_destroy(smp);
+    stats->prompt_eval_count = rs.prompt_eval_count;
+    stats->prompt_eval_ns = (uint64_t)(rs.prompt_eval_duration_ns > 0 ? rs.prompt_eval_duration_ns : 0);
+    stats->eval_count = rs.eval_count;
+    stats->eval_ns = (uint64_t)(rs.eval_duration_ns > 0 ? rs.eval_duration_ns : 0);
+    stats->done = rs.done_reason == RUNNER_DONE_LENGTH ? ENGINE_DONE_LENGTH : ENGINE_DONE_STOP;
+    if (st == HL_ERR_CANCELLED && b.caller_stopped) {
+        stats->done = ENGINE_DONE_STOP;
+        return HL_OK;
+    }
+    if (st == HL_ERR_INVALID && strstr(err->msg, "exceeds the model's maximum context length"))
+        st = HL_ERR_KV_FULL;
     return st;
 }
 
@@ -191,10 +184,17 @@ hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, h
                        n, e->info.n_ctx);
     float *hidden = malloc(n * (size_t)E * sizeof *hidden);
     if (!hidden) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    model_kv *kv = NULL;
     pthread_mutex_lock(&e->lock);
-    hl_status st = model_kv_truncate(e->kv, 0, err);
-    if (!st) st = model_eval_hidden(e->ctx, e->kv, tokens, (int32_t)n, hidden, err);
+    hl_status st = HL_OK;
+    if (!e->embed_ctx)
+        st = model_ctx_create(e->m, e->cfg.n_threads, e->cfg.num_batch > 0 ? e->cfg.num_batch : 0,
+                              &e->embed_ctx, err);
+    if (!st) st = model_kv_create(e->m, (int32_t)n, &kv, err);
+    if (!st) st = model_eval_hidden(e->embed_ctx, kv, tokens, (int32_t)n, hidden, err);
+    if (e->embed_ctx) measure(e);
     pthread_mutex_unlock(&e->lock);
+    model_kv_free(kv);
     if (!st) {
         if (e->info.pooling == ENGINE_POOL_CLS) {
             memcpy(out, hidden, (size_t)E * sizeof *out);

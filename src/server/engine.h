@@ -14,8 +14,8 @@
  *     "input length (N tokens) exceeds the model's maximum context length (M tokens)";
  *   - tokens are sampled with req->sp and passed one by one to req->on_token (EOG tokens
  *     are not passed); on_token returns true to stop there (a stop string matched);
- *   - num_predict < 0: until EOG or the context is full; >= 0: exactly that many tokens
- *     at most (num_predict 0 generates nothing). A full context or the limit ends with
+ *   - num_predict <= 0: until EOG or the context is full (Ollama's -1, -2 and 0); > 0:
+ *     exactly that many tokens at most. A full context or the limit ends with
  *     ENGINE_DONE_LENGTH; EOG or on_token's stop with ENGINE_DONE_STOP;
  *   - req->cancelled is polled between tokens (and between prefill chunks): when it turns
  *     true the run ends with HL_ERR_CANCELLED.
@@ -44,7 +44,8 @@ typedef struct engine_info {
     int32_t n_ctx_train;
     int32_t n_embd;
     int32_t n_vocab;
-    uint64_t mem_bytes;  /* measured: weights read + KV cache + scratch */
+    uint64_t mem_bytes;  /* measured (after load and after each request): weights read +
+                            KV cache + scratch; engine_get_info never blocks on a run */
     int pooling;         /* ENGINE_POOL_* the GGUF asks for (mean when it does not say) */
 } engine_info;
 
@@ -59,7 +60,7 @@ typedef struct engine_request {
     const int32_t *prompt;
     size_t n_prompt;
     sampler_opts sp;
-    int64_t num_predict; /* < 0: unbounded (until EOG or a full context) */
+    int64_t num_predict; /* <= 0: unbounded (until EOG or a full context) */
     bool (*on_token)(void *ud, int32_t token); /* true = stop now */
     bool (*cancelled)(void *ud);               /* may be NULL */
     void *ud;

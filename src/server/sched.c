@@ -264,6 +264,7 @@ json_t *sched_ps(sched *s) {
         }
     for (int i = 0; i < n; i++) {
         sched_model *m = order[i];
+        engine_get_info(m->eng, &m->info);
         int64_t exp = m->refs > 0 ? expiry_from(now, m->keep_alive_ns) : m->expires_at_ns;
         if (m->unload_when_idle) exp = now;
         char when[64];
