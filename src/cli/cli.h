@@ -29,6 +29,8 @@ int cmd_create(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
 
 /* Prints "Error: <msg>" to stderr; returns 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

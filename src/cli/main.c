@@ -18,6 +18,8 @@ static void usage(FILE *out) {
             "  create     create a model from a Modelfile\n"
             "  show       show information for a model\n"
             "  list       list models\n"
+            "  run        run a model (one-shot prompt or interactive chat)\n"
+            "  stop       unload a running model\n"
             "  ps         list running models\n"
             "  cp         copy a model\n"
             "  rm         remove a model\n"
