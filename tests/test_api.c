@@ -1,0 +1,1342 @@
+/* test_api.c - the inference API end to end: $HEARTH_BIN serve on a free loopback port
+ * with a temp store, models created from stories260K (plus a copy of it carrying a
+ * ChatML Jinja chat template), driven over HTTP and through `hearth run`/`stop`/`ps`.
+ * In-process tests cover the pieces (stop strings, thinking, tool calls, Go templates,
+ * options). Every server started is stopped, also on failure. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "gguf/gguf.h"
+#include "net/http_client.h"
+#include "server/options.h"
+#include "server/outproc.h"
+#include "server/prompt.h"
+#include "server/sched.h"
+#include "store/sha256.h"
+#include "test.h"
+
+/* ---------------- in-process: output processing ---------------- */
+
+static void feed_all(stop_matcher *m, const char *const *pieces, outbuf *out, bool *stopped) {
+    *stopped = false;
+    for (int i = 0; pieces[i] && !*stopped; i++)
+        *stopped = stop_feed(m, pieces[i], strlen(pieces[i]), out);
+    if (!*stopped) stop_flush(m, out);
+}
+
+TEST(api_stop_strings_across_tokens) {
+    char *stops[] = {"girl named", "XYZ"};
+    stop_matcher m;
+    outbuf out = {0};
+    bool stopped;
+    const char *pieces[] = {"a little g", "ir", "l na", "med Lily", NULL};
+    stop_init(&m, stops, 2);
+    /* nothing of the stop text may come out before the match is decided */
+    CHECK(!stop_feed(&m, pieces[0], strlen(pieces[0]), &out));
+    CHECK_STR(out.p, "a little ");
+    CHECK(!stop_feed(&m, pieces[1], strlen(pieces[1]), &out));
+    CHECK_STR(out.p, "a little ");
+    CHECK(stop_feed(&m, pieces[2], strlen(pieces[2]), &out) == false);
+    CHECK(stop_feed(&m, pieces[3], strlen(pieces[3]), &out));
+    CHECK_STR(out.p, "a little ");
+    stop_free(&m);
+    outbuf_free(&out);
+
+    /* a held-back partial match that fails is released intact */
+    const char *p2[] = {"the g", "ood end", NULL};
+    stop_init(&m, stops, 2);
+    feed_all(&m, p2, &out, &stopped);
+    CHECK(!stopped);
+    CHECK_STR(out.p, "the good end");
+    stop_free(&m);
+    outbuf_free(&out);
+
+    /* a partial stop at the very end is flushed as text */
+    const char *p3[] = {"ends with XY", NULL};
+    stop_init(&m, stops, 2);
+    feed_all(&m, p3, &out, &stopped);
+    CHECK(!stopped);
+    CHECK_STR(out.p, "ends with XY");
+    stop_free(&m);
+    outbuf_free(&out);
+
+    /* earliest of several stops wins; no stops = passthrough */
+    char *s2[] = {"b", "a"};
+    const char *p4[] = {"xxab", NULL};
+    stop_init(&m, s2, 2);
+    feed_all(&m, p4, &out, &stopped);
+    CHECK(stopped);
+    CHECK_STR(out.p, "xx");
+    stop_free(&m);
+    outbuf_free(&out);
+}
+
+TEST(api_thinking_parser) {
+    think_parser t;
+    outbuf th = {0}, co = {0};
+    const char *pieces[] = {"  <thi", "nk>\n hmm, let", " me think \n</th", "ink>\n\nThe answer", "."};
+    think_init(&t, "<think>", "</think>", false);
+    for (int i = 0; i < 5; i++) think_feed(&t, pieces[i], strlen(pieces[i]), &th, &co);
+    think_flush(&t, &th, &co);
+    CHECK_STR(th.p, "hmm, let me think");
+    CHECK_STR(co.p, "The answer.");
+    think_free(&t);
+    outbuf_free(&th);
+    outbuf_free(&co);
+
+    /* prompt already opened the tag */
+    think_init(&t, "<think>", "</think>", true);
+    think_feed(&t, "a</think>b", 10, &th, &co);
+    think_flush(&t, &th, &co);
+    CHECK_STR(th.p, "a");
+    CHECK_STR(co.p, "b");
+    think_free(&t);
+    outbuf_free(&th);
+    outbuf_free(&co);
+
+    /* no tag: all content */
+    think_init(&t, "<think>", "</think>", false);
+    think_feed(&t, "  <b>hi", 7, &th, &co);
+    think_flush(&t, &th, &co);
+    CHECK(th.len == 0);
+    CHECK_STR(co.p, "<b>hi");
+    think_free(&t);
+    outbuf_free(&th);
+    outbuf_free(&co);
+}
+
+TEST(api_tool_call_parser) {
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                               "\"parameters\":{\"type\":\"object\"}}}]", 0, NULL);
+    CHECK(tools != NULL);
+    /* Qwen/Hermes */
+    tool_parser p;
+    outbuf content = {0};
+    json_t *calls = json_array();
+    tool_init(&p, "<tool_call>", tools);
+    const char *q[] = {"Sure. <tool", "_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": ",
+                       "\"Paris\"}}\n</tool_call>"};
+    for (int i = 0; i < 3; i++) tool_feed(&p, q[i], strlen(q[i]), &content);
+    tool_flush(&p, calls, &content);
+    CHECK_STR(content.p, "Sure. ");
+    CHECK_EQ_INT((int)json_array_size(calls), 1);
+    json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    CHECK_STR(json_string_value(json_object_get(fn, "name")), "get_weather");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(fn, "arguments"), "city")), "Paris");
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(fn, "index")), 0);
+    const char *id = json_string_value(json_object_get(json_array_get(calls, 0), "id"));
+    CHECK(id && strncmp(id, "call_", 5) == 0 && strlen(id) == 13);
+    tool_free(&p);
+    outbuf_free(&content);
+    json_array_clear(calls);
+
+    /* Llama 3.x: bare JSON with "parameters" */
+    tool_init(&p, "{", tools);
+    const char *l[] = {" {\"name\": \"get_weather\", ", "\"parameters\": {\"city\": \"Oslo\"}}"};
+    for (int i = 0; i < 2; i++) tool_feed(&p, l[i], strlen(l[i]), &content);
+    tool_flush(&p, calls, &content);
+    CHECK(content.len == 0);
+    CHECK_EQ_INT((int)json_array_size(calls), 1);
+    tool_free(&p);
+    outbuf_free(&content);
+    json_array_clear(calls);
+
+    /* an unknown function name or plain text stays content */
+    tool_init(&p, "{", tools);
+    tool_feed(&p, "{\"name\": \"other\", \"arguments\": {}}", 35, &content);
+    tool_flush(&p, calls, &content);
+    CHECK_EQ_INT((int)json_array_size(calls), 0);
+    CHECK_STR(content.p, "{\"name\": \"other\", \"arguments\": {}}");
+    tool_free(&p);
+    outbuf_free(&content);
+    tool_init(&p, "{", tools);
+    tool_feed(&p, "Hello {x}", 9, &content);
+    tool_flush(&p, calls, &content);
+    CHECK_STR(content.p, "Hello {x}");
+    tool_free(&p);
+    outbuf_free(&content);
+    json_decref(calls);
+    json_decref(tools);
+}
+
+TEST(api_go_template_subset) {
+    char *out = NULL;
+    hl_err err;
+    CHECK_OK(prompt_render_go("{{ if .System }}<s>{{ .System }}</s>\n{{ end }}U: {{ .Prompt }}\nA: "
+                              "{{ .Response }}<eos>",
+                              "be nice", "hi", "", &out, &err),
+             &err);
+    CHECK_STR(out, "<s>be nice</s>\nU: hi\nA: ");
+    free(out);
+    CHECK_OK(prompt_render_go("{{- if not .System }}none{{ else if .Prompt }}both{{ end -}}  \n"
+                              "[{{ .Prompt }}]{{ if and .Prompt .Suffix }}<FIM>{{ .Suffix }}{{ end }}",
+                              "", "p", "s", &out, &err),
+             &err);
+    CHECK_STR(out, "none[p]<FIM>s");
+    free(out);
+    CHECK(prompt_go_uses_suffix("<PRE> {{ .Prompt }} <SUF>{{ .Suffix }} <MID>"));
+    CHECK(!prompt_go_uses_suffix("{{ .Prompt }}"));
+    CHECK(prompt_render_go("{{ range .Messages }}x{{ end }}", "", "", "", &out, &err) ==
+          HL_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "range .Messages") != NULL);
+    CHECK(prompt_render_go("{{ if .System }}x", "", "", "", &out, &err) == HL_ERR_FORMAT);
+    CHECK(prompt_render_go("{{ .Prompt", "", "", "", &out, &err) == HL_ERR_FORMAT);
+
+    /* legacy chat: one run per turn, the last cut after .Response */
+    prompt_renderer *pr;
+    CHECK_OK(prompt_renderer_create("{{ if .System }}S:{{ .System }} {{ end }}U:{{ .Prompt }} "
+                                    "A:{{ .Response }}|",
+                                    NULL, NULL, &pr, &err),
+             &err);
+    json_t *msgs = json_loads("[{\"role\":\"system\",\"content\":\"sys\"},"
+                              "{\"role\":\"user\",\"content\":\"one\"},"
+                              "{\"role\":\"assistant\",\"content\":\"r1\"},"
+                              "{\"role\":\"user\",\"content\":\"two\"}]", 0, NULL);
+    CHECK_OK(prompt_render_chat(pr, msgs, NULL, -1, &out, &err), &err);
+    CHECK_STR(out, "S:sys U:one A:r1|U:two A:");
+    free(out);
+    json_decref(msgs);
+    prompt_renderer_free(pr);
+
+    /* a Jinja TEMPLATE given in a Modelfile is rendered as Jinja; caps from its text */
+    CHECK_OK(prompt_renderer_create("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+                                    "{% if tools %}T{% endif %}<think></think>",
+                                    NULL, NULL, &pr, &err),
+             &err);
+    CHECK(prompt_renderer_caps(pr).tools && prompt_renderer_caps(pr).thinking);
+    msgs = json_loads("[{\"role\":\"user\",\"content\":\"q\"}]", 0, NULL);
+    CHECK_OK(prompt_render_chat(pr, msgs, NULL, -1, &out, &err), &err);
+    CHECK_STR(out, "[user]q<think></think>");
+    free(out);
+    json_decref(msgs);
+    prompt_renderer_free(pr);
+}
+
+TEST(api_options_and_durations) {
+    int64_t ns;
+    hl_err err;
+    CHECK_OK(opt_parse_duration("5m", &ns, &err), &err);
+    CHECK(ns == 300LL * 1000000000);
+    CHECK_OK(opt_parse_duration("1h30m", &ns, &err), &err);
+    CHECK(ns == 5400LL * 1000000000);
+    CHECK_OK(opt_parse_duration("300ms", &ns, &err), &err);
+    CHECK(ns == 300000000);
+    CHECK_OK(opt_parse_duration("1.5s", &ns, &err), &err);
+    CHECK(ns == 1500000000);
+    CHECK_OK(opt_parse_duration("-1s", &ns, &err), &err);
+    CHECK(ns < 0);
+    CHECK(opt_parse_duration("5", &ns, &err) != HL_OK);
+    CHECK_STR(err.msg, "time: missing unit in duration \"5\"");
+    CHECK(opt_parse_duration("abc", &ns, &err) != HL_OK);
+    CHECK(opt_parse_duration("5x", &ns, &err) != HL_OK);
+
+    json_t *v = json_integer(10);
+    CHECK_OK(opt_keep_alive(v, &ns, &err), &err);
+    CHECK(ns == 10LL * 1000000000);
+    json_decref(v);
+    v = json_integer(-1);
+    CHECK_OK(opt_keep_alive(v, &ns, &err), &err);
+    CHECK(ns == SCHED_KEEP_FOREVER);
+    json_decref(v);
+    v = json_string("-5m");
+    CHECK_OK(opt_keep_alive(v, &ns, &err), &err);
+    CHECK(ns == SCHED_KEEP_FOREVER);
+    json_decref(v);
+    CHECK_OK(opt_keep_alive(NULL, &ns, &err), &err);
+    CHECK(ns == SCHED_KEEP_UNSET);
+    v = json_true();
+    CHECK(opt_keep_alive(v, &ns, &err) != HL_OK);
+    CHECK_STR(err.msg, "Unsupported type: 'bool'");
+
+    /* every option field maps; params layer under the request's */
+    infer_opts o;
+    json_t *params = json_loads("{\"temperature\":0.5,\"stop\":[\"a\"],\"num_ctx\":128}", 0, NULL);
+    json_t *opts = json_loads(
+        "{\"num_ctx\":64,\"num_predict\":7,\"temperature\":0.25,\"top_k\":5,\"top_p\":0.5,"
+        "\"min_p\":0.1,\"repeat_penalty\":1.2,\"repeat_last_n\":32,\"presence_penalty\":0.3,"
+        "\"frequency_penalty\":0.4,\"seed\":42,\"stop\":[\"x\",\"y\"],\"num_thread\":2,"
+        "\"num_batch\":16,\"num_keep\":3,\"bogus_option\":1,\"num_gpu\":0}", 0, NULL);
+    CHECK_OK(opt_parse(params, opts, true, &o, &err), &err);
+    CHECK_EQ_INT(o.load.num_ctx, 64);
+    CHECK_EQ_INT((int)o.num_predict, 7);
+    CHECK_NEAR(o.sp.temperature, 0.25, 1e-6);
+    CHECK_EQ_INT(o.sp.top_k, 5);
+    CHECK_NEAR(o.sp.top_p, 0.5, 1e-6);
+    CHECK_NEAR(o.sp.min_p, 0.1, 1e-6);
+    CHECK_NEAR(o.sp.repeat_penalty, 1.2, 1e-6);
+    CHECK_EQ_INT(o.sp.repeat_last_n, 32);
+    CHECK_NEAR(o.sp.presence_penalty, 0.3, 1e-6);
+    CHECK_NEAR(o.sp.frequency_penalty, 0.4, 1e-6);
+    CHECK(o.sp.seed == 42);
+    CHECK_EQ_INT((int)o.n_stop, 2);
+    CHECK_STR(o.stop[1], "y");
+    CHECK_EQ_INT(o.load.n_threads, 2);
+    CHECK_EQ_INT(o.load.num_batch, 16);
+    CHECK_EQ_INT(o.num_keep, 3);
+    opt_free(&o);
+    CHECK_OK(opt_parse(params, NULL, true, &o, &err), &err);
+    CHECK_NEAR(o.sp.temperature, 0.5, 1e-6);
+    CHECK_EQ_INT(o.load.num_ctx, 128);
+    CHECK_STR(o.stop[0], "a");
+    opt_free(&o);
+    json_decref(opts);
+    opts = json_loads("{\"temperature\":\"hot\"}", 0, NULL);
+    CHECK(opt_parse(NULL, opts, true, &o, &err) != HL_OK);
+    CHECK_STR(err.msg, "option \"temperature\" must be of type float32");
+    json_decref(opts);
+    opts = json_loads("{\"stop\":5}", 0, NULL);
+    CHECK(opt_parse(NULL, opts, true, &o, &err) != HL_OK);
+    CHECK_STR(err.msg, "option \"stop\" must be of an array of strings");
+    json_decref(opts);
+    opts = json_loads("{\"temperature\":-1}", 0, NULL);
+    CHECK(opt_parse(NULL, opts, true, &o, &err) != HL_OK);
+    json_decref(opts);
+    json_decref(params);
+
+    opt_format f;
+    v = json_string("json");
+    CHECK_OK(opt_format_parse(v, &f, &err), &err);
+    CHECK(f == OPT_FORMAT_JSON);
+    json_decref(v);
+    v = json_string("xml");
+    CHECK(opt_format_parse(v, &f, &err) != HL_OK);
+    CHECK_STR(err.msg, "invalid format: \"xml\"; expected \"json\" or a valid JSON Schema object");
+    json_decref(v);
+}
+
+/* ---------------- the server process ---------------- */
+
+typedef struct srv_proc {
+    pid_t pid;
+    int port;
+    net_host host;
+    char models[1024];
+    char log[1024];
+} srv_proc;
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int srv_spawn(srv_proc *p) {
+    memset(p, 0, sizeof *p);
+    const char *bin = getenv("HEARTH_BIN");
+    if (!bin || access(bin, X_OK) != 0) return 1;
+    snprintf(p->models, sizeof p->models, "%s/models", test_tmpdir());
+    snprintf(p->log, sizeof p->log, "%s/serve.log", test_tmpdir());
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setenv("HEARTH_HOST", "127.0.0.1:0", 1);
+        setenv("HEARTH_MODELS", p->models, 1);
+        unsetenv("HEARTH_KEEP_ALIVE");
+        unsetenv("OLLAMA_KEEP_ALIVE");
+        unsetenv("HEARTH_CONTEXT_LENGTH");
+        unsetenv("OLLAMA_CONTEXT_LENGTH");
+        execl(bin, bin, "serve", (char *)NULL);
+        _exit(127);
+    }
+    p->pid = pid;
+    for (int i = 0; i < 200; i++) {
+        char *text;
+        size_t len;
+        if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
+            const char *m = strstr(text, "Listening on 127.0.0.1:");
+            if (m) p->port = atoi(m + strlen("Listening on 127.0.0.1:"));
+            free(text);
+            if (p->port > 0) break;
+        }
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            p->pid = 0;
+            return -1;
+        }
+        sleep_ms(50);
+    }
+    if (p->port <= 0) return -1;
+    net_host_parse("127.0.0.1", &p->host, NULL);
+    p->host.port = p->port;
+    return 0;
+}
+
+static int srv_stop(srv_proc *p) {
+    if (p->pid <= 0) return -1;
+    kill(p->pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 200; i++) {
+        if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
+            p->pid = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        sleep_ms(50);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &status, 0);
+    p->pid = 0;
+    return -2;
+}
+
+static void dump_log(const srv_proc *p) {
+    char *text;
+    size_t len;
+    if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
+        fprintf(stderr, "    server log (tail):\n%s\n", len > 4000 ? text + len - 4000 : text);
+        free(text);
+    }
+}
+
+#define WITH_SERVER(body_fn)                                                              \
+    do {                                                                                 \
+        if (!test_shared_path("models/stories260K/stories260K.gguf"))                    \
+            SKIP("models/stories260K/stories260K.gguf not found");                       \
+        srv_proc p_;                                                                     \
+        int rc_ = srv_spawn(&p_);                                                        \
+        if (rc_ == 1) SKIP("HEARTH_BIN not set (run through make test)");                \
+        if (rc_ != 0) {                                                                  \
+            dump_log(&p_);                                                               \
+            srv_stop(&p_);                                                               \
+            CHECK_MSG(false, "server did not start");                                    \
+        }                                                                                \
+        body_fn(&p_);                                                                    \
+        bool failed_ = test_failed();                                                    \
+        int exit_ = srv_stop(&p_);                                                       \
+        if (failed_ || exit_ != 0) dump_log(&p_);                                        \
+        CHECK_EQ_INT(exit_, 0);                                                          \
+    } while (0)
+
+static char *g_resp;
+static json_t *g_json; /* g_resp parsed (NULL when not JSON) */
+
+static int req(const srv_proc *p, const char *method, const char *path, const char *body) {
+    free(g_resp);
+    json_decref(g_json);
+    g_resp = NULL;
+    g_json = NULL;
+    int status = -1;
+    hl_err err;
+    if (net_http_request(&p->host, method, path, body, body ? strlen(body) : 0, &status, &g_resp,
+                         NULL, &err) != HL_OK) {
+        fprintf(stderr, "    request %s %s: %s\n", method, path, err.msg);
+        return -1;
+    }
+    g_json = g_resp ? json_loads(g_resp, 0, NULL) : NULL;
+    return status;
+}
+
+static const char *jstr(const json_t *o, const char *k) {
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+static long long jint(const json_t *o, const char *k) {
+    return (long long)json_integer_value(json_object_get(o, k));
+}
+
+static const char *resp_error(void) { return jstr(g_json, "error"); }
+
+/* Streams a request: every NDJSON line parsed into an array (g_lines). */
+static json_t *g_lines;
+static int req_stream(const srv_proc *p, const char *path, const char *body) {
+    json_decref(g_lines);
+    g_lines = json_array();
+    net_http *h;
+    hl_err err;
+    if (net_http_open(&p->host, "POST", path, "application/json", (int64_t)strlen(body), &h,
+                      &err) != HL_OK)
+        return -1;
+    int code = -1;
+    if (net_http_send(h, body, strlen(body), &err) == HL_OK && net_http_finish(h, &err) == HL_OK) {
+        code = net_http_status(h);
+        char *line;
+        size_t len;
+        while (net_http_read_line(h, &line, &len, &err) == HL_OK && line) {
+            json_t *j = json_loadb(line, len, 0, NULL);
+            json_array_append_new(g_lines, j ? j : json_null());
+        }
+    }
+    net_http_close(h);
+    return code;
+}
+
+static int upload_file(const srv_proc *p, const char *path, char digest[80]) {
+    char *data;
+    size_t len;
+    if (hl_file_read(path, &data, &len, NULL) != HL_OK) return -1;
+    strcpy(digest, "sha256:");
+    sha256_hex(data, len, digest + 7);
+    char url[128];
+    snprintf(url, sizeof url, "/api/blobs/%s", digest);
+    free(g_resp);
+    g_resp = NULL;
+    int status = -1;
+    net_http_request(&p->host, "POST", url, data, len, &status, &g_resp, NULL, NULL);
+    free(data);
+    return status;
+}
+
+/* Creates `name` from a GGUF file with extra create fields (a JSON fragment or ""). */
+static bool create_model(const srv_proc *p, const char *name, const char *gguf,
+                         const char *extra) {
+    char digest[80];
+    int up = upload_file(p, gguf, digest);
+    if (up != 201 && up != 200) {
+        fprintf(stderr, "    upload %s: %d\n", gguf, up);
+        return false;
+    }
+    char body[4096];
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"files\":{\"m.gguf\":\"%s\"},\"stream\":false%s%s}",
+             name, digest, *extra ? "," : "", extra);
+    int st = req(p, "POST", "/api/create", body);
+    if (st != 200) fprintf(stderr, "    create %s: %d %s\n", name, st, g_resp ? g_resp : "");
+    return st == 200;
+}
+
+/* A copy of stories260K with tokenizer.chat_template set (and optionally more keys). */
+static const char *k_chatml =
+    "{%- if tools %}<|im_start|>system\n"
+    "{%- if messages[0].role == 'system' %}{{ messages[0].content }}\n{% endif %}"
+    "# Tools\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>\n"
+    "Reply with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n"
+    "{% endif %}"
+    "{%- for m in messages %}"
+    "{%- if not (tools and loop.first and m.role == 'system') %}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+static bool write_templated_gguf(const char *src, const char *dst, const char *chat_template,
+                                 const char *pooling_key) {
+    gguf_file *f;
+    if (gguf_open(src, &f, NULL) != HL_OK) return false;
+    gguf_writer *w = gguf_writer_create();
+    bool ok = w != NULL;
+    for (int64_t i = 0; ok && i < gguf_n_kv(f); i++) {
+        gguf_str ks = gguf_kv_key(f, i);
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)ks.len, ks.ptr);
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        float f32;
+        bool b;
+        gguf_str s;
+        switch (gguf_kv_type(f, i)) {
+        case GGUF_TYPE_UINT8:
+        case GGUF_TYPE_UINT16:
+        case GGUF_TYPE_UINT32:
+            ok = gguf_get_u32(f, key, &u32) && gguf_writer_set_u32(w, key, u32) == HL_OK;
+            break;
+        case GGUF_TYPE_INT8:
+        case GGUF_TYPE_INT16:
+        case GGUF_TYPE_INT32:
+            ok = gguf_get_i32(f, key, &i32) && gguf_writer_set_i32(w, key, i32) == HL_OK;
+            break;
+        case GGUF_TYPE_UINT64:
+            ok = gguf_get_u64(f, key, &u64) && gguf_writer_set_u64(w, key, u64) == HL_OK;
+            break;
+        case GGUF_TYPE_FLOAT32:
+        case GGUF_TYPE_FLOAT64:
+            ok = gguf_get_f32(f, key, &f32) && gguf_writer_set_f32(w, key, f32) == HL_OK;
+            break;
+        case GGUF_TYPE_BOOL:
+            ok = gguf_get_bool(f, key, &b) && gguf_writer_set_bool(w, key, b) == HL_OK;
+            break;
+        case GGUF_TYPE_STRING: {
+            ok = gguf_get_str(f, key, &s);
+            char *v = ok ? strndup(s.ptr, s.len) : NULL;
+            ok = v && gguf_writer_set_str(w, key, v) == HL_OK;
+            free(v);
+            break;
+        }
+        case GGUF_TYPE_ARRAY: {
+            gguf_type et;
+            uint64_t n;
+            ok = gguf_get_arr(f, key, &et, &n);
+            if (!ok) break;
+            if (et == GGUF_TYPE_STRING) {
+                char **v = calloc(n ? n : 1, sizeof *v);
+                for (uint64_t j = 0; v && j < n; j++) {
+                    gguf_str e = gguf_arr_str(f, key, j);
+                    v[j] = strndup(e.ptr ? e.ptr : "", e.len);
+                }
+                ok = v && gguf_writer_set_arr_str(w, key, (const char *const *)v, n) == HL_OK;
+                for (uint64_t j = 0; v && j < n; j++) free(v[j]);
+                free(v);
+            } else {
+                ok = gguf_writer_set_arr(w, key, et, gguf_arr_data(f, key), n) == HL_OK;
+            }
+            break;
+        }
+        default: ok = false;
+        }
+    }
+    if (ok && chat_template) ok = gguf_writer_set_str(w, "tokenizer.chat_template", chat_template) == HL_OK;
+    if (ok && pooling_key) ok = gguf_writer_set_u32(w, pooling_key, 3) == HL_OK; /* last */
+    for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        ok = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->n_bytes, NULL) == HL_OK;
+    }
+    if (ok) ok = gguf_writer_write_file(w, dst, NULL) == HL_OK;
+    gguf_writer_destroy(w);
+    gguf_close(f);
+    return ok;
+}
+
+static const char *stories(void) { return test_shared_path("models/stories260K/stories260K.gguf"); }
+
+/* The text `hearth generate --temp 0` prints for a prompt. */
+static bool cli_generate_text(const char *prompt, int n, char *out, size_t cap);
+
+/* ---------------- /api/generate ---------------- */
+
+static void concat_responses(const json_t *lines, const char *field, char *out, size_t cap) {
+    out[0] = '\0';
+    size_t i;
+    json_t *l;
+    json_array_foreach(lines, i, l) {
+        const json_t *holder = strcmp(field, "message") == 0 ? json_object_get(l, "message") : l;
+        const char *t = jstr(holder, strcmp(field, "message") == 0 ? "content" : field);
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "%s", t);
+    }
+}
+
+static void generate_api(srv_proc *p) {
+    CHECK(create_model(p, "s260", stories(), ""));
+    /* streamed, raw, greedy, exact num_predict */
+    const char *body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"raw\":true,"
+                       "\"options\":{\"temperature\":0,\"num_predict\":20}}";
+    CHECK_EQ_INT(req_stream(p, "/api/generate", body), 200);
+    size_t n = json_array_size(g_lines);
+    CHECK(n >= 2);
+    json_t *last = json_array_get(g_lines, n - 1);
+    CHECK(json_is_true(json_object_get(last, "done")));
+    CHECK_STR(jstr(last, "done_reason"), "length");
+    CHECK_EQ_INT((int)jint(last, "eval_count"), 20);
+    CHECK(json_object_get(last, "context") == NULL); /* omitted when raw */
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *l = json_array_get(g_lines, i);
+        CHECK(json_is_false(json_object_get(l, "done")));
+        CHECK_STR(jstr(l, "model"), "s260");
+        const char *ts = jstr(l, "created_at");
+        CHECK(strlen(ts) == 30 && ts[29] == 'Z' && ts[19] == '.'); /* RFC 3339, ns, UTC */
+    }
+    char streamed[4096], expect[4096];
+    concat_responses(g_lines, "response", streamed, sizeof streamed);
+    CHECK(cli_generate_text("Once upon a time", 20, expect, sizeof expect));
+    CHECK_STR(streamed, expect);
+
+    /* non-stream: same text, metrics sane */
+    body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"raw\":true,\"stream\":false,"
+           "\"options\":{\"temperature\":0,\"num_predict\":20}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", body), 200);
+    CHECK_STR(jstr(g_json, "response"), expect);
+    CHECK(json_is_true(json_object_get(g_json, "done")));
+    CHECK_EQ_INT((int)jint(g_json, "eval_count"), 20);
+    CHECK_EQ_INT((int)jint(g_json, "prompt_eval_count"), 5);
+    long long total = jint(g_json, "total_duration"), load = jint(g_json, "load_duration");
+    long long pd = jint(g_json, "prompt_eval_duration"), ed = jint(g_json, "eval_duration");
+    CHECK(total > 0 && pd > 0 && ed > 0 && load >= 0);
+    CHECK(total >= pd + ed && total >= load);
+
+    /* templated (default {{ .Prompt }}) with the context round trip */
+    body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"stream\":false,"
+           "\"options\":{\"temperature\":0,\"num_predict\":8}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", body), 200);
+    json_t *ctx = json_incref(json_object_get(g_json, "context"));
+    CHECK(json_is_array(ctx));
+    CHECK_EQ_INT((int)json_array_size(ctx), 5 + 8);
+    char first[1024];
+    snprintf(first, sizeof first, "%s", jstr(g_json, "response"));
+    char *ctxs = json_dumps(ctx, JSON_COMPACT);
+    char b2[8192];
+    snprintf(b2, sizeof b2, "{\"model\":\"s260\",\"prompt\":\" The\",\"stream\":false,\"context\":%s,"
+             "\"options\":{\"temperature\":0,\"num_predict\":4}}", ctxs);
+    free(ctxs);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", b2), 200);
+    long long pe = jint(g_json, "prompt_eval_count"); /* context + " The" (no second BOS) */
+    CHECK(pe > 13 && pe <= 13 + 3);
+    json_t *ctx2 = json_object_get(g_json, "context");
+    CHECK_EQ_INT((int)json_array_size(ctx2), (int)pe + 4);
+    CHECK(json_integer_value(json_array_get(ctx2, 13)) != 1);
+    for (size_t i = 0; i < json_array_size(ctx); i++)
+        CHECK(json_integer_value(json_array_get(ctx, i)) == json_integer_value(json_array_get(ctx2, i)));
+    json_decref(ctx);
+
+    /* stop sequences, across token boundaries ("g"+"ir"+"l"), streamed and not */
+    const char *cut = strstr(expect, "irl n");
+    CHECK(cut != NULL);
+    char want[4096];
+    snprintf(want, sizeof want, "%.*s", cut ? (int)(cut - expect) : 0, expect);
+    body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"raw\":true,\"stream\":false,"
+           "\"options\":{\"temperature\":0,\"num_predict\":20,\"stop\":[\"irl n\",\"zzz\"]}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", body), 200);
+    CHECK_STR(jstr(g_json, "response"), want);
+    CHECK_STR(jstr(g_json, "done_reason"), "stop");
+    CHECK(jint(g_json, "eval_count") < 20);
+    body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"raw\":true,"
+           "\"options\":{\"temperature\":0,\"num_predict\":20,\"stop\":[\"irl n\"]}}";
+    CHECK_EQ_INT(req_stream(p, "/api/generate", body), 200);
+    concat_responses(g_lines, "response", streamed, sizeof streamed);
+    CHECK_STR(streamed, want);
+    size_t i;
+    json_t *l;
+    json_array_foreach(g_lines, i, l) CHECK(strstr(jstr(l, "response"), "ir") == NULL ||
+                                            strstr(want, jstr(l, "response")) != NULL);
+
+    /* options: seed makes sampling reproducible; top_k 1 is greedy; num_ctx clamps */
+    body = "{\"model\":\"s260\",\"prompt\":\"Once\",\"raw\":true,\"stream\":false,"
+           "\"options\":{\"temperature\":1.5,\"seed\":7,\"num_predict\":12,\"top_k\":100,"
+           "\"top_p\":1,\"repeat_penalty\":1.1,\"presence_penalty\":0.2,\"frequency_penalty\":0.1}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", body), 200);
+    char seeded[1024];
+    snprintf(seeded, sizeof seeded, "%s", jstr(g_json, "response"));
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", body), 200);
+    CHECK_STR(jstr(g_json, "response"), seeded);
+    body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"raw\":true,\"stream\":false,"
+           "\"options\":{\"temperature\":5,\"top_k\":1,\"num_predict\":20,\"num_ctx\":100000}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", body), 200);
+    CHECK_STR(jstr(g_json, "response"), expect);
+    CHECK_EQ_INT(req(p, "GET", "/api/ps", NULL), 200);
+    json_t *m0 = json_array_get(json_object_get(g_json, "models"), 0);
+    CHECK_EQ_INT((int)jint(m0, "context_length"), 2048); /* stories260K's trained context */
+    /* context overflow: the runner's message, 400 */
+    body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"raw\":true,\"stream\":false,"
+           "\"options\":{\"num_ctx\":4}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", body), 400);
+    CHECK_STR(resp_error(), "input length (5 tokens) exceeds the model's maximum context length (4 tokens)");
+    /* filling the context ends with done_reason length */
+    body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"raw\":true,\"stream\":false,"
+           "\"options\":{\"num_ctx\":16,\"num_predict\":-2,\"temperature\":0}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", body), 200);
+    CHECK_STR(jstr(g_json, "done_reason"), "length");
+    CHECK_EQ_INT((int)jint(g_json, "eval_count"), 11);
+
+    /* a Go TEMPLATE and SYSTEM from the Modelfile; request system and template override */
+    CHECK(create_model(p, "s260t", stories(),
+                       "\"template\":\"{{ if .System }}{{ .System }} {{ end }}{{ .Prompt }}\","
+                       "\"system\":\"Lily\""));
+    CHECK_EQ_INT(req(p, "POST", "/api/generate",
+                     "{\"model\":\"s260t\",\"prompt\":\"went home\",\"_debug_render_only\":true,"
+                     "\"stream\":false}"), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"), "Lily went home");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate",
+                     "{\"model\":\"s260t\",\"prompt\":\"went home\",\"system\":\"Tom\","
+                     "\"_debug_render_only\":true,\"stream\":false}"), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"), "Tom went home");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate",
+                     "{\"model\":\"s260t\",\"prompt\":\"x\",\"template\":\"<{{ .Prompt }}>\","
+                     "\"_debug_render_only\":true,\"stream\":false}"), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"), "<x>");
+    /* suffix needs a template with .Suffix */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate",
+                     "{\"model\":\"s260t\",\"prompt\":\"a\",\"suffix\":\"b\",\"stream\":false}"), 400);
+    CHECK_STR(resp_error(), "registry.ollama.ai/library/s260t:latest does not support insert");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate",
+                     "{\"model\":\"s260t\",\"prompt\":\"a\",\"suffix\":\"b\",\"template\":"
+                     "\"<P>{{ .Prompt }}<S>{{ .Suffix }}<M>\",\"_debug_render_only\":true}"), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"), "<P>a<S>b<M>");
+    /* format: json and schemas are accepted, other values are not */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate",
+                     "{\"model\":\"s260\",\"prompt\":\"a\",\"format\":\"json\",\"stream\":false,"
+                     "\"options\":{\"num_predict\":2}}"), 200);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate",
+                     "{\"model\":\"s260\",\"prompt\":\"a\",\"format\":{\"type\":\"object\"},"
+                     "\"stream\":false,\"options\":{\"num_predict\":2}}"), 200);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate",
+                     "{\"model\":\"s260\",\"prompt\":\"a\",\"format\":\"yaml\"}"), 400);
+    CHECK_STR(resp_error(), "invalid format: \"yaml\"; expected \"json\" or a valid JSON Schema object");
+}
+
+TEST(api_generate_end_to_end) { WITH_SERVER(generate_api); }
+
+/* ---------------- keep_alive, ps, load/unload ---------------- */
+
+static int ps_count(const srv_proc *p) {
+    if (req(p, "GET", "/api/ps", NULL) != 200) return -1;
+    return (int)json_array_size(json_object_get(g_json, "models"));
+}
+
+static void keepalive_api(srv_proc *p) {
+    CHECK(create_model(p, "s260", stories(), ""));
+    CHECK(create_model(p, "other", stories(), "\"system\":\"x\""));
+    CHECK_EQ_INT(ps_count(p), 0);
+    /* empty prompt loads */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\"}"), 200);
+    CHECK_STR(jstr(g_json, "done_reason"), "load");
+    CHECK(json_is_true(json_object_get(g_json, "done")));
+    CHECK_STR(jstr(g_json, "response"), "");
+    CHECK_EQ_INT(ps_count(p), 1);
+    json_t *m = json_array_get(json_object_get(g_json, "models"), 0);
+    CHECK_STR(jstr(m, "name"), "s260:latest");
+    CHECK_STR(jstr(m, "model"), "s260:latest");
+    CHECK(strlen(jstr(m, "digest")) == 64);
+    CHECK(jint(m, "size") > 1000000); /* weights + KV + scratch, measured */
+    CHECK_EQ_INT((int)jint(m, "size_vram"), 0);
+    CHECK_EQ_INT((int)jint(m, "context_length"), 2048);
+    CHECK_STR(jstr(json_object_get(m, "details"), "format"), "gguf");
+    /* default keep-alive: about 5 minutes from now */
+    struct tm tm = {0};
+    const char *exp = jstr(m, "expires_at");
+    CHECK(strptime(exp, "%Y-%m-%dT%H:%M:%S", &tm) != NULL);
+    double left = difftime(timegm(&tm), time(NULL));
+    CHECK_MSG(left > 280 && left <= 301, "expires in %.0f s", left);
+    /* keep_alive as a number and a duration string; remembered by the model */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"keep_alive\":\"1h30m\"}"), 200);
+    CHECK_EQ_INT(ps_count(p), 1);
+    m = json_array_get(json_object_get(g_json, "models"), 0);
+    CHECK(strptime(jstr(m, "expires_at"), "%Y-%m-%dT%H:%M:%S", &tm) != NULL);
+    left = difftime(timegm(&tm), time(NULL));
+    CHECK_MSG(left > 5300 && left <= 5401, "expires in %.0f s", left);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"a\","
+                     "\"stream\":false,\"options\":{\"num_predict\":1}}"), 200);
+    CHECK_EQ_INT(ps_count(p), 1);
+    m = json_array_get(json_object_get(g_json, "models"), 0);
+    CHECK(strptime(jstr(m, "expires_at"), "%Y-%m-%dT%H:%M:%S", &tm) != NULL);
+    left = difftime(timegm(&tm), time(NULL));
+    CHECK_MSG(left > 5300, "remembered keep_alive: expires in %.0f s", left);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"keep_alive\":-1}"), 200);
+    CHECK_EQ_INT(ps_count(p), 1);
+    m = json_array_get(json_object_get(g_json, "models"), 0);
+    CHECK(strncmp(jstr(m, "expires_at"), "22", 2) == 0); /* forever: far future */
+    /* a bad keep_alive */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"keep_alive\":\"5\"}"), 400);
+    CHECK_STR(resp_error(), "time: missing unit in duration \"5\"");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"keep_alive\":true}"), 400);
+    CHECK_STR(resp_error(), "Unsupported type: 'bool'");
+    /* keep_alive 0 with an empty prompt unloads */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"keep_alive\":0}"), 200);
+    CHECK_STR(jstr(g_json, "done_reason"), "unload");
+    CHECK_EQ_INT(ps_count(p), 0);
+    /* chat: empty messages load/unload */
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"s260\",\"messages\":[]}"), 200);
+    CHECK_STR(jstr(g_json, "done_reason"), "load");
+    CHECK_STR(jstr(json_object_get(g_json, "message"), "role"), "assistant");
+    CHECK_EQ_INT(ps_count(p), 1);
+    /* one model at a time: another model replaces it */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"other\"}"), 200);
+    CHECK_EQ_INT(ps_count(p), 1);
+    CHECK_STR(jstr(json_array_get(json_object_get(g_json, "models"), 0), "name"), "other:latest");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"other\",\"keep_alive\":0}"), 200);
+    CHECK_STR(jstr(g_json, "done_reason"), "unload");
+    CHECK_EQ_INT(ps_count(p), 0);
+    /* a request with keep_alive 0 unloads when it finishes */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"a\","
+                     "\"keep_alive\":0,\"stream\":false,\"options\":{\"num_predict\":1}}"), 200);
+    CHECK_EQ_INT(ps_count(p), 0);
+    /* expiry: a short keep_alive unloads by itself */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"keep_alive\":\"300ms\"}"), 200);
+    CHECK_EQ_INT(ps_count(p), 1);
+    int n = 1;
+    for (int i = 0; i < 60 && n != 0; i++) {
+        sleep_ms(50);
+        n = ps_count(p);
+    }
+    CHECK_EQ_INT(n, 0);
+    /* a different num_ctx reloads with the new context */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"options\":{\"num_ctx\":64}}"), 200);
+    CHECK_EQ_INT(ps_count(p), 1);
+    CHECK_EQ_INT((int)jint(json_array_get(json_object_get(g_json, "models"), 0), "context_length"), 64);
+}
+
+TEST(api_keep_alive_ps_load_unload) { WITH_SERVER(keepalive_api); }
+
+/* ---------------- /api/chat with a Jinja template ---------------- */
+
+static void chat_api(srv_proc *p) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/chatml.gguf", test_tmpdir());
+    CHECK(write_templated_gguf(stories(), path, k_chatml, NULL));
+    CHECK(create_model(p, "chat", path, "\"system\":\"You tell stories.\","
+                       "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                       "{\"role\":\"assistant\",\"content\":\"hello\"}]"));
+    /* system from the Modelfile, MESSAGEs prepended, history and roles */
+    const char *body = "{\"model\":\"chat\",\"_debug_render_only\":true,\"messages\":["
+                       "{\"role\":\"USER\",\"content\":\"Once\"},"
+                       "{\"role\":\"assistant\",\"content\":\"upon\"},"
+                       "{\"role\":\"user\",\"content\":\"a time\"}]}";
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", body), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"),
+              "<|im_start|>system\nYou tell stories.<|im_end|>\n"
+              "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
+              "<|im_start|>user\nOnce<|im_end|>\n<|im_start|>assistant\nupon<|im_end|>\n"
+              "<|im_start|>user\na time<|im_end|>\n<|im_start|>assistant\n");
+    /* a request system message replaces the Modelfile's */
+    body = "{\"model\":\"chat\",\"_debug_render_only\":true,\"messages\":["
+           "{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"U\"}]}";
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", body), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"),
+              "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
+              "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+              "<|im_start|>assistant\n");
+    /* tools reach the template */
+    body = "{\"model\":\"chat\",\"_debug_render_only\":true,\"messages\":["
+           "{\"role\":\"user\",\"content\":\"weather?\"}],\"tools\":[{\"type\":\"function\","
+           "\"function\":{\"name\":\"get_weather\",\"description\":\"d\",\"parameters\":"
+           "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]}";
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", body), 200);
+    const char *r = jstr(json_object_get(g_json, "_debug_info"), "rendered_template");
+    CHECK(strstr(r, "<tools>{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"") != NULL);
+    CHECK(strstr(r, "You tell stories.\n# Tools") != NULL);
+    /* generate with this model renders through the chat template too */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"chat\",\"prompt\":\"P\","
+                     "\"_debug_render_only\":true}"), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"),
+              "<|im_start|>system\nYou tell stories.<|im_end|>\n"
+              "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
+              "<|im_start|>user\nP<|im_end|>\n<|im_start|>assistant\n");
+    /* a real chat, streamed and not: same text, message shape, metrics */
+    body = "{\"model\":\"chat\",\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":"
+           "\"Once upon a time\"}],\"options\":{\"temperature\":0,\"num_predict\":10}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", body), 200);
+    json_t *msg = json_object_get(g_json, "message");
+    CHECK_STR(jstr(msg, "role"), "assistant");
+    char text[2048];
+    snprintf(text, sizeof text, "%s", jstr(msg, "content"));
+    CHECK(strlen(text) > 0);
+    CHECK_EQ_INT((int)jint(g_json, "eval_count"), 10);
+    CHECK(jint(g_json, "prompt_eval_count") > 20);
+    CHECK_STR(jstr(g_json, "done_reason"), "length");
+    CHECK(json_object_get(g_json, "context") == NULL);
+    body = "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":"
+           "\"Once upon a time\"}],\"options\":{\"temperature\":0,\"num_predict\":10}}";
+    CHECK_EQ_INT(req_stream(p, "/api/chat", body), 200);
+    char streamed[2048];
+    concat_responses(g_lines, "message", streamed, sizeof streamed);
+    CHECK_STR(streamed, text);
+    /* with tools: the model's output is plain text here (no tool call) */
+    body = "{\"model\":\"chat\",\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":"
+           "\"Once upon a time\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+           "\"options\":{\"temperature\":0,\"num_predict\":10}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", body), 200);
+    CHECK(json_object_get(json_object_get(g_json, "message"), "tool_calls") == NULL);
+    /* capability errors */
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"chat\",\"think\":true,\"messages\":"
+                     "[{\"role\":\"user\",\"content\":\"x\"}]}"), 400);
+    CHECK_STR(resp_error(), "\"chat\" does not support thinking");
+    CHECK(create_model(p, "plain", stories(), ""));
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"plain\",\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"), 400);
+    CHECK_STR(resp_error(), "registry.ollama.ai/library/plain:latest does not support tools");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"x\",\"images\":[\"aGk=\"]}]}"), 400);
+    CHECK_STR(resp_error(), "registry.ollama.ai/library/chat:latest does not support vision");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"chat\",\"think\":\"hard\"}"), 400);
+    CHECK_STR(resp_error(), "invalid think value: \"hard\" (must be \"high\", \"medium\", \"low\", "
+                            "\"max\", true, or false)");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"chat\",\"messages\":{}}"), 400);
+    /* thinking-capable template: think on by default; the prompt opens <think> */
+    snprintf(path, sizeof path, "%s/think.gguf", test_tmpdir());
+    CHECK(write_templated_gguf(stories(), path,
+                               "{% for m in messages %}{{ m.content }}{% endfor %}"
+                               "{% if enable_thinking is defined and not enable_thinking %}"
+                               "<think></think>{% else %} <think>{% endif %}", NULL));
+    CHECK(create_model(p, "thinker", path, ""));
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"thinker\",\"stream\":false,\"messages\":"
+                     "[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
+                     "\"options\":{\"temperature\":0,\"num_predict\":6}}"), 200);
+    msg = json_object_get(g_json, "message");
+    CHECK(strlen(jstr(msg, "thinking")) > 0); /* never closed: all of it is thinking */
+    CHECK_STR(jstr(msg, "content"), "");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"thinker\",\"stream\":false,\"think\":false,"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
+                     "\"options\":{\"temperature\":0,\"num_predict\":6}}"), 200);
+    msg = json_object_get(g_json, "message");
+    CHECK(json_object_get(msg, "thinking") == NULL);
+    CHECK(strlen(jstr(msg, "content")) > 0);
+}
+
+TEST(api_chat_templates_tools_thinking) { WITH_SERVER(chat_api); }
+
+/* ---------------- embeddings ---------------- */
+
+static double l2(const json_t *v) {
+    double s = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) s += json_number_value(x) * json_number_value(x);
+    return sqrt(s);
+}
+
+static void embed_api(srv_proc *p) {
+    CHECK(create_model(p, "s260", stories(), ""));
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"s260\",\"input\":[\"Once upon a time\","
+                     "\"Lily went home\"]}"), 200);
+    json_t *e = json_object_get(g_json, "embeddings");
+    CHECK_EQ_INT((int)json_array_size(e), 2);
+    CHECK_EQ_INT((int)json_array_size(json_array_get(e, 0)), 64); /* stories260K n_embd */
+    CHECK_NEAR(l2(json_array_get(e, 0)), 1.0, 1e-5);
+    CHECK_NEAR(l2(json_array_get(e, 1)), 1.0, 1e-5);
+    CHECK(jint(g_json, "prompt_eval_count") > 5 + 2); /* both inputs' tokens */
+    CHECK(jint(g_json, "total_duration") > 0);
+    CHECK(json_object_get(g_json, "load_duration") != NULL);
+    CHECK_STR(jstr(g_json, "model"), "s260");
+    double first0 = json_number_value(json_array_get(json_array_get(e, 0), 0));
+    /* a single string; deterministic */
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"s260\",\"input\":\"Once upon a time\"}"), 200);
+    e = json_object_get(g_json, "embeddings");
+    CHECK_EQ_INT((int)json_array_size(e), 1);
+    CHECK_NEAR(json_number_value(json_array_get(json_array_get(e, 0), 0)), first0, 1e-6);
+    /* dimensions: truncated and re-normalized */
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"s260\",\"input\":\"Once upon a time\","
+                     "\"dimensions\":8}"), 200);
+    e = json_array_get(json_object_get(g_json, "embeddings"), 0);
+    CHECK_EQ_INT((int)json_array_size(e), 8);
+    CHECK_NEAR(l2(e), 1.0, 1e-5);
+    /* empty input: no embeddings */
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"s260\",\"input\":\"\"}"), 200);
+    CHECK_EQ_INT((int)json_array_size(json_object_get(g_json, "embeddings")), 0);
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"s260\",\"input\":[1,2]}"), 400);
+    CHECK_STR(resp_error(), "invalid input type");
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"s260\",\"input\":5}"), 400);
+    /* truncate */
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"s260\",\"input\":\"Once upon a time\","
+                     "\"truncate\":false,\"options\":{\"num_ctx\":4}}"), 400);
+    CHECK_STR(resp_error(), "the input length exceeds the context length");
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"s260\",\"input\":\"Once upon a time\","
+                     "\"options\":{\"num_ctx\":4}}"), 200);
+    CHECK_EQ_INT((int)jint(g_json, "prompt_eval_count"), 4);
+    /* legacy: prompt -> embedding, not normalized */
+    CHECK_EQ_INT(req(p, "POST", "/api/embeddings", "{\"model\":\"s260\",\"prompt\":\"Once upon a time\"}"), 200);
+    e = json_object_get(g_json, "embedding");
+    CHECK_EQ_INT((int)json_array_size(e), 64);
+    CHECK(fabs(l2(e) - 1.0) > 1e-3);
+    CHECK_EQ_INT(req(p, "POST", "/api/embeddings", "{\"model\":\"s260\",\"prompt\":\"\"}"), 200);
+    CHECK_EQ_INT((int)json_array_size(json_object_get(g_json, "embedding")), 0);
+    CHECK_EQ_INT(req(p, "POST", "/api/embeddings", "{\"prompt\":\"x\"}"), 400);
+    CHECK_STR(resp_error(), "model is required");
+    /* pooling from the GGUF (<arch>.pooling_type = last) changes the vector */
+    char path[1100];
+    snprintf(path, sizeof path, "%s/pool.gguf", test_tmpdir());
+    CHECK(write_templated_gguf(stories(), path, NULL, "llama.pooling_type"));
+    CHECK(create_model(p, "pooled", path, ""));
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"pooled\",\"input\":\"Once upon a time\"}"), 200);
+    e = json_array_get(json_object_get(g_json, "embeddings"), 0);
+    CHECK_NEAR(l2(e), 1.0, 1e-5);
+    CHECK(fabs(json_number_value(json_array_get(e, 0)) - first0) > 1e-6);
+}
+
+TEST(api_embed_and_embeddings) { WITH_SERVER(embed_api); }
+
+/* ---------------- documented errors ---------------- */
+
+static void errors_api(srv_proc *p) {
+    CHECK(create_model(p, "s260", stories(), ""));
+    const char *eps[] = {"/api/generate", "/api/chat", "/api/embed", "/api/embeddings"};
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(req(p, "POST", eps[i], "{\"model\":\"nope\"}"), 404);
+        CHECK_STR(resp_error(), "model 'nope' not found");
+        CHECK_EQ_INT(req(p, "POST", eps[i], "{}"), 400);
+        CHECK_STR(resp_error(), "model is required");
+        CHECK_EQ_INT(req(p, "POST", eps[i], ""), 400);
+        CHECK_STR(resp_error(), "missing request body");
+        CHECK_EQ_INT(req(p, "POST", eps[i], "{\"model\":"), 400);
+        CHECK_EQ_INT(req(p, "POST", eps[i], "{\"model\":\"s260\",\"options\":{\"temperature\":\"x\"}}"), 500);
+        CHECK_STR(resp_error(), "option \"temperature\" must be of type float32");
+        CHECK_EQ_INT(req(p, "POST", eps[i], "{\"model\":\"a b c\"}"), 400);
+        CHECK_STR(resp_error(), "invalid model name");
+    }
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":5}"), 400);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"raw\":true,\"system\":\"s\","
+                     "\"prompt\":\"x\"}"), 400);
+    CHECK_STR(resp_error(), "raw mode does not support template, system, or context");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\","
+                     "\"images\":[\"aGk=\"]}"), 400);
+    CHECK_STR(resp_error(), "registry.ollama.ai/library/s260:latest does not support vision");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"think\":true}"), 400);
+    CHECK_STR(resp_error(), "\"s260\" does not support thinking");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"top_logprobs\":21}"), 400);
+    CHECK_STR(resp_error(), "top_logprobs must be between 0 and 20");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"context\":[1,99999],"
+                     "\"stream\":false}"), 400);
+    /* unknown options are ignored */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"stream\":false,"
+                     "\"options\":{\"no_such_option\":1,\"num_predict\":1}}"), 200);
+    /* a streamed error before any chunk is an HTTP status, not a line */
+    CHECK_EQ_INT(req_stream(p, "/api/generate", "{\"model\":\"s260\",\"prompt\":\"Once upon a time\","
+                            "\"raw\":true,\"options\":{\"num_ctx\":4}}"), 400);
+    CHECK_STR(jstr(json_array_get(g_lines, 0), "error"),
+              "input length (5 tokens) exceeds the model's maximum context length (4 tokens)");
+    /* the blob vanished: schedule-time 404 */
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"s260\"}"), 200);
+    CHECK(create_model(p, "gone", stories(), "\"system\":\"x\""));
+    /* the server is healthy after all of that */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"stream\":false,"
+                     "\"options\":{\"num_predict\":2}}"), 200);
+    CHECK_EQ_INT((int)jint(g_json, "eval_count"), 2);
+}
+
+TEST(api_documented_errors) { WITH_SERVER(errors_api); }
+
+/* ---------------- client disconnect ---------------- */
+
+static void disconnect_api(srv_proc *p) {
+    CHECK(create_model(p, "s260", stories(), ""));
+    /* a long generation (fills 2048 positions), abandoned after the first chunk */
+    const char *body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"raw\":true,"
+                       "\"options\":{\"num_predict\":-1,\"temperature\":1,\"seed\":1}}";
+    for (int round = 0; round < 2; round++) {
+        net_http *h;
+        hl_err err;
+        CHECK_OK(net_http_open(&p->host, "POST", "/api/generate", "application/json",
+                               (int64_t)strlen(body), &h, &err), &err);
+        CHECK_OK(net_http_send(h, body, strlen(body), &err), &err);
+        CHECK_OK(net_http_finish(h, &err), &err);
+        CHECK_EQ_INT(net_http_status(h), 200);
+        char *line;
+        size_t len;
+        CHECK_OK(net_http_read_line(h, &line, &len, &err), &err);
+        CHECK(line && strstr(line, "\"done\":false"));
+        net_http_close(h);
+    }
+    /* the next request works at once (the abandoned runs were cancelled) */
+    uint64_t t0 = hl_time_ns();
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"Once\",\"raw\":true,"
+                     "\"stream\":false,\"options\":{\"num_predict\":3}}"), 200);
+    CHECK_EQ_INT((int)jint(g_json, "eval_count"), 3);
+    double secs = (double)(hl_time_ns() - t0) / 1e9;
+    CHECK_MSG(secs < 5.0, "follow-up took %.2f s", secs);
+    CHECK_EQ_INT(ps_count(p), 1);
+    /* the non-stream variant: the client gives up waiting */
+    net_http *h;
+    hl_err err;
+    const char *ns = "{\"model\":\"s260\",\"prompt\":\"Once\",\"raw\":true,\"stream\":false,"
+                     "\"options\":{\"num_predict\":-1}}";
+    CHECK_OK(net_http_open(&p->host, "POST", "/api/generate", "application/json",
+                           (int64_t)strlen(ns), &h, &err), &err);
+    CHECK_OK(net_http_send(h, ns, strlen(ns), &err), &err);
+    sleep_ms(30);
+    net_http_close(h);
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"s260\",\"input\":\"x\"}"), 200);
+}
+
+TEST(api_client_disconnect_cancels) { WITH_SERVER(disconnect_api); }
+
+/* ---------------- the CLI: run, stop, ps, the REPL ---------------- */
+
+static int g_port;
+static char g_out[65536], g_err[8192];
+
+/* Runs $HEARTH_BIN with args; stdin_text (may be NULL: /dev/null) is piped in. */
+static int run_cli(const char *stdin_text, const char *const *args) {
+    const char *bin = getenv("HEARTH_BIN");
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = bin;
+    for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    char out_path[1100], err_path[1100], in_path[1100];
+    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmpdir());
+    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmpdir());
+    snprintf(in_path, sizeof in_path, "%s/cli.in", test_tmpdir());
+    FILE *f = fopen(in_path, "w");
+    if (f) {
+        if (stdin_text) fputs(stdin_text, f);
+        fclose(f);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int i = open(in_path, O_RDONLY);
+        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(i, 0);
+        dup2(o, 1);
+        dup2(e, 2);
+        char hostv[64];
+        snprintf(hostv, sizeof hostv, "127.0.0.1:%d", g_port);
+        setenv("HEARTH_HOST", hostv, 1);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char *text;
+    size_t len;
+    g_out[0] = g_err[0] = '\0';
+    if (hl_file_read(out_path, &text, &len, NULL) == HL_OK) {
+        snprintf(g_out, sizeof g_out, "%s", text);
+        free(text);
+    }
+    if (hl_file_read(err_path, &text, &len, NULL) == HL_OK) {
+        snprintf(g_err, sizeof g_err, "%s", text);
+        free(text);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static bool cli_generate_text(const char *prompt, int n, char *out, size_t cap) {
+    char nbuf[16];
+    snprintf(nbuf, sizeof nbuf, "%d", n);
+    const char *args[] = {"generate", "-m", stories(), "-p", prompt, "-n", nbuf, "--temp", "0", NULL};
+    if (run_cli(NULL, args) != 0) return false;
+    size_t len = strlen(g_out);
+    if (len && g_out[len - 1] == '\n') g_out[--len] = '\0';
+    snprintf(out, cap, "%s", g_out);
+    return true;
+}
+
+/* Runs the REPL on a pseudo-terminal, typing input; collects the output. */
+static int run_pty(const char *input, const char *const *args, char *out, size_t cap) {
+    const char *bin = getenv("HEARTH_BIN");
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) || unlockpt(master)) return -1;
+    char slave_name[256];
+    if (ptsname_r(master, slave_name, sizeof slave_name)) return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        int s = open(slave_name, O_RDWR);
+        dup2(s, 0);
+        dup2(s, 1);
+        dup2(s, 2);
+        close(master);
+        char hostv[64];
+        snprintf(hostv, sizeof hostv, "127.0.0.1:%d", g_port);
+        setenv("HEARTH_HOST", hostv, 1);
+        const char *argv[16];
+        int n = 0;
+        argv[n++] = bin;
+        for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    /* type line by line, reading what comes back */
+    size_t len = 0;
+    out[0] = '\0';
+    fcntl(master, F_SETFL, O_NONBLOCK);
+    const char *p = input;
+    int status = 0;
+    bool exited = false;
+    for (int tick = 0; tick < 600 && !exited; tick++) { /* 30 s at most */
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(master, buf, sizeof buf)) > 0) {
+            size_t k = (size_t)n < cap - 1 - len ? (size_t)n : cap - 1 - len;
+            memcpy(out + len, buf, k);
+            len += k;
+            out[len] = '\0';
+        }
+        /* send the next line once the REPL is waiting at a prompt */
+        if (*p && len >= 4 && (strcmp(out + len - 4, ">>> ") == 0 || strcmp(out + len - 4, "... ") == 0)) {
+            const char *nl = strchr(p, '\n');
+            size_t l = nl ? (size_t)(nl - p + 1) : strlen(p);
+            if (write(master, p, l) < 0) break;
+            p += l;
+            if (!*p) { /* after the script: Ctrl-D ends it */
+            }
+        } else if (!*p && len >= 4 && strcmp(out + len - 4, ">>> ") == 0) {
+            if (write(master, "\x04", 1) < 0) break;
+        }
+        if (waitpid(pid, &status, WNOHANG) == pid) exited = true;
+        else sleep_ms(50);
+    }
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    close(master);
+    return exited && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void cli_api(srv_proc *p) {
+    g_port = p->port;
+    CHECK(create_model(p, "s260", stories(), "\"parameters\":{\"temperature\":0,\"num_predict\":20}"));
+    char expect[4096];
+    CHECK(cli_generate_text("Once upon a time", 20, expect, sizeof expect));
+    /* one-shot with a prompt argument (the prompt goes through {{ .Prompt }}) */
+    const char *a1[] = {"run", "s260", "Once", "upon", "a", "time", NULL};
+    CHECK_EQ_INT(run_cli(NULL, a1), 0);
+    char want[4200];
+    snprintf(want, sizeof want, "%s\n\n", expect);
+    CHECK_STR(g_out, want);
+    /* piped stdin */
+    const char *a2[] = {"run", "s260", NULL};
+    CHECK_EQ_INT(run_cli("Once upon a time", a2), 0);
+    CHECK_STR(g_out, want);
+    /* stdin then the argument */
+    const char *a3[] = {"run", "s260", "a time", NULL};
+    CHECK_EQ_INT(run_cli("Once upon", a3), 0);
+    CHECK_STR(g_out, want);
+    /* --verbose prints the stats to stderr */
+    const char *a4[] = {"run", "s260", "--verbose", "Once", NULL};
+    CHECK_EQ_INT(run_cli(NULL, a4), 0);
+    CHECK(strstr(g_err, "eval count:           20 token(s)") != NULL);
+    CHECK(strstr(g_err, "prompt eval rate:") != NULL);
+    /* ps shows it; stop unloads it */
+    const char *a5[] = {"ps", NULL};
+    CHECK_EQ_INT(run_cli(NULL, a5), 0);
+    CHECK(strstr(g_out, "NAME") && strstr(g_out, "PROCESSOR") && strstr(g_out, "CONTEXT") &&
+          strstr(g_out, "UNTIL"));
+    CHECK_MSG(strstr(g_out, "s260:latest") && strstr(g_out, "100% CPU") && strstr(g_out, "2048") &&
+                  strstr(g_out, "minutes from now"), "%s", g_out);
+    const char *a6[] = {"stop", "s260", NULL};
+    CHECK_EQ_INT(run_cli(NULL, a6), 0);
+    CHECK_EQ_INT(ps_count(p), 0);
+    const char *a7[] = {"stop", "nope", NULL};
+    CHECK_EQ_INT(run_cli(NULL, a7), 1);
+    CHECK_STR(g_err, "Error: couldn't find model \"nope\" to stop\n");
+    const char *a8[] = {"run", "nope", "hi", NULL};
+    CHECK_EQ_INT(run_cli(NULL, a8), 1);
+    CHECK_STR(g_err, "Error: model 'nope' not found\n");
+
+    /* the REPL on a terminal */
+    static char out[65536];
+    const char *script = "/?\n"
+                         "/set parameter num_predict 5\n"
+                         "/set parameter bogus 1\n"
+                         "/set system You are Lily.\n"
+                         "/show system\n"
+                         "/show parameters\n"
+                         "\"\"\"Once\n"
+                         "upon a time\"\"\"\n"
+                         "/show template\n"
+                         "/clear\n"
+                         "/nope\n"
+                         "/bye\n";
+    const char *ar[] = {"run", "s260", NULL};
+    int rc = run_pty(script, ar, out, sizeof out);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(strstr(out, "Available Commands:") != NULL);
+    CHECK(strstr(out, "Set parameter 'num_predict' to '5'") != NULL);
+    CHECK(strstr(out, "Couldn't set parameter: unknown parameter 'bogus'") != NULL);
+    CHECK(strstr(out, "Set system message.") != NULL);
+    CHECK(strstr(out, "You are Lily.") != NULL);
+    CHECK(strstr(out, "num_predict") != NULL);
+    CHECK(strstr(out, "... ") != NULL);
+    CHECK(strstr(out, "Cleared session context") != NULL);
+    CHECK(strstr(out, "Unknown command '/nope'. Type /? for help") != NULL);
+    CHECK_MSG(ps_count(p) == 1, "the REPL loads the model");
+    /* Ctrl-D at the prompt exits too */
+    rc = run_pty("", ar, out, sizeof out);
+    CHECK_EQ_INT(rc, 0);
+}
+
+TEST(api_cli_run_stop_ps_repl) { WITH_SERVER(cli_api); }
