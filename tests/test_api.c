@@ -489,7 +489,12 @@ static int upload_file(const srv_proc *p, const char *path, char digest[80]) {
     free(g_resp);
     g_resp = NULL;
     int status = -1;
-    net_http_request(&p->host, "POST", url, data, len, &status, &g_resp, NULL, NULL);
+    /* like the CLI: upload only what the server lacks */
+    net_http_request(&p->host, "HEAD", url, NULL, 0, &status, &g_resp, NULL, NULL);
+    free(g_resp);
+    g_resp = NULL;
+    if (status != 200)
+        net_http_request(&p->host, "POST", url, data, len, &status, &g_resp, NULL, NULL);
     free(data);
     return status;
 }
@@ -1081,8 +1086,15 @@ static void errors_api(srv_proc *p) {
     CHECK_STR(jstr(json_array_get(g_lines, 0), "error"),
               "input length (5 tokens) exceeds the model's maximum context length (4 tokens)");
     /* the blob vanished: schedule-time 404 */
-    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"s260\"}"), 200);
-    CHECK(create_model(p, "gone", stories(), "\"system\":\"x\""));
+    char path[1100], blob[1400], digest[80];
+    snprintf(path, sizeof path, "%s/gone.gguf", test_tmpdir());
+    CHECK(write_templated_gguf(stories(), path, "{{ messages }}", NULL));
+    CHECK(create_model(p, "gone", path, ""));
+    CHECK(upload_file(p, path, digest) == 200);
+    snprintf(blob, sizeof blob, "%s/blobs/sha256-%s", p->models, digest + 7);
+    CHECK_EQ_INT(unlink(blob), 0);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"gone\",\"prompt\":\"x\"}"), 404);
+    CHECK_STR(resp_error(), "model \"gone\" not found, try pulling it first");
     /* the server is healthy after all of that */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"stream\":false,"
                      "\"options\":{\"num_predict\":2}}"), 200);
