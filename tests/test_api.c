@@ -19,6 +19,7 @@
 #include "base/file.h"
 #include "gguf/gguf.h"
 #include "net/http_client.h"
+#include "server/jsonfmt.h"
 #include "server/options.h"
 #include "server/outproc.h"
 #include "server/prompt.h"
@@ -313,6 +314,41 @@ TEST(api_options_and_durations) {
     CHECK(opt_format_parse(v, &f, &err) != HL_OK);
     CHECK_STR(err.msg, "invalid format: \"xml\"; expected \"json\" or a valid JSON Schema object");
     json_decref(v);
+}
+
+TEST(api_json_format_recognizer) {
+    const char *good[] = {"{}", " {\"a\": [1, -2.5e3, 0, 0.5E-2, true, false, null, {\"b\": \"x\\u00e9\\n\\\"\"}]}",
+                          "{\"k\":{\"n\":[[],[{}]]}}", "{\"\u00e9t\u00e9\": 1}"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        json_prefix p;
+        json_prefix_init(&p);
+        CHECK_MSG(json_prefix_feed_all(&p, good[i], strlen(good[i])) && p.done, "%s", good[i]);
+        /* every prefix is accepted and not done */
+        json_prefix q;
+        json_prefix_init(&q);
+        CHECK(json_prefix_feed_all(&q, good[i], strlen(good[i]) - 1) && !q.done);
+    }
+    const char *bad[] = {"[1]", "\"s\"", "{\"a\" 1}", "{\"a\":01}", "{\"a\":tru }", "{\"a\":1,}",
+                         "{}x", "{} ", "{a:1}", "{\"a\":\"\\q\"}", "{\"a\":-}", "{\"a\":1.}",
+                         "{\"a\":\"\n\"}", "{\"a\":[1 2]}", "{\"a\":]",
+                         "{          \"a\":1}" /* whitespace run over the cap */};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_prefix p;
+        json_prefix_init(&p);
+        CHECK_MSG(!json_prefix_feed_all(&p, bad[i], strlen(bad[i])), "accepted %s", bad[i]);
+    }
+    /* a rejected byte leaves the state as it was */
+    json_prefix p;
+    json_prefix_init(&p);
+    CHECK(json_prefix_feed_all(&p, "{\"a\":1", 6));
+    CHECK(!json_prefix_feed(&p, 'x'));
+    CHECK(json_prefix_feed(&p, '}') && p.done);
+    /* deep nesting is capped, not a crash */
+    json_prefix_init(&p);
+    CHECK(json_prefix_feed(&p, '{') && json_prefix_feed_all(&p, "\"a\":", 4));
+    bool ok = true;
+    for (int i = 0; i < 100 && ok; i++) ok = json_prefix_feed(&p, '[');
+    CHECK(!ok);
 }
 
 /* ---------------- the server process ---------------- */
@@ -765,9 +801,20 @@ static void generate_api(srv_proc *p) {
                      "\"<P>{{ .Prompt }}<S>{{ .Suffix }}<M>\",\"_debug_render_only\":true}"), 200);
     CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"), "<P>a<S>b<M>");
     /* format: json and schemas are accepted, other values are not */
-    CHECK_EQ_INT(req(p, "POST", "/api/generate",
-                     "{\"model\":\"s260\",\"prompt\":\"a\",\"format\":\"json\",\"stream\":false,"
-                     "\"options\":{\"num_predict\":2}}"), 200);
+    for (int seed = 1; seed <= 3; seed++) { /* "json" constrains the output to a JSON object */
+        char fb[512];
+        snprintf(fb, sizeof fb, "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"format\":"
+                 "\"json\",\"stream\":false,\"options\":{\"num_predict\":60,\"seed\":%d}}", seed);
+        CHECK_EQ_INT(req(p, "POST", "/api/generate", fb), 200);
+        const char *r = jstr(g_json, "response");
+        json_prefix jp;
+        json_prefix_init(&jp);
+        CHECK_MSG(json_prefix_feed_all(&jp, r, strlen(r)), "not a JSON object prefix: %s", r);
+        CHECK(strchr(r, '{') != NULL);
+        json_t *whole = json_loads(r, 0, NULL); /* complete only when the model closed it */
+        if (jp.done) CHECK_MSG(whole != NULL, "complete but not JSON: %s", r);
+        json_decref(whole);
+    }
     CHECK_EQ_INT(req(p, "POST", "/api/generate",
                      "{\"model\":\"s260\",\"prompt\":\"a\",\"format\":{\"type\":\"object\"},"
                      "\"stream\":false,\"options\":{\"num_predict\":2}}"), 200);

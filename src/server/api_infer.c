@@ -26,6 +26,7 @@
 
 #include "base/file.h"
 #include "server/engine.h"
+#include "server/jsonfmt.h"
 #include "server/internal.h"
 #include "server/options.h"
 #include "server/outproc.h"
@@ -75,6 +76,7 @@ typedef struct infer_ctx {
     int32_t *gen;
     size_t n_gen, cap_gen;
     json_t *tool_calls;
+    jsonfmt *json; /* format "json" / schema: constrained decoding */
 } infer_ctx;
 
 static void infer_free(void *vctx) {
@@ -96,6 +98,7 @@ static void infer_free(void *vctx) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) outbuf_free(bufs[i]);
     free(c->gen);
     json_decref(c->tool_calls);
+    jsonfmt_free(c->json);
     free(c);
 }
 
@@ -296,6 +299,9 @@ static bool parse_chat(vfail *f, infer_ctx *c, const json_t *req) {
 /* ---------------- generation (producer thread) ---------------- */
 
 static bool cancelled_cb(void *ud) { return srv_stream_cancelled(ud); }
+static void ctx_logits(void *ud, float *logits, int32_t n_vocab) {
+    jsonfmt_mask(((infer_ctx *)ud)->json, logits, n_vocab);
+}
 static bool ctx_cancelled(void *ud) { return srv_stream_cancelled(((infer_ctx *)ud)->s); }
 
 static void add_metrics(json_t *o, const infer_ctx *c, uint64_t load_ns,
@@ -368,6 +374,7 @@ static bool on_token(void *ud, int32_t token) {
         c->cap_gen = cap;
     }
     c->gen[c->n_gen++] = token;
+    if (c->json) jsonfmt_accept(c->json, token);
     int32_t n = tok_stream_push(&c->ts, token, c->piece, c->piece_cap);
     if (n <= 0) return false;
     outbuf_clear(&c->ready);
@@ -625,9 +632,17 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
     }
     if (c->use_tools) tool_init(&c->toolp, prompt_tool_tag(pr), c->tools);
 
+    if (c->format != OPT_FORMAT_NONE && !c->use_think && !c->use_tools) {
+        hl_err jerr;
+        if (jsonfmt_create(c->vocab, &c->json, &jerr) != HL_OK) {
+            srv_stream_fail(c->s, 500, "%s", jerr.msg);
+            goto out;
+        }
+    }
     engine_request req = {.prompt = toks, .n_prompt = n_toks, .sp = c->opts.sp,
                           .num_predict = c->opts.num_predict, .on_token = on_token,
-                          .cancelled = ctx_cancelled, .ud = c};
+                          .cancelled = ctx_cancelled,
+                          .logits_hook = c->json ? ctx_logits : NULL, .ud = c};
     engine_stats stats;
     hl_status st = engine_generate(m->eng, &req, &stats, &err);
     if (st == HL_ERR_CANCELLED || srv_stream_cancelled(c->s)) goto out;

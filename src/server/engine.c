@@ -137,6 +137,11 @@ static bool bridge_progress(void *user, int32_t processed, int32_t total) {
     return !(b->req->cancelled && b->req->cancelled(b->req->ud));
 }
 
+static void bridge_logits(void *user, float *logits, int32_t n_vocab) {
+    gen_bridge *b = user;
+    b->req->logits_hook(b->req->ud, logits, n_vocab);
+}
+
 hl_status engine_generate(engine *e, const engine_request *req, engine_stats *stats,
                           hl_err *err) {
     *stats = (engine_stats){0};
@@ -153,6 +158,7 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
         .sampling = req->sp,
         .emit = bridge_emit,
         .progress = bridge_progress,
+        .logits_hook = req->logits_hook ? bridge_logits : NULL,
         .user = &b,
     };
     runner_stats rs = {0};

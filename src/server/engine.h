@@ -63,6 +63,8 @@ typedef struct engine_request {
     int64_t num_predict; /* <= 0: unbounded (until EOG or a full context) */
     bool (*on_token)(void *ud, int32_t token); /* true = stop now */
     bool (*cancelled)(void *ud);               /* may be NULL */
+    /* may be NULL: edits each logits row before sampling (format constraints) */
+    void (*logits_hook)(void *ud, float *logits, int32_t n_vocab);
     void *ud;
 } engine_request;
 
