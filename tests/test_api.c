@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -832,6 +833,27 @@ static int ps_count(const srv_proc *p) {
     return (int)json_array_size(json_object_get(g_json, "models"));
 }
 
+typedef struct par_req {
+    const srv_proc *p;
+    const char *body;
+    int status;
+    long long eval_count;
+} par_req;
+
+static void *par_main(void *arg) {
+    par_req *r = arg;
+    char *out = NULL;
+    r->status = -1;
+    if (net_http_request(&r->p->host, "POST", "/api/generate", r->body, strlen(r->body), &r->status,
+                         &out, NULL, NULL) == HL_OK) {
+        json_t *j = out ? json_loads(out, 0, NULL) : NULL;
+        r->eval_count = jint(j, "eval_count");
+        json_decref(j);
+    }
+    free(out);
+    return NULL;
+}
+
 static void keepalive_api(srv_proc *p) {
     CHECK(create_model(p, "s260", stories(), ""));
     CHECK(create_model(p, "other", stories(), "\"system\":\"x\""));
@@ -908,6 +930,21 @@ static void keepalive_api(srv_proc *p) {
         n = ps_count(p);
     }
     CHECK_EQ_INT(n, 0);
+    /* concurrent requests for two models and the same one: all are served in turn */
+    par_req rq[4] = {
+        {p, "{\"model\":\"s260\",\"prompt\":\"a\",\"stream\":false,\"options\":{\"num_predict\":30}}", 0, 0},
+        {p, "{\"model\":\"other\",\"prompt\":\"b\",\"stream\":false,\"options\":{\"num_predict\":30}}", 0, 0},
+        {p, "{\"model\":\"s260\",\"prompt\":\"c\",\"stream\":false,\"options\":{\"num_predict\":30}}", 0, 0},
+        {p, "{\"model\":\"other\",\"prompt\":\"d\",\"stream\":false,\"options\":{\"num_predict\":30}}", 0, 0},
+    };
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, par_main, &rq[i]);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(rq[i].status, 200);
+        CHECK_EQ_INT((int)rq[i].eval_count, 30);
+    }
+    CHECK_EQ_INT(ps_count(p), 1);
     /* a different num_ctx reloads with the new context */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"options\":{\"num_ctx\":64}}"), 200);
     CHECK_EQ_INT(ps_count(p), 1);
@@ -1000,6 +1037,22 @@ static void chat_api(srv_proc *p) {
     CHECK_STR(resp_error(), "invalid think value: \"hard\" (must be \"high\", \"medium\", \"low\", "
                             "\"max\", true, or false)");
     CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"chat\",\"messages\":{}}"), 400);
+    /* history truncation: the oldest messages go until the prompt fits num_ctx */
+    char big[8192] = "{\"model\":\"chat\",\"stream\":false,\"options\":{\"num_ctx\":192,"
+                     "\"num_predict\":4},\"messages\":[";
+    for (int i = 0; i < 12; i++) {
+        size_t bl = strlen(big);
+        snprintf(big + bl, sizeof big - bl, "%s{\"role\":\"%s\",\"content\":\"Lily and Ben went to "
+                 "the park to play number %d\"}", i ? "," : "", i % 2 ? "assistant" : "user", i);
+    }
+    strcat(big, "]}");
+    CHECK_MSG(req(p, "POST", "/api/chat", big) == 200, "%s", g_resp);
+    CHECK(jint(g_json, "prompt_eval_count") < 192 && jint(g_json, "prompt_eval_count") > 100);
+    CHECK(strstr(big, "\"truncate\"") == NULL);
+    big[strlen(big) - 1] = '\0';
+    strcat(big, ",\"truncate\":false}");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", big), 400);
+    CHECK(strstr(resp_error(), "exceeds the model's maximum context length (192 tokens)") != NULL);
     /* thinking-capable template: think on by default; the prompt opens <think> */
     snprintf(path, sizeof path, "%s/think.gguf", test_tmpdir());
     CHECK(write_templated_gguf(stories(), path,
