@@ -945,6 +945,11 @@ static void keepalive_api(srv_proc *p) {
         CHECK_EQ_INT((int)rq[i].eval_count, 30);
     }
     CHECK_EQ_INT(ps_count(p), 1);
+    /* deleting a loaded model unloads it */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"other\"}"), 200);
+    CHECK_EQ_INT(ps_count(p), 1);
+    CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"model\":\"other\"}"), 200);
+    CHECK_EQ_INT(ps_count(p), 0);
     /* a different num_ctx reloads with the new context */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"options\":{\"num_ctx\":64}}"), 200);
     CHECK_EQ_INT(ps_count(p), 1);
@@ -1177,6 +1182,12 @@ static void errors_api(srv_proc *p) {
     CHECK_STR(resp_error(), "top_logprobs must be between 0 and 20");
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"context\":[1,99999],"
                      "\"stream\":false}"), 400);
+    /* out-of-range load options are clamped, not trusted */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"stream\":false,"
+                     "\"options\":{\"num_batch\":100000000,\"num_thread\":1,\"num_ctx\":-5,"
+                     "\"num_predict\":1}}"), 200);
+    CHECK_EQ_INT(ps_count(p), 1);
+    CHECK_EQ_INT((int)jint(json_array_get(json_object_get(g_json, "models"), 0), "context_length"), 4);
     /* unknown options are ignored */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"stream\":false,"
                      "\"options\":{\"no_such_option\":1,\"num_predict\":1}}"), 200);

@@ -612,7 +612,7 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
     /* decoding state */
     c->piece_cap = 64;
     for (int32_t id = 0; id < tok_vocab_n_tokens(c->vocab); id++) {
-        int32_t len = tok_token_to_piece(c->vocab, id, false, NULL, 0);
+        int32_t len = tok_token_to_piece(c->vocab, id, true, NULL, 0);
         if (len > 0 && (size_t)len + 64 > c->piece_cap) c->piece_cap = (size_t)len + 64;
     }
     c->piece = malloc(c->piece_cap);
@@ -622,7 +622,9 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
         goto out;
     }
     int32_t bos = tok_vocab_special(c->vocab, TOK_SPECIAL_BOS);
-    tok_stream_init(&c->ts, c->vocab, false, bos >= 0 && toks[n_toks - 1] == bos);
+    /* special tokens are rendered (as Ollama's runner does) so that stop strings such as
+     * "<|im_end|>" can match them; end-of-generation tokens never reach the text */
+    tok_stream_init(&c->ts, c->vocab, true, bos >= 0 && toks[n_toks - 1] == bos);
     stop_init(&c->stop, c->opts.stop, c->opts.n_stop);
     if (c->use_think) {
         size_t rl = strlen(rendered);
