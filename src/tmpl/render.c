@@ -1456,12 +1456,13 @@ static bool dict_items(rctx *r, tnode *n, tdict *d, tval *out) {
 static bool dict_method(rctx *r, tnode *n, tval d, const char *m, size_t npos, tval *pos,
                         size_t nkw, const char **kwn, tval *kwv, tval *out) {
     tval a[2];
-    if (!strcmp(m, "get") || !strcmp(m, "pop") || !strcmp(m, "setdefault")) {
+    if (strcmp(m, "get") && strcmp(m, "items") && strcmp(m, "keys") && strcmp(m, "values") &&
+        strcmp(m, "copy"))
+        return rfail(r, n, HL_ERR_FORMAT, "access to attribute '%s' of 'dict' object is unsafe.", m);
+    if (!strcmp(m, "get")) {
         static const char *const ps[] = {"key", "default", NULL};
         if (!bind(r, n, m, ps, npos, pos, nkw, kwn, kwv, a)) return false;
         if (!present(a[0])) return rfail(r, n, HL_ERR_FORMAT, "%s expected at least 1 argument", m);
-        if (strcmp(m, "get"))
-            return rfail(r, n, HL_ERR_FORMAT, "access to attribute '%s' of 'dict' object is unsafe.", m);
         tval *v = td_get(d.u.d, a[0]);
         *out = v ? *v : present(a[1]) ? a[1] : tv_none();
         return true;
@@ -2421,7 +2422,9 @@ static exec_rc exec_for(rctx *r, tnode *n, frame *f) {
     tval seq;
     if (!eval(r, n->a, f, &seq)) return EX_ERR;
     tlist *items;
-    if (seq.kind == TV_DICT || seq.kind == TV_LIST || seq.kind == TV_STR || seq.kind == TV_UNDEF) {
+    if (seq.kind == TV_LIST) {
+        items = seq.u.l; /* iterated live, like Python: appends in the body are visited */
+    } else if (seq.kind == TV_DICT || seq.kind == TV_STR || seq.kind == TV_UNDEF) {
         if (!to_list(r, n, seq, &items)) return EX_ERR;
     } else {
         rfail(r, n, HL_ERR_FORMAT, "'%s' object is not iterable", tv_type_name(seq));
