@@ -519,18 +519,29 @@ TEST(tmpl_deep_nesting_is_an_error) {
     blk += (size_t)sprintf(src2 + blk, "1 }}");
     st = tmpl_compile(src2, blk, &t, &err);
     CHECK(st == HL_ERR_FORMAT);
-    /* a long flat chain is fine to parse but its evaluation depth is bounded */
-    blk = (size_t)sprintf(src2, "{{ 1");
-    for (size_t i = 0; i < 20000; i++) blk += (size_t)sprintf(src2 + blk, " + 1");
-    blk += (size_t)sprintf(src2 + blk, " }}");
-    st = tmpl_compile(src2, blk, &t, &err);
-    CHECK_OK(st, &err);
+    /* long flat chains (a + a + ..., a|f|f..., a.b.c...) nest the evaluator just as deeply */
+    static const char *const links[] = {" + 1", "|string", ".a", " and 1", " ~ 'x'"};
+    for (size_t l = 0; l < COUNT(links); l++) {
+        blk = (size_t)sprintf(src2, "{{ 1");
+        for (size_t i = 0; i < 20000; i++) blk += (size_t)sprintf(src2 + blk, "%s", links[l]);
+        blk += (size_t)sprintf(src2 + blk, " }}");
+        st = tmpl_compile(src2, blk, &t, &err);
+        CHECK_MSG(st == HL_ERR_FORMAT && strstr(err.msg, "nested too deeply"), "%s: %s", links[l],
+                  st ? err.msg : "compiled");
+    }
+    /* recursion through macros with deep expressions stops at the evaluation depth limit */
+    blk = (size_t)sprintf(src2, "{%% macro f(n) %%}{{ ");
+    for (size_t i = 0; i < 40; i++) blk += (size_t)sprintf(src2 + blk, "(");
+    blk += (size_t)sprintf(src2 + blk, "f(n + 1)");
+    for (size_t i = 0; i < 40; i++) blk += (size_t)sprintf(src2 + blk, ")|string");
+    blk += (size_t)sprintf(src2 + blk, " }}{%% endmacro %%}{{ f(0) }}");
+    CHECK_OK(tmpl_compile(src2, blk, &t, &err), &err);
     char *out;
     size_t n;
     st = tmpl_render(t, NULL, &out, &n, &err);
     tmpl_destroy(t);
     CHECK(st == HL_ERR_INVALID);
-    CHECK(strstr(err.msg, "nested too deeply") != NULL);
+    CHECK_MSG(strstr(err.msg, "nested too deeply") != NULL, "%s", err.msg);
     free(src);
     free(src2);
 }

@@ -13,7 +13,7 @@
 #include "tmpl/tmpl.h"
 
 #define MAX_RANGE 100000
-#define MAX_EVAL_DEPTH 2500
+#define MAX_EVAL_DEPTH 1000
 
 typedef struct frame frame;
 struct frame {
