@@ -775,14 +775,8 @@ static bool binop(rctx *r, tnode *n, int op, tval a, tval b, tval *out) {
     }
     if (op == '*' && (b.kind == TV_STR || b.kind == TV_LIST) && (a.kind == TV_INT || a.kind == TV_BOOL))
         return binop(r, n, op, b, a, out);
-    static const char *names[128];
-    names['+'] = "+";
-    names['-'] = "-";
-    names['*'] = "*";
-    names['/'] = "/";
-    names['f'] = "//";
-    names['%'] = "%";
-    names['p'] = "** or pow()";
+    static const char *const names[128] = {['+'] = "+", ['-'] = "-", ['*'] = "*", ['/'] = "/",
+                                            ['f'] = "//", ['%'] = "%", ['p'] = "** or pow()"};
     if (op == '+' && a.kind == TV_STR)
         return rfail(r, n, HL_ERR_FORMAT, "can only concatenate str (not \"%s\") to str",
                      tv_type_name(b));
@@ -1948,6 +1942,10 @@ static bool to_json_val(rctx *r, tnode *n, tval in, size_t npos, tval *pos, size
 static bool do_round(rctx *r, tnode *n, tval v, int64_t prec, const char *method, tval *out) {
     if (!is_num(v)) return rfail(r, n, HL_ERR_FORMAT, "type %s doesn't define __round__", tv_type_name(v));
     double x = num_of(v), m = pow(10.0, (double)prec), y;
+    if (!strcmp(method, "common") && v.kind != TV_FLOAT) {
+        *out = v.kind == TV_BOOL ? tv_int(v.u.b) : v; /* round(int, n) stays an int */
+        return true;
+    }
     if (!strcmp(method, "common")) {
         /* python round(): half to even on the decimal value */
         y = x * m;

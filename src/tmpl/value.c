@@ -333,7 +333,7 @@ static bool write_common(tarena *a, tval_buf *b, tval v, int depth, bool repr) {
     char num[64];
     if (depth > 500) return false;
     switch (v.kind) {
-    case TV_UNDEF: return true;
+    case TV_UNDEF: return repr ? tb_puts(a, b, "Undefined") : true;
     case TV_NONE: return tb_puts(a, b, "None");
     case TV_BOOL: return tb_puts(a, b, v.u.b ? "True" : "False");
     case TV_INT:
