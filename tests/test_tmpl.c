@@ -771,6 +771,19 @@ TEST(tmpl_all_real_templates_render_a_conversation) {
             CHECK_MSG(st != HL_OK && strstr(err.msg, want_error), "%s: want error \"%s\", got %s",
                       names[i], want_error, st ? err.msg : "success");
             raised++;
+            if (strstr(want_error, "strftime_now")) {
+                /* with strftime_now defined (as newer transformers do) they render */
+                tmpl_options o = tmpl_default_options();
+                o.strftime_now = true;
+                src = load_template(rel, &err);
+                CHECK(src);
+                CHECK_OK(tmpl_compile(src, strlen(src), &t, &err), &err);
+                free(src);
+                st = tmpl_render_opts(t, ctx, &o, &out, &n, &err);
+                tmpl_destroy(t);
+                CHECK_MSG(st == HL_OK, "%s with strftime_now: %s", names[i], err.msg);
+                CHECK(strstr(out, "How are you?") != NULL);
+            }
         } else {
             CHECK_MSG(st == HL_OK, "%s: %s", names[i], err.msg);
             CHECK_MSG(strstr(out, "Hello") && strstr(out, "Hi there") && strstr(out, "How are you?"),
@@ -800,4 +813,24 @@ TEST(tmpl_tool_calling_conversations_match_python) {
                   tools_cases[i].file, out, tools_cases[i].expected);
         free(out);
     }
+}
+
+TEST(tmpl_strftime_now_option) {
+    const char *src = "{% if strftime_now is defined %}{{ strftime_now('%d %b %Y') }}{% else %}none"
+                      "{% endif %}";
+    tmpl *t;
+    hl_err err;
+    CHECK_OK(tmpl_compile(src, strlen(src), &t, &err), &err);
+    char *out;
+    size_t n;
+    CHECK_OK(tmpl_render(t, NULL, &out, &n, &err), &err);
+    CHECK_STR(out, "none");
+    free(out);
+    tmpl_options o = tmpl_default_options();
+    o.strftime_now = true;
+    o.now = 1721995200; /* 2024-07-26 12:00 UTC: the same date in every time zone but +-12h */
+    CHECK_OK(tmpl_render_opts(t, NULL, &o, &out, &n, &err), &err);
+    CHECK_STR(out, "26 Jul 2024");
+    free(out);
+    tmpl_destroy(t);
 }

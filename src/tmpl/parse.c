@@ -171,14 +171,12 @@ static char *decode_string(tarena *a, const char *s, size_t n, size_t *out_n) {
     return o;
 }
 
-static const char *const ops3[] = {NULL};
 static const char *const ops2[] = {"//", "**", "==", "!=", ">=", "<=", NULL};
 static const char ops1[] = "+-/*%~[](){},.:|=<>;";
 
 /* Tokenizes the inside of a tag up to its end marker. Returns false on error. */
 static bool lex_tag(parser *p, lexer *lx, tk_type begin, bool *strip_after, bool *keep_after) {
     int bal = 0;
-    (void)ops3;
     for (;;) {
         while (lx->pos < lx->n && is_ws(lx->src[lx->pos])) lx_advance(lx, lx->pos + 1);
         size_t i = lx->pos;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <utf8proc.h>
 
 #include "tmpl/internal.h"
@@ -33,13 +34,14 @@ struct tloop {
     size_t index; /* 0-based */
 };
 
-enum { BI_RANGE = 1, BI_NAMESPACE, BI_RAISE, BI_DICT };
+enum { BI_RANGE = 1, BI_NAMESPACE, BI_RAISE, BI_DICT, BI_STRFTIME };
 
 typedef enum { EX_OK, EX_ERR, EX_BREAK, EX_CONTINUE } exec_rc;
 
 typedef struct rctx {
     tarena a;
     tmpl_limits lim;
+    const tmpl_options *opts;
     hl_err *err;
     bool failed;
     tval_buf *out;
@@ -244,6 +246,7 @@ static tval lookup(rctx *r, frame *f, const char *name) {
     else if (!strcmp(name, "namespace")) v.u.i = BI_NAMESPACE;
     else if (!strcmp(name, "raise_exception")) v.u.i = BI_RAISE;
     else if (!strcmp(name, "dict")) v.u.i = BI_DICT;
+    else if (!strcmp(name, "strftime_now") && r->opts->strftime_now) v.u.i = BI_STRFTIME;
     else return undef_fmt(r, "'%s' is undefined", name);
     return v;
 }
@@ -1647,6 +1650,20 @@ static bool call_builtin(rctx *r, tnode *n, int64_t id, size_t npos, tval *pos, 
         if (id == BI_NAMESPACE) out->kind = TV_NS;
         return true;
     }
+    case BI_STRFTIME: {
+        if (npos != 1 || nkw || pos[0].kind != TV_STR)
+            return rfail(r, n, HL_ERR_FORMAT, "strftime_now() takes one format string");
+        char fmt[256], buf[512];
+        if (pos[0].u.s.n >= sizeof fmt) return rfail(r, n, HL_ERR_FORMAT, "strftime_now format too long");
+        memcpy(fmt, pos[0].u.s.p, pos[0].u.s.n);
+        fmt[pos[0].u.s.n] = 0;
+        time_t now = r->opts->now ? (time_t)r->opts->now : time(NULL);
+        struct tm tm;
+        if (!localtime_r(&now, &tm)) return rfail(r, n, HL_ERR_FORMAT, "strftime_now: bad time");
+        size_t len = fmt[0] ? strftime(buf, sizeof buf, fmt, &tm) : 0;
+        *out = mk_str(r, buf, len);
+        return true;
+    }
     case BI_RAISE: {
         tval msg = npos ? pos[0] : tv_str("", 0);
         tval s;
@@ -2560,7 +2577,7 @@ static exec_rc exec_body(rctx *r, tnode **body, size_t nb, frame *f) {
 
 tmpl_limits tmpl_default_limits(void) {
     tmpl_limits l = {.max_output = 16u << 20, .max_memory = 256u << 20,
-                     .max_iterations = 1000000, .max_call_depth = 200, .max_steps = 100000000};
+                     .max_iterations = 10000000, .max_call_depth = 200, .max_steps = 100000000};
     return l;
 }
 
@@ -2570,15 +2587,29 @@ hl_status tmpl_render(const tmpl *t, const json_t *context, char **out, size_t *
     return tmpl_render_limited(t, context, &l, out, out_len, err);
 }
 
+tmpl_options tmpl_default_options(void) {
+    tmpl_options o = {.limits = tmpl_default_limits()};
+    return o;
+}
+
 hl_status tmpl_render_limited(const tmpl *t, const json_t *context, const tmpl_limits *limits,
                               char **out, size_t *out_len, hl_err *err) {
+    tmpl_options o = tmpl_default_options();
+    if (limits) o.limits = *limits;
+    return tmpl_render_opts(t, context, &o, out, out_len, err);
+}
+
+hl_status tmpl_render_opts(const tmpl *t, const json_t *context, const tmpl_options *opts,
+                           char **out, size_t *out_len, hl_err *err) {
+    tmpl_options defaults = tmpl_default_options();
+    if (!opts) opts = &defaults;
     *out = NULL;
     if (out_len) *out_len = 0;
     if (!t) return hl_fail(err, HL_ERR_INVALID, "no template");
     if (context && !json_is_object(context))
         return hl_fail(err, HL_ERR_INVALID, "template context must be a JSON object");
     hl_err local;
-    rctx r = {.lim = limits ? *limits : tmpl_default_limits(), .err = err ? err : &local};
+    rctx r = {.lim = opts->limits, .opts = opts, .err = err ? err : &local};
     r.a.cap = r.lim.max_memory;
     tval_buf buf = {0};
     r.out = &buf;

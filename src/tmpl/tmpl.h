@@ -32,6 +32,7 @@
 #define HL_TMPL_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,7 +49,7 @@ typedef struct tmpl_limits {
                                   per 64 bytes a string operation scans or copies */
 } tmpl_limits;
 
-/* The defaults tmpl_render uses: 16 MiB output, 256 MiB memory, 1e6 iterations,
+/* The defaults tmpl_render uses: 16 MiB output, 256 MiB memory, 1e7 iterations,
  * 200 nested macro calls, 1e8 steps (real templates need well under 1e6). Ranges are limited to 100000 items, like jinja's sandbox. */
 tmpl_limits tmpl_default_limits(void);
 
@@ -60,6 +61,19 @@ hl_status tmpl_render(const tmpl *t, const json_t *context, char **out, size_t *
                       hl_err *err);
 hl_status tmpl_render_limited(const tmpl *t, const json_t *context, const tmpl_limits *limits,
                               char **out, size_t *out_len, hl_err *err);
+
+/* Everything a render can be told. strftime_now(fmt) is what newer transformers define
+ * (Llama 3.x, gpt-oss, Mistral Small use it for today's date); it is off by default so
+ * renders match the reference setup, where templates fall back to a fixed date or raise. */
+typedef struct tmpl_options {
+    tmpl_limits limits;
+    bool strftime_now; /* define strftime_now(format), formatting local time */
+    int64_t now;       /* seconds since the epoch for strftime_now; 0 = the current time */
+} tmpl_options;
+
+tmpl_options tmpl_default_options(void);
+hl_status tmpl_render_opts(const tmpl *t, const json_t *context, const tmpl_options *opts,
+                           char **out, size_t *out_len, hl_err *err);
 
 void tmpl_destroy(tmpl *t); /* accepts NULL */
 
