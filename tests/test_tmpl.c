@@ -834,3 +834,19 @@ TEST(tmpl_strftime_now_option) {
     free(out);
     tmpl_destroy(t);
 }
+
+TEST(tmpl_percent_formatting) {
+    CHECK_RENDERS("{{ \"%s-%d\" % (\"a\", 3) }}|{{ \"%05.2f\" % 3.14159 }}|{{ \"%r\" % \"x\" }}|"
+                  "{{ \"%(a)s!\" % {\"a\": 1} }}|{{ \"%-4s|\" % \"ab\" }}|{{ \"%x\" % 255 }}|"
+                  "{{ \"100%%\" % () }}|{{ \"%s\" % [1, 2] }}|{{ \"%3d\" % 7 }}|{{ \"%i\" % 2.7 }}",
+                  NULL, "a-3|03.14|'x'|1!|ab  ||ff|100%|[1, 2]|  7|2");
+    CHECK_FAILS("{{ '%s %s' % (1,) }}", NULL, HL_ERR_FORMAT, "not enough arguments");
+    CHECK_FAILS("{{ '%s' % (1, 2) }}", NULL, HL_ERR_FORMAT, "not all arguments converted");
+    CHECK_FAILS("{{ '%d' % 'x' }}", NULL, HL_ERR_FORMAT, "a number is required");
+    CHECK_FAILS("{{ '%999999s' % 'x' }}", NULL, HL_ERR_INVALID, "too large");
+}
+
+TEST(tmpl_number_tests_on_floats) {
+    CHECK_RENDERS("{{ 3.0 is odd }}{{ 3.5 is odd }}{{ 4.0 is even }}{{ 9 is divisibleby 1.5 }}"
+                  "{{ -3 is odd }}{{ nope is callable }}", NULL, "TrueFalseTrueTrueTrueTrue");
+}

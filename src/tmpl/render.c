@@ -663,12 +663,107 @@ static bool concat2(rctx *r, const tnode *n, tval a, tval b, tval *out) {
     return true;
 }
 
+/* python's str % args for the common conversions: %s %r %d %i %f %x %% with flags,
+ * width and precision; a dict argument serves %(name)s. */
+static bool percent_format(rctx *r, tnode *n, tval fmt, tval args, tval *out) {
+    tval_buf b = {0};
+    size_t argi = 0;
+    bool tuple = args.kind == TV_LIST && args.tuple;
+    size_t nargs = tuple ? args.u.l->n : 1;
+    const char *p = fmt.u.s.p;
+    size_t len = fmt.u.s.n;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] != '%') {
+            if (!tb_put(&r->a, &b, p + i, 1)) return oom(r, n);
+            continue;
+        }
+        if (++i >= len) return rfail(r, n, HL_ERR_FORMAT, "incomplete format");
+        tval v;
+        bool have = false;
+        if (p[i] == '(') {
+            const char *e = memchr(p + i, ')', len - i);
+            if (!e || args.kind != TV_DICT) return rfail(r, n, HL_ERR_FORMAT, "format requires a mapping");
+            tval *hit = td_get_str(args.u.d, p + i + 1, (size_t)(e - p) - i - 1);
+            if (!hit) return rfail(r, n, HL_ERR_FORMAT, "KeyError in %% format");
+            v = *hit;
+            have = true;
+            i = (size_t)(e - p) + 1;
+        }
+        char spec[32];
+        size_t k = 0;
+        spec[k++] = '%';
+        while (i < len && strchr("-+ 0#", p[i]) && k < 8) spec[k++] = p[i++];
+        while (i < len && p[i] >= '0' && p[i] <= '9' && k < 16) spec[k++] = p[i++];
+        if (i < len && p[i] == '.') {
+            spec[k++] = p[i++];
+            while (i < len && p[i] >= '0' && p[i] <= '9' && k < 24) spec[k++] = p[i++];
+        }
+        spec[k] = 0;
+        if (i >= len) return rfail(r, n, HL_ERR_FORMAT, "incomplete format");
+        char conv = p[i];
+        if (conv == '%') {
+            if (!tb_puts(&r->a, &b, "%")) return oom(r, n);
+            continue;
+        }
+        if (!have) {
+            if (argi >= nargs) return rfail(r, n, HL_ERR_FORMAT, "not enough arguments for format string");
+            v = tuple ? args.u.l->items[argi] : args;
+            argi++;
+        }
+        char num[128];
+        if (conv == 's' || conv == 'r') {
+            tval sv;
+            if (conv == 's' ? !to_str(r, n, v, &sv) : false) return false;
+            if (conv == 'r') {
+                tval_buf rb = {0};
+                if (!tv_write_repr(&r->a, &rb, v, 0)) return oom(r, n);
+                sv = tv_str(rb.p ? rb.p : "", rb.n);
+            }
+            int width = atoi(spec + 1 + (spec[1] == '-'));
+            size_t cl = u8_len(sv.u.s.p, sv.u.s.n);
+            size_t pad = width > 0 && (size_t)width > cl ? (size_t)width - cl : 0;
+            if (pad > 10000) return rfail(r, n, HL_ERR_INVALID, "format width too large");
+            bool left = spec[1] == '-';
+            for (size_t q = 0; !left && q < pad; q++) if (!tb_puts(&r->a, &b, " ")) return oom(r, n);
+            if (!tb_put(&r->a, &b, sv.u.s.p, sv.u.s.n)) return oom(r, n);
+            for (size_t q = 0; left && q < pad; q++) if (!tb_puts(&r->a, &b, " ")) return oom(r, n);
+            continue;
+        }
+        if (!is_num(v)) return rfail(r, n, HL_ERR_FORMAT, "%%%c format: a number is required, not %s", conv, tv_type_name(v));
+        if (atoi(spec + 1) > 100) return rfail(r, n, HL_ERR_INVALID, "format width too large");
+        if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {
+            spec[k++] = 'l';
+            spec[k++] = 'l';
+            spec[k++] = conv == 'i' ? 'd' : conv;
+            spec[k] = 0;
+            double d = num_of(v);
+            long long iv = v.kind == TV_FLOAT ? (long long)d : (long long)(v.kind == TV_INT ? v.u.i : v.u.b);
+            snprintf(num, sizeof num, spec, iv);
+        } else if (conv == 'f' || conv == 'F' || conv == 'e' || conv == 'E' || conv == 'g' || conv == 'G') {
+            spec[k++] = conv;
+            spec[k] = 0;
+            snprintf(num, sizeof num, spec, num_of(v));
+        } else {
+            return rfail(r, n, HL_ERR_FORMAT, "unsupported format character '%c'", conv);
+        }
+        if (!tb_puts(&r->a, &b, num)) return oom(r, n);
+    }
+    /* a lone argument must be used up unless it is mapping-like (python's rule) */
+    bool mapping_like = !tuple && (args.kind == TV_DICT || args.kind == TV_LIST ||
+                                   args.kind == TV_UNDEF || args.kind == TV_NS);
+    if (argi < nargs && !mapping_like)
+        return rfail(r, n, HL_ERR_FORMAT, "not all arguments converted during string formatting");
+    *out = tv_str(b.p ? b.p : "", b.n);
+    return true;
+}
+
 static bool binop(rctx *r, tnode *n, int op, tval a, tval b, tval *out) {
     if (op == '~') {
         tval x, y;
         if (!to_str(r, n, a, &x) || !to_str(r, n, b, &y)) return false;
         return concat2(r, n, x, y, out);
     }
+    if (op == '%' && a.kind == TV_STR) return percent_format(r, n, a, b, out);
     if (a.kind == TV_UNDEF) return fail_undef(r, n, a);
     if (b.kind == TV_UNDEF) return fail_undef(r, n, b);
     bool ints = (a.kind == TV_INT || a.kind == TV_BOOL) && (b.kind == TV_INT || b.kind == TV_BOOL);
@@ -1732,7 +1827,8 @@ static bool apply_test(rctx *r, tnode *n, frame *f, const char *name, tval v, si
     else if (!strcmp(name, "true")) *res = v.kind == TV_BOOL && v.u.b;
     else if (!strcmp(name, "false")) *res = v.kind == TV_BOOL && !v.u.b;
     else if (!strcmp(name, "callable"))
-        *res = v.kind == TV_MACRO || v.kind == TV_BUILTIN || v.kind == TV_METHOD;
+        *res = v.kind == TV_MACRO || v.kind == TV_BUILTIN || v.kind == TV_METHOD ||
+               v.kind == TV_UNDEF; /* Undefined defines __call__ (to raise) */
     else if (!strcmp(name, "escaped")) *res = v.kind == TV_STR && v.safe;
     else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         tval s, m;
@@ -1742,8 +1838,17 @@ static bool apply_test(rctx *r, tnode *n, frame *f, const char *name, tval v, si
         *res = m.u.b;
     } else if (!strcmp(name, "odd") || !strcmp(name, "even") || !strcmp(name, "divisibleby")) {
         if (v.kind == TV_UNDEF) return fail_undef(r, n, v);
+        if (v.kind == TV_FLOAT || (npos && arg.kind == TV_FLOAT)) {
+            double fd = name[0] == 'd' ? (npos && is_num(arg) ? num_of(arg) : 0) : 2;
+            if (!is_num(v) || fd == 0)
+                return rfail(r, n, HL_ERR_FORMAT, "test '%s': bad operands", name);
+            double m = fmod(num_of(v), fd);
+            if (m != 0 && ((m < 0) != (fd < 0))) m += fd; /* python's modulo */
+            *res = name[0] == 'o' ? m == 1 : m == 0;
+            return true;
+        }
         if (v.kind != TV_INT && v.kind != TV_BOOL)
-            return rfail(r, n, HL_ERR_FORMAT, "test '%s' needs an integer, got '%s'", name,
+            return rfail(r, n, HL_ERR_FORMAT, "test '%s' needs a number, got '%s'", name,
                          tv_type_name(v));
         int64_t x = v.kind == TV_INT ? v.u.i : v.u.b, d = 2;
         if (name[0] == 'd') {
