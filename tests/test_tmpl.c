@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "base/file.h"
@@ -849,4 +850,46 @@ TEST(tmpl_percent_formatting) {
 TEST(tmpl_number_tests_on_floats) {
     CHECK_RENDERS("{{ 3.0 is odd }}{{ 3.5 is odd }}{{ 4.0 is even }}{{ 9 is divisibleby 1.5 }}"
                   "{{ -3 is odd }}{{ nope is callable }}", NULL, "TrueFalseTrueTrueTrueTrue");
+}
+
+typedef struct render_job {
+    const tmpl *t;
+    const json_t *ctx;
+    const char *expected;
+    int ok;
+} render_job;
+
+static void *render_thread(void *arg) {
+    render_job *j = arg;
+    for (int i = 0; i < 50; i++) {
+        char *out;
+        size_t n;
+        hl_err err;
+        if (tmpl_render(j->t, j->ctx, &out, &n, &err) != HL_OK) return NULL;
+        if (strcmp(out, j->expected) == 0) j->ok++;
+        free(out);
+    }
+    return NULL;
+}
+
+/* A compiled template is immutable: concurrent renders agree with a serial one. */
+TEST(tmpl_concurrent_renders_share_a_template) {
+    const char *src = "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+                      "<{{ m.role }}>{{ m.content|trim }}{% endfor %}{{ ns.n }}";
+    tmpl *t;
+    hl_err err;
+    CHECK_OK(tmpl_compile(src, strlen(src), &t, &err), &err);
+    json_t *ctx = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \" a \"},"
+                             " {\"role\": \"assistant\", \"content\": \"b\"}]}", 0, NULL);
+    CHECK(ctx);
+    render_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (render_job){t, ctx, "<user>a<assistant>b2", 0};
+        CHECK(pthread_create(&th[i], NULL, render_thread, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(jobs[i].ok, 50);
+    json_decref(ctx);
+    tmpl_destroy(t);
 }
