@@ -592,10 +592,6 @@ static tnode *parse_filter(parser *p, tnode *input) {
     if (!f) return NULL;
     f->a = input;
     f->str = t->s;
-    if (!tmpl_filter_known(t->s)) {
-        perr_at(p, t->line, t->col, "no filter named '%s'", t->s);
-        return NULL;
-    }
     next(p);
     while (is_op(cur(p), ".") && peek_at(p, 1)->type == TK_NAME) {
         /* dotted filter names: not supported by us; keep the full name for the error */
@@ -629,10 +625,6 @@ static tnode *parse_filter_expr_links(parser *p, tnode *n, int *links) {
                 return NULL;
             }
             tst->str = nt->s;
-            if (!tmpl_test_known(nt->s)) {
-                perr_at(p, nt->line, nt->col, "no test named '%s'", nt->s);
-                return NULL;
-            }
             next(p);
             nt = cur(p);
             if (is_op(nt, "(")) {
