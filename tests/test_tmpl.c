@@ -895,3 +895,10 @@ TEST(tmpl_concurrent_renders_share_a_template) {
     json_decref(ctx);
     tmpl_destroy(t);
 }
+
+TEST(tmpl_float_arithmetic_matches_python) {
+    CHECK_RENDERS("{{ -0.0 % 3 }} {{ 7.5 // -2 }} {{ 2.675|round(2) }} {{ (-4.9)|round(-1) }} "
+                  "{{ 123456.789|round(1) }} {{ 1e300|round(2) }} {{ (-0.0)|round(1, \"floor\") }} "
+                  "{{ 5 % -3 }} {{ -5 // 3 }} {{ 0.1 * 3 }} {{ 1e22 }} {{ 1/3*3 }}",
+                  NULL, "0.0 -4.0 2.67 -0.0 123456.8 1e+300 0.0 -1 -2 0.30000000000000004 1e+22 1.0");
+}

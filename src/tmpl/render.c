@@ -821,10 +821,23 @@ static bool binop(rctx *r, tnode *n, int op, tval a, tval b, tval *out) {
         case 'f':
         case '%': {
             if (y == 0) return rfail(r, n, HL_ERR_FORMAT, "float modulo");
-            double m = fmod(x, y);
-            if (m != 0 && ((m < 0) != (y < 0))) m += y;
-            *out = tv_float(op == '%' ? m : floor((x - m) / y + 0.5 * 0));
-            if (op == 'f') *out = tv_float(floor(x / y));
+            /* python's float_divmod */
+            double mod = fmod(x, y), div = (x - mod) / y, fdiv;
+            if (mod != 0) {
+                if ((y < 0) != (mod < 0)) {
+                    mod += y;
+                    div -= 1.0;
+                }
+            } else {
+                mod = copysign(0.0, y);
+            }
+            if (div != 0) {
+                fdiv = floor(div);
+                if (div - fdiv > 0.5) fdiv += 1.0;
+            } else {
+                fdiv = copysign(0.0, x / y);
+            }
+            *out = tv_float(op == '%' ? mod : fdiv);
             return true;
         }
         case 'p': *out = tv_float(pow(x, y)); return true;
@@ -2069,17 +2082,22 @@ static bool do_round(rctx *r, tnode *n, tval v, int64_t prec, const char *method
         return true;
     }
     if (!strcmp(method, "common")) {
-        /* python round(): half to even on the decimal value */
-        y = x * m;
-        double fl = floor(y), diff = y - fl;
-        if (diff > 0.5) fl += 1;
-        else if (diff == 0.5 && fmod(fl, 2) != 0) fl += 1;
-        y = fl / m;
-        char buf[64];
-        snprintf(buf, sizeof buf, "%.*f", prec > 0 && prec < 30 ? (int)prec : 0, x);
-        if (prec > 0 && prec < 17) y = strtod(buf, NULL);
-    } else if (!strcmp(method, "ceil")) y = ceil(x * m) / m;
-    else if (!strcmp(method, "floor")) y = floor(x * m) / m;
+        if (prec >= 0) {
+            /* python rounds the exact binary value to prec decimals, half to even: that is
+             * what printf's %.*f does; then back to the nearest double */
+            size_t cap = 340 + (size_t)prec;
+            char *buf = ta_alloc(&r->a, cap);
+            if (!buf) return oom(r, n);
+            snprintf(buf, cap, "%.*f", (int)prec, x);
+            y = strtod(buf, NULL);
+        } else {
+            double q = x / pow(10.0, (double)-prec), fl = floor(q), diff = q - fl;
+            if (diff > 0.5 || (diff == 0.5 && fmod(fl, 2) != 0)) fl += 1;
+            y = fl * pow(10.0, (double)-prec);
+            if (y == 0) y = copysign(0.0, x);
+        }
+    } else if (!strcmp(method, "ceil")) y = (ceil(x * m) + 0.0) / m; /* python: int, so no -0 */
+    else if (!strcmp(method, "floor")) y = (floor(x * m) + 0.0) / m;
     else return rfail(r, n, HL_ERR_FORMAT, "method must be common, ceil or floor");
     *out = tv_float(y);
     return true;
