@@ -902,3 +902,25 @@ TEST(tmpl_float_arithmetic_matches_python) {
                   "{{ 5 % -3 }} {{ -5 // 3 }} {{ 0.1 * 3 }} {{ 1e22 }} {{ 1/3*3 }}",
                   NULL, "0.0 -4.0 2.67 -0.0 123456.8 1e+300 0.0 -1 -2 0.30000000000000004 1e+22 1.0");
 }
+
+/* append lets a template build a list that contains itself: printing, comparing, sorting
+ * and serializing it must fail or terminate, not recurse forever. */
+TEST(tmpl_self_containing_list_is_safe) {
+    const char *mk = "{% set ns = namespace(l=[1]) %}{% set _ = ns.l.append(ns.l) %}";
+    char src[256];
+    snprintf(src, sizeof src, "%s{{ ns.l == ns.l }}|{{ 1 in ns.l }}|{{ ns.l|length }}", mk);
+    CHECK_RENDERS(src, NULL, "False|True|2");
+    snprintf(src, sizeof src, "%s{{ ns.l }}", mk);
+    CHECK_FAILS(src, NULL, HL_ERR_INVALID, "nested too deeply");
+    snprintf(src, sizeof src, "%s{{ ns.l|tojson }}", mk);
+    CHECK_FAILS(src, NULL, HL_ERR_INVALID, "too deeply nested");
+    snprintf(src, sizeof src, "%s{{ [ns.l, ns.l]|sort }}", mk);
+    CHECK_FAILS(src, NULL, HL_ERR_FORMAT, "not supported");
+    snprintf(src, sizeof src, "%s{%% for x in ns.l %%}{%% set _ = ns.l.append(x) %%}{%% endfor %%}", mk);
+    tmpl_limits lim = tmpl_default_limits();
+    lim.max_iterations = 100000;
+    char *out;
+    hl_err err;
+    CHECK(render_text(src, NULL, &lim, &out, &err) == HL_ERR_INVALID);
+    CHECK_MSG(strstr(err.msg, "loop iterations") != NULL, "%s", err.msg);
+}

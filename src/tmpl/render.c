@@ -134,7 +134,10 @@ static bool to_str(rctx *r, const tnode *n, tval v, tval *out) {
         return true;
     }
     tval_buf b = {0};
-    if (!tv_write_str(&r->a, &b, v, 0)) return oom(r, n);
+    if (!tv_write_str(&r->a, &b, v, 0)) {
+        if (r->a.over) return oom(r, n);
+        return rfail(r, n, HL_ERR_INVALID, "value nested too deeply (or containing itself) to print");
+    }
     *out = tv_str(b.p ? b.p : "", b.n);
     return true;
 }
@@ -362,8 +365,15 @@ static double num_of(tval v) {
     return v.kind == TV_FLOAT ? v.u.f : v.kind == TV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-/* <0, 0, >0; sets *ok = false when python would raise TypeError */
-static int tv_cmp(tval a, tval b, bool *ok) {
+/* <0, 0, >0; sets *ok = false when python would raise TypeError (or recursion runs deep) */
+static int tv_cmp_depth(tval a, tval b, bool *ok, int depth);
+static int tv_cmp(tval a, tval b, bool *ok) { return tv_cmp_depth(a, b, ok, 0); }
+
+static int tv_cmp_depth(tval a, tval b, bool *ok, int depth) {
+    if (depth > 200) {
+        *ok = false;
+        return 0;
+    }
     if (is_num(a) && is_num(b)) {
         if (a.kind != TV_FLOAT && b.kind != TV_FLOAT) {
             int64_t x = a.kind == TV_INT ? a.u.i : a.u.b, y = b.kind == TV_INT ? b.u.i : b.u.b;
@@ -381,7 +391,7 @@ static int tv_cmp(tval a, tval b, bool *ok) {
     if (a.kind == TV_LIST && b.kind == TV_LIST) {
         for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
             if (tv_equal(a.u.l->items[i], b.u.l->items[i])) continue;
-            return tv_cmp(a.u.l->items[i], b.u.l->items[i], ok);
+            return tv_cmp_depth(a.u.l->items[i], b.u.l->items[i], ok, depth + 1);
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     }
@@ -555,7 +565,9 @@ static bool get_item(rctx *r, const tnode *n, tval obj, tval key, tval *out) {
             *out = undef_attr(r, obj, key.u.s.p, key.u.s.n);
             return true;
         }
-        return get_attr(r, n, obj, ta_strdup(&r->a, key.u.s.p, key.u.s.n), key.u.s.n, out);
+        const char *name = ta_strdup(&r->a, key.u.s.p, key.u.s.n);
+        if (!name) return oom(r, n);
+        return get_attr(r, n, obj, name, key.u.s.n, out);
     }
     tval_buf b = {0};
     if (!tv_write_repr(&r->a, &b, key, 0)) return oom(r, n);
