@@ -2464,7 +2464,8 @@ static bool apply_filter(rctx *r, tnode *n, frame *f, const char *name, tval in,
         if (!j) return rfail(r, n, HL_ERR_FORMAT, "from_json: invalid JSON: %s", je.text);
         bool ok = from_json(r, j, out, 0);
         json_decref(j);
-        return ok ? true : oom(r, n);
+        if (ok) return true;
+        return r->a.over ? oom(r, n) : rfail(r, n, HL_ERR_INVALID, "from_json: value nested too deeply");
     }
     if (!strcmp(name, "sum")) {
         BIND("attribute", "start");
