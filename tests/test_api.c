@@ -1522,3 +1522,55 @@ TEST(api_npm_ollama_client) {
         SKIP("tests/npm/node_modules is missing: run `npm ci` in tests/npm (.ci/run does)");
     WITH_SERVER(npm_client);
 }
+
+/* ---------------- robustness: every field with every JSON type ---------------- */
+
+static void fuzz_api(srv_proc *p) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/chatml.gguf", test_tmpdir());
+    CHECK(write_templated_gguf(stories(), path, k_chatml, NULL));
+    /* bounded work whatever the request says */
+    CHECK(create_model(p, "f", path, "\"parameters\":{\"num_predict\":2,\"num_ctx\":64}"));
+    static const char *values[] = {"null", "true", "-1", "1e308", "\"x\"", "[]", "{}",
+                                   "[1,\"a\",{},null]", "{\"role\":5,\"content\":[]}",
+                                   "[{\"role\":\"user\",\"content\":{}},{}]"};
+    static const struct {
+        const char *path;
+        const char *fields[18];
+    } eps[] = {
+        {"/api/generate", {"prompt", "suffix", "system", "template", "context", "stream", "raw",
+                           "format", "keep_alive", "images", "options", "think", "truncate",
+                           "top_logprobs", "_debug_render_only", "logprobs", "model", NULL}},
+        {"/api/chat", {"messages", "tools", "format", "options", "keep_alive", "think", "stream",
+                       "truncate", "model", NULL}},
+        {"/api/embed", {"input", "truncate", "dimensions", "keep_alive", "options", "model", NULL}},
+        {"/api/embeddings", {"prompt", "options", "keep_alive", "model", NULL}},
+    };
+    int n = 0;
+    for (size_t e = 0; e < sizeof eps / sizeof eps[0]; e++)
+        for (int f = 0; eps[e].fields[f]; f++)
+            for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
+                char body[512];
+                const char *base = strcmp(eps[e].path, "/api/chat") == 0
+                                       ? "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+                                       : strstr(eps[e].path, "embed") ? "\"input\":\"hi\",\"prompt\":\"hi\""
+                                                                      : "\"prompt\":\"hi\"";
+                if (strcmp(eps[e].fields[f], "model") == 0)
+                    snprintf(body, sizeof body, "{\"model\":%s,%s,\"stream\":false}", values[v], base);
+                else
+                    snprintf(body, sizeof body, "{\"model\":\"f\",%s,\"stream\":false,\"%s\":%s}",
+                             base, eps[e].fields[f], values[v]);
+                int st = req(p, "POST", eps[e].path, body);
+                CHECK_MSG(st == 200 || st == 400 || st == 404 || st == 500,
+                          "%s %s -> %d", eps[e].path, body, st);
+                /* errors are JSON objects with a message */
+                if (st >= 400) CHECK_MSG(*resp_error() != '\0', "%s %s -> %s", eps[e].path, body, g_resp);
+                n++;
+            }
+    CHECK(n > 300);
+    /* still healthy */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"f\",\"prompt\":\"x\",\"stream\":false}"), 200);
+    CHECK_EQ_INT((int)jint(g_json, "eval_count"), 2);
+}
+
+TEST(api_every_field_every_type) { WITH_SERVER(fuzz_api); }
