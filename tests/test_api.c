@@ -704,6 +704,29 @@ static void generate_api(srv_proc *p) {
     CHECK(total > 0 && pd > 0 && ed > 0 && load >= 0);
     CHECK(total >= pd + ed && total >= load);
 
+    /* logprobs: one entry per generated token, with the requested alternatives */
+    body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"raw\":true,\"stream\":false,"
+           "\"logprobs\":true,\"top_logprobs\":3,\"options\":{\"temperature\":0,\"num_predict\":6}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", body), 200);
+    json_t *lps = json_object_get(g_json, "logprobs");
+    CHECK_EQ_INT((int)json_array_size(lps), 6);
+    char joined[1024] = "";
+    for (size_t k = 0; k < json_array_size(lps); k++) {
+        json_t *e = json_array_get(lps, k);
+        double lp = json_number_value(json_object_get(e, "logprob"));
+        CHECK(lp <= 0);
+        json_t *top = json_object_get(e, "top_logprobs");
+        CHECK_EQ_INT((int)json_array_size(top), 3);
+        CHECK_STR(jstr(json_array_get(top, 0), "token"), jstr(e, "token")); /* greedy */
+        CHECK(json_number_value(json_object_get(json_array_get(top, 1), "logprob")) <=
+              json_number_value(json_object_get(json_array_get(top, 0), "logprob")));
+        strncat(joined, jstr(e, "token"), sizeof joined - strlen(joined) - 1);
+    }
+    CHECK(strncmp(expect, joined, strlen(joined)) == 0);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"a\",\"stream\":false,"
+                     "\"options\":{\"num_predict\":2}}"), 200);
+    CHECK(json_object_get(g_json, "logprobs") == NULL);
+
     /* templated (default {{ .Prompt }}) with the context round trip */
     body = "{\"model\":\"s260\",\"prompt\":\"Once upon a time\",\"stream\":false,"
            "\"options\":{\"temperature\":0,\"num_predict\":8}}";

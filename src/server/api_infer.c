@@ -77,6 +77,7 @@ typedef struct infer_ctx {
     size_t n_gen, cap_gen;
     json_t *tool_calls;
     jsonfmt *json; /* format "json" / schema: constrained decoding */
+    json_t *logprobs;     /* entries not yet sent (stream) or all of them (non-stream) */
 } infer_ctx;
 
 static void infer_free(void *vctx) {
@@ -99,6 +100,7 @@ static void infer_free(void *vctx) {
     free(c->gen);
     json_decref(c->tool_calls);
     jsonfmt_free(c->json);
+    json_decref(c->logprobs);
     free(c);
 }
 
@@ -222,6 +224,10 @@ static bool parse_gen_chat_common(vfail *f, infer_ctx *c, const json_t *req) {
     if (tl && !json_is_null(tl) &&
         (!json_is_integer(tl) || json_integer_value(tl) < 0 || json_integer_value(tl) > 20))
         return vf(f, 400, "top_logprobs must be between 0 and 20");
+    bool lp;
+    if (!get_bool(f, req, "logprobs", false, &lp)) return false;
+    c->opts.sp.logprobs = lp;
+    c->opts.sp.top_logprobs = lp && tl ? (int32_t)json_integer_value(tl) : 0;
     return true;
 }
 
@@ -355,7 +361,12 @@ static void process_text(infer_ctx *c, const char *s, size_t n) {
 static void emit_pending(infer_ctx *c) {
     if (c->thinking.len == 0 && c->content.len == 0) return;
     if (c->stream) {
-        srv_stream_send(c->s, chunk_new(c, obuf(&c->content), obuf(&c->thinking), NULL, false));
+        json_t *o = chunk_new(c, obuf(&c->content), obuf(&c->thinking), NULL, false);
+        if (o && c->logprobs && json_array_size(c->logprobs) > 0) {
+            json_object_set_new(o, "logprobs", c->logprobs);
+            c->logprobs = json_array();
+        }
+        srv_stream_send(c->s, o);
     } else {
         outbuf_add(&c->all_content, c->content.p ? c->content.p : "", c->content.len);
         outbuf_add(&c->all_thinking, c->thinking.p ? c->thinking.p : "", c->thinking.len);
@@ -364,8 +375,35 @@ static void emit_pending(infer_ctx *c) {
     outbuf_clear(&c->thinking);
 }
 
-static bool on_token(void *ud, int32_t token) {
+static json_t *piece_json(const infer_ctx *c, int32_t token) {
+    char buf[256];
+    int32_t n = tok_token_to_piece(c->vocab, token, true, buf, sizeof buf);
+    if (n < 0) n = 0;
+    if ((size_t)n > sizeof buf) n = (int32_t)sizeof buf;
+    /* a piece may be part of a UTF-8 sequence: keep the JSON valid */
+    json_t *s = json_stringn(buf, (size_t)n);
+    if (!s) s = json_string("\xef\xbf\xbd");
+    return s ? s : json_string("");
+}
+
+static void add_logprob(infer_ctx *c, int32_t token, const sampler_out *so) {
+    if (!c->logprobs) c->logprobs = json_array();
+    json_t *e = json_pack("{s:o, s:f}", "token", piece_json(c, token), "logprob", (double)so->logprob);
+    if (!e) return;
+    if (so->n_top > 0) {
+        json_t *top = json_array();
+        for (int32_t i = 0; i < so->n_top; i++)
+            json_array_append_new(top, json_pack("{s:o, s:f}", "token",
+                                                 piece_json(c, so->top_tokens[i]), "logprob",
+                                                 (double)so->top_logprobs[i]));
+        json_object_set_new(e, "top_logprobs", top);
+    }
+    json_array_append_new(c->logprobs, e);
+}
+
+static bool on_token(void *ud, int32_t token, const sampler_out *so) {
     infer_ctx *c = ud;
+    if (so && c->opts.sp.logprobs) add_logprob(c, token, so);
     if (c->n_gen == c->cap_gen) {
         size_t cap = c->cap_gen ? c->cap_gen * 2 : 256;
         int32_t *g = realloc(c->gen, cap * sizeof *g);
@@ -683,6 +721,7 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
         for (size_t i = 0; i < c->n_gen; i++) json_array_append_new(ctxa, json_integer(c->gen[i]));
         json_object_set_new(fin, "context", ctxa);
     }
+    if (c->logprobs && json_array_size(c->logprobs) > 0) json_object_set(fin, "logprobs", c->logprobs);
     add_metrics(fin, c, load_ns, &stats);
     srv_stream_send(c->s, fin);
 out:

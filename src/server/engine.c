@@ -124,7 +124,7 @@ static bool bridge_emit(void *user, const runner_event *ev) {
     gen_bridge *b = user;
     if (ev->kind != RUNNER_EV_TOKEN) return true;
     if (b->req->cancelled && b->req->cancelled(b->req->ud)) return false;
-    if (b->req->on_token(b->req->ud, ev->token)) {
+    if (b->req->on_token(b->req->ud, ev->token, ev->sample)) {
         b->caller_stopped = true;
         return false;
     }
