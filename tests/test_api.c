@@ -205,7 +205,7 @@ TEST(api_go_template_subset) {
                               "{\"role\":\"user\",\"content\":\"one\"},"
                               "{\"role\":\"assistant\",\"content\":\"r1\"},"
                               "{\"role\":\"user\",\"content\":\"two\"}]", 0, NULL);
-    CHECK_OK(prompt_render_chat(pr, msgs, NULL, -1, &out, &err), &err);
+    CHECK_OK(prompt_render_chat(pr, msgs, NULL, -1, NULL, &out, &err), &err);
     CHECK_STR(out, "S:sys U:one A:r1|U:two A:");
     free(out);
     json_decref(msgs);
@@ -218,7 +218,7 @@ TEST(api_go_template_subset) {
              &err);
     CHECK(prompt_renderer_caps(pr).tools && prompt_renderer_caps(pr).thinking);
     msgs = json_loads("[{\"role\":\"user\",\"content\":\"q\"}]", 0, NULL);
-    CHECK_OK(prompt_render_chat(pr, msgs, NULL, -1, &out, &err), &err);
+    CHECK_OK(prompt_render_chat(pr, msgs, NULL, -1, NULL, &out, &err), &err);
     CHECK_STR(out, "[user]q<think></think>");
     free(out);
     json_decref(msgs);
@@ -1084,6 +1084,7 @@ static void chat_api(srv_proc *p) {
     /* thinking-capable template: think on by default; the prompt opens <think> */
     snprintf(path, sizeof path, "%s/think.gguf", test_tmpdir());
     CHECK(write_templated_gguf(stories(), path,
+                               "{% if reasoning_effort is defined %}[{{ reasoning_effort }}]{% endif %}"
                                "{% for m in messages %}{{ m.content }}{% endfor %}"
                                "{% if enable_thinking is defined and not enable_thinking %}"
                                "<think></think>{% else %} <think>{% endif %}", NULL));
@@ -1100,6 +1101,21 @@ static void chat_api(srv_proc *p) {
     msg = json_object_get(g_json, "message");
     CHECK(json_object_get(msg, "thinking") == NULL);
     CHECK(strlen(jstr(msg, "content")) > 0);
+    /* think levels reach the template as reasoning_effort; true is "medium" */
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"thinker\",\"think\":\"high\",\"messages\":"
+                     "[{\"role\":\"user\",\"content\":\"Q\"}],\"_debug_render_only\":true}"), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"), "[high]Q <think>");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"thinker\",\"think\":true,\"prompt\":\"Q\","
+                     "\"_debug_render_only\":true}"), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"), "[medium]Q <think>");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"thinker\",\"think\":false,\"prompt\":\"Q\","
+                     "\"_debug_render_only\":true}"), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"), "Q<think></think>");
+    /* generate with thinking: the thinking field */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"thinker\",\"prompt\":\"Once upon a time\","
+                     "\"stream\":false,\"options\":{\"temperature\":0,\"num_predict\":6}}"), 200);
+    CHECK(strlen(jstr(g_json, "thinking")) > 0);
+    CHECK_STR(jstr(g_json, "response"), "");
 }
 
 TEST(api_chat_templates_tools_thinking) { WITH_SERVER(chat_api); }

@@ -54,6 +54,7 @@ typedef struct infer_ctx {
     bool truncate;
     int32_t dimensions;
     int think;        /* -1 unset, 0 off, 1 on */
+    char think_level[8]; /* "low".."max" when think was a string */
     opt_format format;
     bool debug_render;
     infer_opts opts;
@@ -160,14 +161,17 @@ static bool get_bool(vfail *f, const json_t *req, const char *key, bool dflt, bo
     return true;
 }
 
-static bool parse_think(vfail *f, const json_t *v, int *out) {
+static bool parse_think(vfail *f, const json_t *v, int *out, char level[8]) {
     *out = -1;
+    level[0] = '\0';
     if (!v || json_is_null(v)) return true;
     if (json_is_boolean(v)) return (*out = json_is_true(v)), true;
     if (json_is_string(v)) {
         const char *s = json_string_value(v);
-        if (!strcmp(s, "high") || !strcmp(s, "medium") || !strcmp(s, "low") || !strcmp(s, "max"))
+        if (!strcmp(s, "high") || !strcmp(s, "medium") || !strcmp(s, "low") || !strcmp(s, "max")) {
+            snprintf(level, 8, "%s", s);
             return (*out = 1), true;
+        }
         return vf(f, 400,
                   "invalid think value: \"%s\" (must be \"high\", \"medium\", \"low\", \"max\", "
                   "true, or false)",
@@ -217,7 +221,7 @@ static bool parse_gen_chat_common(vfail *f, infer_ctx *c, const json_t *req) {
     if (!get_bool(f, req, "stream", true, &c->stream)) return false;
     if (!get_bool(f, req, "truncate", true, &c->truncate)) return false;
     if (!get_bool(f, req, "_debug_render_only", false, &c->debug_render)) return false;
-    if (!parse_think(f, json_object_get(req, "think"), &c->think)) return false;
+    if (!parse_think(f, json_object_get(req, "think"), &c->think, c->think_level)) return false;
     if (opt_format_parse(json_object_get(req, "format"), &c->format, &err) != HL_OK)
         return vf(f, 400, "%s", err.msg);
     json_t *tl = json_object_get(req, "top_logprobs");
@@ -502,6 +506,8 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
     hl_status st;
     char *text = NULL;
     const tok_vocab *v = c->vocab;
+    /* think: true is level "medium" where a template wants one (spec 2.4) */
+    const char *level = c->think_level[0] ? c->think_level : c->think > 0 ? "medium" : NULL;
     if (c->kind == INFER_GENERATE) {
         if (c->raw) {
             text = strdup(c->prompt ? c->prompt : "");
@@ -520,7 +526,8 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
             }
         } else {
             json_t *msgs = generate_messages(c);
-            st = prompt_render_chat(pr, msgs, NULL, c->use_think ? 1 : c->think, &text, &err);
+            st = prompt_render_chat(pr, msgs, NULL, c->use_think ? 1 : c->think, level, &text,
+                                    &err);
             json_decref(msgs);
         }
         if (st) {
@@ -556,7 +563,7 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
     } else {
         json_t *msgs = chat_messages(c);
         int think = c->use_think ? 1 : c->think;
-        st = prompt_render_chat(pr, msgs, c->tools, think, &text, &err);
+        st = prompt_render_chat(pr, msgs, c->tools, think, level, &text, &err);
         if (!st) st = tokenize_prompt(v, text, true, toks, n_toks, &err);
         /* truncate: drop the oldest non-system messages until the prompt fits */
         size_t n_msgs = json_array_size(msgs);
@@ -571,7 +578,7 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
             char *t2 = NULL;
             int32_t *k2 = NULL;
             size_t n2 = 0;
-            if (prompt_render_chat(pr, cut, c->tools, think, &t2, &err) == HL_OK &&
+            if (prompt_render_chat(pr, cut, c->tools, think, level, &t2, &err) == HL_OK &&
                 tokenize_prompt(v, t2, true, &k2, &n2, &err) == HL_OK) {
                 free(text), free(*toks);
                 text = t2, *toks = k2, *n_toks = n2;
