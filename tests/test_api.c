@@ -154,6 +154,17 @@ TEST(api_tool_call_parser) {
     outbuf_free(&content);
     json_array_clear(calls);
 
+    /* ... also after <|python_tag|>, which may arrive in pieces */
+    tool_init(&p, "{", tools);
+    const char *py[] = {"<|pyth", "on_tag|>", "{\"name\": \"get_weather\", \"parameters\": {}}"};
+    for (int i = 0; i < 3; i++) tool_feed(&p, py[i], strlen(py[i]), &content);
+    tool_flush(&p, calls, &content);
+    CHECK(content.len == 0);
+    CHECK_EQ_INT((int)json_array_size(calls), 1);
+    tool_free(&p);
+    outbuf_free(&content);
+    json_array_clear(calls);
+
     /* an unknown function name or plain text stays content */
     tool_init(&p, "{", tools);
     tool_feed(&p, "{\"name\": \"other\", \"arguments\": {}}", 35, &content);
