@@ -466,7 +466,7 @@ static hl_status tokenize_prompt(const tok_vocab *v, const char *text, bool add_
 /* messages for generate: system, the Modelfile's MESSAGEs (unless context), user. */
 static json_t *generate_messages(const infer_ctx *c) {
     json_t *msgs = json_array();
-    const char *sys = c->system ? c->system : c->sm.system;
+    const char *sys = c->system && *c->system ? c->system : c->sm.system;
     if (sys && *sys) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", sys));
     if (!c->context) {
         size_t i;
@@ -516,7 +516,7 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
         } else if ((c->suffix && *c->suffix) || (c->template_override && *c->template_override)) {
             const char *tpl = c->template_override && *c->template_override ? c->template_override
                                                                             : c->sm.template_text;
-            const char *sys = c->system ? c->system : c->sm.system;
+            const char *sys = c->system && *c->system ? c->system : c->sm.system;
             if (!tpl || strstr(tpl, "{%")) tpl = "{{ .Prompt }}";
             st = prompt_render_go(tpl, sys ? sys : "", c->prompt ? c->prompt : "",
                                   c->suffix ? c->suffix : "", &text, &err);
