@@ -637,8 +637,17 @@ static const char *k_chatml =
     "{%- endfor %}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
+static bool write_gguf_ex(const char *src, const char *dst, const char *chat_template,
+                          const char *pooling_key, const char *arch);
+
 static bool write_templated_gguf(const char *src, const char *dst, const char *chat_template,
                                  const char *pooling_key) {
+    return write_gguf_ex(src, dst, chat_template, pooling_key, NULL);
+}
+
+/* arch (may be NULL) replaces general.architecture. */
+static bool write_gguf_ex(const char *src, const char *dst, const char *chat_template,
+                          const char *pooling_key, const char *arch) {
     gguf_file *f;
     if (gguf_open(src, &f, NULL) != HL_OK) return false;
     gguf_writer *w = gguf_writer_create();
@@ -705,6 +714,7 @@ static bool write_templated_gguf(const char *src, const char *dst, const char *c
     }
     if (ok && chat_template) ok = gguf_writer_set_str(w, "tokenizer.chat_template", chat_template) == HL_OK;
     if (ok && pooling_key) ok = gguf_writer_set_u32(w, pooling_key, 3) == HL_OK; /* last */
+    if (ok && arch) ok = gguf_writer_set_str(w, "general.architecture", arch) == HL_OK;
     for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         char name[256];
@@ -1315,6 +1325,14 @@ static void errors_api(srv_proc *p) {
     CHECK_EQ_INT(unlink(blob), 0);
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"gone\",\"prompt\":\"x\"}"), 404);
     CHECK_STR(resp_error(), "model \"gone\" not found, try pulling it first");
+    /* a model the engine cannot load: a clear 500, nothing stays loaded */
+    snprintf(path, sizeof path, "%s/mamba.gguf", test_tmpdir());
+    CHECK(write_gguf_ex(stories(), path, NULL, NULL, "mamba"));
+    CHECK(create_model(p, "mamba", path, ""));
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"mamba\",\"prompt\":\"x\"}"), 500);
+    CHECK_MSG(strstr(resp_error(), "mamba") != NULL, "%s", resp_error());
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"mamba\",\"input\":\"x\"}"), 500);
+    CHECK_EQ_INT(ps_count(p), 0);
     /* the server is healthy after all of that */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"stream\":false,"
                      "\"options\":{\"num_predict\":2}}"), 200);
