@@ -26,11 +26,12 @@ static const hl_type g_weight_types[] = {
 };
 #define N_WEIGHT_TYPES (sizeof g_weight_types / sizeof g_weight_types[0])
 
-/* A random weight row: quantized random floats where a quantizer exists, else random
- * bytes with sane fp16 scales (K-quants: every bit pattern of the quants is valid). */
+/* A random weight row: quantized random floats for the 32-element types, random bytes
+ * with sane fp16 scales for the K-quants (every bit pattern of their quants and scales
+ * is valid, and random bytes reach patterns a quantizer rarely writes). */
 static void random_weights(hl_type t, void *dst, int64_t n) {
     const hl_type_traits *tr = hl_type_traits_get(t);
-    if (tr->can_quantize) {
+    if (tr->can_quantize && tr->block_size != QK_K) {
         float *x = malloc((size_t)n * sizeof *x);
         for (int64_t i = 0; i < n; i++) x[i] = frand();
         hl_quantize_row(t, x, dst, n);
