@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/cli.h"
+
 #define HEARTH_VERSION "0.1.0"
 
 static void usage(FILE *out) {
@@ -28,6 +30,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (strcmp(argv[1], "generate") == 0) return cli_generate(argc - 1, argv + 1);
     fprintf(stderr, "hearth: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

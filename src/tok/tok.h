@@ -80,6 +80,12 @@ void tok_vocab_set_special(tok_vocab *v, tok_special which, int32_t id);
 void tok_vocab_set_add_bos(tok_vocab *v, bool on);
 void tok_vocab_set_add_eos(tok_vocab *v, bool on);
 void tok_vocab_set_add_space_prefix(tok_vocab *v, bool on);
+/* Whitespace a special token eats when split out of text (HF added_tokens'
+ * lstrip/rstrip; llama.cpp sets them for a few models): TOK_STRIP_LEFT removes the
+ * whitespace just before it, TOK_STRIP_RIGHT the whitespace just after. */
+#define TOK_STRIP_LEFT 1
+#define TOK_STRIP_RIGHT 2
+void tok_vocab_set_token_strip(tok_vocab *v, int32_t id, int strip);
 /* Validates ids, builds lookup tables and the special-token matcher. */
 hl_status tok_vocab_finish(tok_vocab *v, hl_err *err);
 

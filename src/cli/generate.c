@@ -1,0 +1,282 @@
+/*
+ * generate.c - `hearth generate`: load a model, tokenize a prompt, stream a continuation.
+ *
+ *   hearth generate -m FILE.gguf -p TEXT [-n N] [--temp T] [--seed S] [--top-k K]
+ *                   [--top-p P] [--min-p P] [-t THREADS] [-c CTX] [--tokens]
+ *   hearth generate -m model.bin --tokenizer tok.bin ...      (llama2.c checkpoints)
+ *
+ * Text goes to stdout as tokens come (flushed per token); timing goes to stderr. Any error
+ * is one line on stderr and exit status 1.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/file.h"
+#include "cli/cli.h"
+#include "model/model.h"
+#include "sample/sample.h"
+#include "tok/tok.h"
+
+#define GEN_DEFAULT_PREDICT 128
+#define GEN_DEFAULT_CTX 4096
+
+typedef struct gen_opts {
+    const char *model_path;
+    const char *tokenizer_path;
+    const char *prompt;
+    long n_predict;
+    long n_threads;
+    long n_ctx; /* 0: min(trained context, GEN_DEFAULT_CTX) */
+    bool print_tokens;
+    bool seed_set;
+    sample_params sp;
+} gen_opts;
+
+static void gen_usage(FILE *out) {
+    fprintf(out,
+            "usage: hearth generate -m MODEL -p PROMPT [options]\n"
+            "  -m FILE          model: a GGUF, or a llama2.c .bin (then --tokenizer is needed)\n"
+            "  --tokenizer FILE llama2.c tokenizer (tok512.bin, tokenizer.bin)\n"
+            "  -p TEXT          prompt (empty: start from BOS)\n"
+            "  -n N             tokens to generate (default %d)\n"
+            "  --temp T         temperature; 0 is greedy (default 0.8)\n"
+            "  --top-k K        (default 40, 0 = off)\n"
+            "  --top-p P        (default 0.9, 1 = off)\n"
+            "  --min-p P        (default 0 = off)\n"
+            "  --seed S         RNG seed (default: from the clock)\n"
+            "  -t N             threads (default: all CPUs)\n"
+            "  -c N             context size (default: the model's, at most %d)\n"
+            "  --tokens         print token ids instead of text\n",
+            GEN_DEFAULT_PREDICT, GEN_DEFAULT_CTX);
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_float(const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) return false;
+    *out = v;
+    return true;
+}
+
+/* Returns 0 on success, 1 on a bad argument (message printed), -1 for --help. */
+static int parse_args(int argc, char **argv, gen_opts *o) {
+    *o = (gen_opts){.n_predict = GEN_DEFAULT_PREDICT, .sp = sample_params_default()};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return -1;
+        if (strcmp(a, "--tokens") == 0) {
+            o->print_tokens = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "hearth generate: %s needs a value (see --help)\n", a);
+            return 1;
+        }
+        const char *v = argv[++i];
+        long l;
+        bool ok = true;
+        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) o->model_path = v;
+        else if (strcmp(a, "--tokenizer") == 0) o->tokenizer_path = v;
+        else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) o->prompt = v;
+        else if (strcmp(a, "-n") == 0) ok = parse_long(v, 0, 1L << 30, &o->n_predict);
+        else if (strcmp(a, "-t") == 0) ok = parse_long(v, 1, 512, &o->n_threads);
+        else if (strcmp(a, "-c") == 0) ok = parse_long(v, 1, 1L << 24, &o->n_ctx);
+        else if (strcmp(a, "--temp") == 0) ok = parse_float(v, 0.0f, 100.0f, &o->sp.temperature);
+        else if (strcmp(a, "--top-p") == 0) ok = parse_float(v, 0.0f, 1.0f, &o->sp.top_p);
+        else if (strcmp(a, "--min-p") == 0) ok = parse_float(v, 0.0f, 1.0f, &o->sp.min_p);
+        else if (strcmp(a, "--top-k") == 0) {
+            ok = parse_long(v, 0, 1L << 30, &l);
+            o->sp.top_k = (int32_t)l;
+        } else if (strcmp(a, "--seed") == 0) {
+            ok = parse_u64(v, &o->sp.seed);
+            o->seed_set = true;
+        } else {
+            fprintf(stderr, "hearth generate: unknown option '%s' (see --help)\n", a);
+            return 1;
+        }
+        if (!ok) {
+            fprintf(stderr, "hearth generate: invalid value '%s' for %s\n", v, a);
+            return 1;
+        }
+    }
+    if (!o->model_path) {
+        fprintf(stderr, "hearth generate: -m MODEL is required (see --help)\n");
+        return 1;
+    }
+    if (!o->prompt) o->prompt = "";
+    if (!o->seed_set) o->sp.seed = (uint64_t)time(NULL) ^ hl_time_ns();
+    return 0;
+}
+
+typedef struct gen_state {
+    model *m;
+    model_kv *kv;
+    model_ctx *ctx;
+    sampler *smp;
+    int32_t *prompt;
+    char *piece;
+} gen_state;
+
+static void gen_free(gen_state *g) {
+    sampler_free(g->smp);
+    model_ctx_free(g->ctx);
+    model_kv_free(g->kv);
+    model_free(g->m);
+    free(g->prompt);
+    free(g->piece);
+}
+
+static int fail(gen_state *g, const hl_err *err) {
+    fprintf(stderr, "hearth generate: %s\n", err->msg);
+    gen_free(g);
+    return 1;
+}
+
+static hl_status tokenize_prompt(const tok_vocab *vocab, const char *text, int32_t **out,
+                                 size_t *n_out, hl_err *err) {
+    size_t len = strlen(text), cap = len + 8, n = 0;
+    int32_t *ids = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *bigger = realloc(ids, cap * sizeof *ids);
+        if (!bigger) {
+            free(ids);
+            return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+        }
+        ids = bigger;
+        hl_status st = tok_encode(vocab, text, len, true, true, ids, cap, &n, err);
+        if (st) {
+            free(ids);
+            return st;
+        }
+        if (n <= cap) break;
+        cap = n;
+    }
+    if (n == 0) { /* an empty prompt starts from BOS */
+        int32_t bos = tok_vocab_special(vocab, TOK_SPECIAL_BOS);
+        if (bos < 0) {
+            free(ids);
+            return hl_fail(err, HL_ERR_INVALID,
+                           "the prompt is empty and the vocabulary has no BOS token");
+        }
+        ids[n++] = bos;
+    }
+    *out = ids;
+    *n_out = n;
+    return HL_OK;
+}
+
+int cli_generate(int argc, char **argv) {
+    gen_opts o;
+    int r = parse_args(argc, argv, &o);
+    if (r < 0) {
+        gen_usage(stdout);
+        return 0;
+    }
+    if (r > 0) return 1;
+
+    gen_state g = {0};
+    hl_err err = {0};
+    if (model_load(o.model_path, o.tokenizer_path, &g.m, &err)) return fail(&g, &err);
+    const model_hparams *hp = model_get_hparams(g.m);
+    const tok_vocab *vocab = model_vocab(g.m);
+    if (!vocab) {
+        hl_fail(&err, HL_ERR_INVALID, "the model has no tokenizer");
+        return fail(&g, &err);
+    }
+    size_t n_prompt = 0;
+    if (tokenize_prompt(vocab, o.prompt, &g.prompt, &n_prompt, &err)) return fail(&g, &err);
+    long n_ctx = o.n_ctx ? o.n_ctx
+                         : (hp->n_ctx_train < GEN_DEFAULT_CTX ? hp->n_ctx_train : GEN_DEFAULT_CTX);
+    if ((long)n_prompt > n_ctx) {
+        hl_fail(&err, HL_ERR_KV_FULL, "the prompt has %zu tokens but the context only %ld",
+                n_prompt, n_ctx);
+        return fail(&g, &err);
+    }
+    if (model_kv_create(g.m, (int32_t)n_ctx, &g.kv, &err)) return fail(&g, &err);
+    if (model_ctx_create(g.m, (int)o.n_threads, 0, &g.ctx, &err)) return fail(&g, &err);
+    if (sampler_create(&o.sp, hp->n_vocab, &g.smp, &err)) return fail(&g, &err);
+
+    /* 64 + the longest piece is always enough for tok_stream_push */
+    size_t piece_cap = 64;
+    for (int32_t id = 0; id < tok_vocab_n_tokens(vocab); id++) {
+        char tmp[8];
+        int32_t len = tok_token_to_piece(vocab, id, false, tmp, sizeof tmp);
+        if (len > 0 && (size_t)len + 64 > piece_cap) piece_cap = (size_t)len + 64;
+    }
+    g.piece = malloc(piece_cap);
+    if (!g.piece) {
+        hl_fail(&err, HL_ERR_NOMEM, "out of memory");
+        return fail(&g, &err);
+    }
+    /* SentencePiece drops the space prefix of the first piece after BOS */
+    int32_t bos = tok_vocab_special(vocab, TOK_SPECIAL_BOS);
+    tok_stream ts;
+    tok_stream_init(&ts, vocab, false, bos >= 0 && g.prompt[n_prompt - 1] == bos);
+
+    uint64_t t0 = hl_time_ns();
+    if (model_eval(g.ctx, g.kv, g.prompt, (int32_t)n_prompt, NULL, &err)) return fail(&g, &err);
+    uint64_t t1 = hl_time_ns();
+    long n_gen = 0;
+    bool ctx_full = false;
+    for (; n_gen < o.n_predict; n_gen++) {
+        int32_t id = sampler_sample(g.smp, model_ctx_logits(g.ctx));
+        if (tok_is_eog(vocab, id)) break;
+        if (o.print_tokens) {
+            printf("%s%d", n_gen ? " " : "", id);
+        } else {
+            int32_t n = tok_stream_push(&ts, id, g.piece, piece_cap);
+            if (n > 0) fwrite(g.piece, 1, (size_t)n, stdout);
+        }
+        fflush(stdout);
+        if (n_gen + 1 == o.n_predict) {
+            n_gen++;
+            break;
+        }
+        if (model_kv_len(g.kv) >= model_kv_capacity(g.kv)) {
+            ctx_full = true;
+            n_gen++;
+            break;
+        }
+        if (model_eval(g.ctx, g.kv, &id, 1, NULL, &err)) return fail(&g, &err);
+    }
+    uint64_t t2 = hl_time_ns();
+    if (!o.print_tokens) {
+        int32_t n = tok_stream_flush(&ts, g.piece, piece_cap);
+        if (n > 0) fwrite(g.piece, 1, (size_t)n, stdout);
+    }
+    printf("\n");
+    fflush(stdout);
+    if (ctx_full) fprintf(stderr, "hearth generate: stopped: the context (%ld) is full\n", n_ctx);
+    double tp = (double)(t1 - t0) / 1e9, tg = (double)(t2 - t1) / 1e9;
+    fprintf(stderr,
+            "prompt: %zu tokens in %.3f s (%.1f tokens/s); generated: %ld tokens in %.3f s (%.1f "
+            "tokens/s); %d threads\n",
+            n_prompt, tp, tp > 0 ? (double)n_prompt / tp : 0.0, n_gen, tg,
+            tg > 0 ? (double)n_gen / tg : 0.0, model_ctx_n_threads(g.ctx));
+    gen_free(&g);
+    return 0;
+}

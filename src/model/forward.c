@@ -1,0 +1,405 @@
+/*
+ * forward.c - the transformer forward pass of llama-family models, the KV cache, and the
+ * evaluation context. Reads top to bottom like llama2.c's run.c, but every step works on a
+ * batch of tokens: each weight matmul takes all the batch's activations at once.
+ *
+ * Per layer, for a batch of n tokens at positions p0..p0+n-1:
+ *   xb = rmsnorm(x) * attn_norm
+ *   q, k, v = xb Wq (+bq), xb Wk (+bk), xb Wv (+bv)
+ *   q, k = rmsnorm per head (qwen3), then RoPE at each token's position
+ *   the cache gets k, v; att = softmax(q k^T / sqrt(d)) v over positions <= own (causal)
+ *   x += att Wo
+ *   xb = rmsnorm(x) * ffn_norm;  x += (silu(xb Wgate) * xb Wup) Wdown
+ * then logits = rmsnorm(x) * output_norm Woutput.
+ */
+#include "model/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/pool.h"
+#include "kernels/kernels.h"
+#include "tensor/types.h"
+
+#define MODEL_DEFAULT_BATCH 512
+#define MODEL_MAX_BATCH 8192
+#define ATTN_BLOCK 64 /* keys scored per step of the online softmax */
+
+/* ---- KV cache ---- */
+
+struct model_kv {
+    const model *m;
+    int32_t n_ctx; /* capacity */
+    int32_t len;
+    float *k; /* [n_layer][n_head_kv][n_ctx][head_dim_k] */
+    float *v; /* [n_layer][n_head_kv][n_ctx][head_dim_v] */
+};
+
+static float *kv_k(const model_kv *kv, int32_t layer, int32_t head) {
+    const model_hparams *hp = &kv->m->hp;
+    return kv->k + (((size_t)layer * hp->n_head_kv + head) * kv->n_ctx) * hp->head_dim_k;
+}
+
+static float *kv_v(const model_kv *kv, int32_t layer, int32_t head) {
+    const model_hparams *hp = &kv->m->hp;
+    return kv->v + (((size_t)layer * hp->n_head_kv + head) * kv->n_ctx) * hp->head_dim_v;
+}
+
+static float *alloc_floats(size_t a, size_t b, size_t c) {
+    size_t n;
+    if (__builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, c, &n) || n == 0)
+        return NULL;
+    return calloc(n, sizeof(float));
+}
+
+hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err *err) {
+    *out = NULL;
+    if (n_ctx <= 0)
+        return hl_fail(err, HL_ERR_INVALID, "context size must be positive, got %d", n_ctx);
+    const model_hparams *hp = &m->hp;
+    model_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    kv->m = m;
+    kv->n_ctx = n_ctx;
+    size_t per = (size_t)hp->n_layer * (size_t)hp->n_head_kv;
+    kv->k = alloc_floats(per, (size_t)n_ctx, (size_t)hp->head_dim_k);
+    kv->v = alloc_floats(per, (size_t)n_ctx, (size_t)hp->head_dim_v);
+    if (!kv->k || !kv->v) {
+        model_kv_free(kv);
+        return hl_fail(err, HL_ERR_NOMEM, "out of memory for a KV cache of %d tokens", n_ctx);
+    }
+    *out = kv;
+    return HL_OK;
+}
+
+void model_kv_free(model_kv *kv) {
+    if (!kv) return;
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+int32_t model_kv_len(const model_kv *kv) { return kv->len; }
+int32_t model_kv_capacity(const model_kv *kv) { return kv->n_ctx; }
+
+hl_status model_kv_truncate(model_kv *kv, int32_t n, hl_err *err) {
+    if (n < 0 || n > kv->len)
+        return hl_fail(err, HL_ERR_INVALID, "cannot truncate a KV cache of %d tokens to %d",
+                       kv->len, n);
+    kv->len = n; /* positions >= n are overwritten by the next eval */
+    return HL_OK;
+}
+
+/* ---- context ---- */
+
+struct model_ctx {
+    const model *m;
+    hl_pool *pool;
+    int32_t max_batch;
+    /* activations, max_batch rows each */
+    float *x;    /* residual stream [B][n_embd] */
+    float *xb;   /* normed input of a block [B][n_embd] */
+    float *q;    /* [B][n_head * head_dim_k] */
+    float *k;    /* [B][n_head_kv * head_dim_k] */
+    float *v;    /* [B][n_head_kv * head_dim_v] */
+    float *att;  /* attention output [B][n_head * head_dim_v] */
+    float *proj; /* output of Wo / Wdown [B][n_embd] */
+    float *gate; /* [B][n_ff] */
+    float *up;   /* [B][n_ff] */
+    float *rope_cos, *rope_sin; /* [B][n_rot/2] */
+    double *inv_freq;           /* [n_rot/2]; double so large positions keep their angle */
+    float *head_tmp;            /* [head_dim_k] */
+    float *logits;              /* [n_vocab], the last token's */
+    void *mm_scratch;
+};
+
+static size_t weight_scratch(const model_weight *w, int32_t n_tok) {
+    return kern_matmul_scratch_size((hl_type)w->type, w->n_cols, n_tok);
+}
+
+hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, model_ctx **out,
+                           hl_err *err) {
+    *out = NULL;
+    if (max_batch <= 0) max_batch = MODEL_DEFAULT_BATCH;
+    if (max_batch > MODEL_MAX_BATCH) max_batch = MODEL_MAX_BATCH;
+    const model_hparams *hp = &m->hp;
+    model_ctx *c = calloc(1, sizeof *c);
+    if (!c) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    c->m = m;
+    c->max_batch = max_batch;
+    hl_status st = hl_pool_create(n_threads, &c->pool, err);
+    if (st) {
+        free(c);
+        return st;
+    }
+    const size_t B = (size_t)max_batch;
+    c->x = alloc_floats(B, (size_t)hp->n_embd, 1);
+    c->xb = alloc_floats(B, (size_t)hp->n_embd, 1);
+    c->q = alloc_floats(B, (size_t)hp->n_head, (size_t)hp->head_dim_k);
+    c->k = alloc_floats(B, (size_t)hp->n_head_kv, (size_t)hp->head_dim_k);
+    c->v = alloc_floats(B, (size_t)hp->n_head_kv, (size_t)hp->head_dim_v);
+    c->att = alloc_floats(B, (size_t)hp->n_head, (size_t)hp->head_dim_v);
+    c->proj = alloc_floats(B, (size_t)hp->n_embd, 1);
+    c->gate = alloc_floats(B, (size_t)hp->n_ff, 1);
+    c->up = alloc_floats(B, (size_t)hp->n_ff, 1);
+    c->rope_cos = alloc_floats(B, (size_t)hp->n_rot / 2 + 1, 1);
+    c->rope_sin = alloc_floats(B, (size_t)hp->n_rot / 2 + 1, 1);
+    c->inv_freq = calloc((size_t)hp->n_rot / 2 + 1, sizeof *c->inv_freq);
+    c->head_tmp = alloc_floats((size_t)hp->head_dim_k, 1, 1);
+    c->logits = alloc_floats((size_t)hp->n_vocab, 1, 1);
+    size_t scratch = weight_scratch(&m->output, max_batch);
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const model_layer *ly = &m->layers[l];
+        const model_weight *ws[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo,
+                                    &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            size_t s = weight_scratch(ws[i], max_batch);
+            if (s > scratch) scratch = s;
+        }
+    }
+    c->mm_scratch = malloc(scratch ? scratch : 1);
+    if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate ||
+        !c->up || !c->rope_cos || !c->rope_sin || !c->inv_freq || !c->head_tmp || !c->logits ||
+        !c->mm_scratch) {
+        model_ctx_free(c);
+        return hl_fail(err, HL_ERR_NOMEM, "out of memory for a batch of %d tokens", max_batch);
+    }
+    /* theta_i = pos * freq_scale * base^(-2i/n_rot) / freq_factor_i */
+    for (int32_t i = 0; i < hp->n_rot / 2; i++) {
+        double f = pow((double)hp->rope_freq_base, -2.0 * i / hp->n_rot) * hp->rope_freq_scale;
+        if (m->rope_freqs && m->rope_freqs[i] != 0.0f) f /= m->rope_freqs[i];
+        c->inv_freq[i] = f;
+    }
+    *out = c;
+    return HL_OK;
+}
+
+void model_ctx_free(model_ctx *c) {
+    if (!c) return;
+    hl_pool_destroy(c->pool);
+    float *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att, c->proj, c->gate, c->up,
+                     c->rope_cos, c->rope_sin, c->head_tmp, c->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(c->inv_freq);
+    free(c->mm_scratch);
+    free(c);
+}
+
+int model_ctx_n_threads(const model_ctx *c) { return hl_pool_n_threads(c->pool); }
+const float *model_ctx_logits(const model_ctx *c) { return c->logits; }
+
+/* ---- building blocks ---- */
+
+static void matmul(model_ctx *c, const model_weight *w, const float *x, int32_t n_tok, float *out) {
+    kern_matmul(c->pool, (hl_type)w->type, w->data, w->n_rows, w->n_cols, x, n_tok, out,
+                c->mm_scratch);
+}
+
+static void embed(const model *m, int32_t id, float *out) {
+    const model_weight *w = &m->tok_embd;
+    size_t row = hl_row_size(w->type, w->n_cols);
+    const uint8_t *src = (const uint8_t *)w->data + (size_t)id * row;
+    if (w->type == HL_TYPE_F32) memcpy(out, src, row);
+    else hl_dequantize_row((hl_type)w->type, src, out, w->n_cols);
+}
+
+static void add_bias(float *x, const float *bias, int32_t n_tok, int64_t n) {
+    if (!bias) return;
+    for (int32_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n; i++) x[t * n + i] += bias[i];
+}
+
+/* qwen3: RMSNorm over each head of each token. */
+static void head_norm(model_ctx *c, float *x, const float *w, int32_t n_tok, int32_t n_heads) {
+    if (!w) return;
+    const model_hparams *hp = &c->m->hp;
+    const int32_t hd = hp->head_dim_k;
+    for (int64_t i = 0; i < (int64_t)n_tok * n_heads; i++) {
+        float *h = x + i * hd;
+        kern_rmsnorm(c->head_tmp, h, w, hd, hp->rms_eps);
+        memcpy(h, c->head_tmp, (size_t)hd * sizeof *h);
+    }
+}
+
+static void rope_tables(model_ctx *c, int32_t p0, int32_t n_tok) {
+    const int32_t half = c->m->hp.n_rot / 2;
+    for (int32_t t = 0; t < n_tok; t++) {
+        for (int32_t i = 0; i < half; i++) {
+            double theta = (double)(p0 + t) * c->inv_freq[i];
+            c->rope_cos[t * half + i] = (float)cos(theta);
+            c->rope_sin[t * half + i] = (float)sin(theta);
+        }
+    }
+}
+
+static void rope(const model_ctx *c, float *x, int32_t n_tok, int32_t n_heads) {
+    const model_hparams *hp = &c->m->hp;
+    const int32_t half = hp->n_rot / 2, hd = hp->head_dim_k;
+    const bool neox = hp->rope_kind == MODEL_ROPE_NEOX;
+    for (int32_t t = 0; t < n_tok; t++) {
+        const float *cs = c->rope_cos + t * half, *sn = c->rope_sin + t * half;
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *v = x + ((int64_t)t * n_heads + h) * hd;
+            for (int32_t i = 0; i < half; i++) {
+                int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * cs[i] - x1 * sn[i];
+                v[b] = x0 * sn[i] + x1 * cs[i];
+            }
+        }
+    }
+}
+
+/* Causal attention for (token, head) pairs, split across the pool. Keys are scored a block
+ * at a time; the softmax is computed online (running max and sum), so no buffer the size
+ * of the context is needed. */
+typedef struct attn_job {
+    const model_ctx *c;
+    const model_kv *kv;
+    int32_t layer, p0, n_tok;
+} attn_job;
+
+static void attn_one(const attn_job *j, int32_t t, int32_t h) {
+    const model_hparams *hp = &j->c->m->hp;
+    const int32_t hdk = hp->head_dim_k, hdv = hp->head_dim_v;
+    const int32_t kvh = h / (hp->n_head / hp->n_head_kv);
+    const float *q = j->c->q + ((int64_t)t * hp->n_head + h) * hdk;
+    float *out = j->c->att + ((int64_t)t * hp->n_head + h) * hdv;
+    const float *K = kv_k(j->kv, j->layer, kvh), *V = kv_v(j->kv, j->layer, kvh);
+    const int32_t n_keys = j->p0 + t + 1;
+    const float scale = 1.0f / sqrtf((float)hdk);
+    float run_max = -INFINITY, run_sum = 0.0f;
+    float score[ATTN_BLOCK];
+    memset(out, 0, (size_t)hdv * sizeof *out);
+    for (int32_t k0 = 0; k0 < n_keys; k0 += ATTN_BLOCK) {
+        const int32_t nb = n_keys - k0 < ATTN_BLOCK ? n_keys - k0 : ATTN_BLOCK;
+        float block_max = -INFINITY;
+        for (int32_t i = 0; i < nb; i++) {
+            const float s = kern_vec_dot(HL_TYPE_F32, hdk, K + (int64_t)(k0 + i) * hdk, q) * scale;
+            score[i] = s;
+            if (s > block_max) block_max = s;
+        }
+        if (block_max > run_max) {
+            const float r = expf(run_max - block_max); /* 0 on the first block */
+            run_sum *= r;
+            for (int32_t d = 0; d < hdv; d++) out[d] *= r;
+            run_max = block_max;
+        }
+        for (int32_t i = 0; i < nb; i++) {
+            const float p = expf(score[i] - run_max);
+            const float *vr = V + (int64_t)(k0 + i) * hdv;
+            run_sum += p;
+            for (int32_t d = 0; d < hdv; d++) out[d] += p * vr[d];
+        }
+    }
+    const float inv = 1.0f / run_sum;
+    for (int32_t d = 0; d < hdv; d++) out[d] *= inv;
+}
+
+static void attn_worker(void *ctx, int ith, int nth) {
+    const attn_job *j = ctx;
+    const int32_t n_head = j->c->m->hp.n_head;
+    const int64_t total = (int64_t)j->n_tok * n_head;
+    const int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth;
+    for (int64_t i = lo; i < hi; i++) attn_one(j, (int32_t)(i / n_head), (int32_t)(i % n_head));
+}
+
+/* Writes the batch's (already rotated) keys and values into the cache at p0... */
+static void kv_store(model_kv *kv, const model_ctx *c, int32_t layer, int32_t p0, int32_t n_tok) {
+    const model_hparams *hp = &c->m->hp;
+    const int32_t hdk = hp->head_dim_k, hdv = hp->head_dim_v;
+    for (int32_t h = 0; h < hp->n_head_kv; h++) {
+        float *K = kv_k(kv, layer, h) + (int64_t)p0 * hdk;
+        float *V = kv_v(kv, layer, h) + (int64_t)p0 * hdv;
+        for (int32_t t = 0; t < n_tok; t++) {
+            memcpy(K + (int64_t)t * hdk, c->k + ((int64_t)t * hp->n_head_kv + h) * hdk,
+                   (size_t)hdk * sizeof(float));
+            memcpy(V + (int64_t)t * hdv, c->v + ((int64_t)t * hp->n_head_kv + h) * hdv,
+                   (size_t)hdv * sizeof(float));
+        }
+    }
+}
+
+/* ---- the forward pass over one chunk (n_tok <= max_batch) ---- */
+
+static void forward_chunk(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n_tok,
+                          float *all_logits, bool want_last) {
+    const model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    const int32_t p0 = kv->len;
+
+    for (int32_t t = 0; t < n_tok; t++) embed(m, tokens[t], c->x + t * E);
+    rope_tables(c, p0, n_tok);
+
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const model_layer *ly = &m->layers[l];
+
+        /* attention */
+        for (int32_t t = 0; t < n_tok; t++)
+            kern_rmsnorm(c->xb + t * E, c->x + t * E, ly->attn_norm, E, hp->rms_eps);
+        matmul(c, &ly->wq, c->xb, n_tok, c->q);
+        matmul(c, &ly->wk, c->xb, n_tok, c->k);
+        matmul(c, &ly->wv, c->xb, n_tok, c->v);
+        add_bias(c->q, ly->bq, n_tok, ly->wq.n_rows);
+        add_bias(c->k, ly->bk, n_tok, ly->wk.n_rows);
+        add_bias(c->v, ly->bv, n_tok, ly->wv.n_rows);
+        head_norm(c, c->q, ly->q_norm, n_tok, hp->n_head);
+        head_norm(c, c->k, ly->k_norm, n_tok, hp->n_head_kv);
+        rope(c, c->q, n_tok, hp->n_head);
+        rope(c, c->k, n_tok, hp->n_head_kv);
+        kv_store(kv, c, l, p0, n_tok);
+        attn_job job = {.c = c, .kv = kv, .layer = l, .p0 = p0, .n_tok = n_tok};
+        hl_pool_run(c->pool, attn_worker, &job);
+        matmul(c, &ly->wo, c->att, n_tok, c->proj);
+        for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->proj[i];
+
+        /* feed-forward */
+        for (int32_t t = 0; t < n_tok; t++)
+            kern_rmsnorm(c->xb + t * E, c->x + t * E, ly->ffn_norm, E, hp->rms_eps);
+        matmul(c, &ly->w_gate, c->xb, n_tok, c->gate);
+        matmul(c, &ly->w_up, c->xb, n_tok, c->up);
+        kern_swiglu(c->gate, c->gate, c->up, (int64_t)n_tok * hp->n_ff);
+        matmul(c, &ly->w_down, c->gate, n_tok, c->proj);
+        for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->proj[i];
+    }
+    kv->len = p0 + n_tok;
+
+    /* logits */
+    const int64_t V = hp->n_vocab;
+    if (all_logits) {
+        for (int32_t t = 0; t < n_tok; t++)
+            kern_rmsnorm(c->xb + t * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
+        matmul(c, &m->output, c->xb, n_tok, all_logits);
+        if (want_last)
+            memcpy(c->logits, all_logits + (n_tok - 1) * V, (size_t)V * sizeof(float));
+    } else if (want_last) {
+        kern_rmsnorm(c->xb, c->x + (n_tok - 1) * E, m->output_norm, E, hp->rms_eps);
+        matmul(c, &m->output, c->xb, 1, c->logits);
+    }
+}
+
+hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
+                     float *all_logits, hl_err *err) {
+    const model_hparams *hp = &c->m->hp;
+    if (kv->m != c->m) return hl_fail(err, HL_ERR_INVALID, "KV cache belongs to another model");
+    if (n <= 0) return hl_fail(err, HL_ERR_INVALID, "no tokens to evaluate");
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+            return hl_fail(err, HL_ERR_INVALID,
+                           "token %d (at index %d) is outside the vocabulary [0, %d)", tokens[i], i,
+                           hp->n_vocab);
+    if (n > kv->n_ctx - kv->len)
+        return hl_fail(err, HL_ERR_KV_FULL,
+                       "%d tokens do not fit the context: %d of %d positions are used", n,
+                       kv->len, kv->n_ctx);
+    for (int32_t done = 0; done < n;) {
+        int32_t chunk = n - done < c->max_batch ? n - done : c->max_batch;
+        forward_chunk(c, kv, tokens + done, chunk,
+                      all_logits ? all_logits + (size_t)done * (size_t)hp->n_vocab : NULL,
+                      done + chunk == n);
+        done += chunk;
+    }
+    return HL_OK;
+}

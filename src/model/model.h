@@ -1,0 +1,123 @@
+/*
+ * model.h - llama-family models: loading, a per-sequence KV cache, and the forward pass.
+ *
+ * A model holds the hyperparameters, the weights and the tokenizer of one checkpoint:
+ *   - model_load_gguf()      a GGUF of architecture llama, mistral, qwen2 or qwen3;
+ *   - model_load_llama2c()   a llama2.c checkpoint (.bin) plus its tokenizer (tok512.bin);
+ *   - model_load()           either, chosen by the file's magic.
+ * Loading validates every tensor's shape and type before returning. Weights are used in
+ * place from the read-only file mapping (no copy); the model owns the mapping (and the
+ * gguf_file) and the tok_vocab, and frees them in model_free(). An immutable model may be
+ * shared by any number of contexts and KV caches, also across threads.
+ *
+ * A model_kv is one sequence's KV cache (f32, [layer][kv_head][pos][head_dim], so attention
+ * reads each head's keys and values contiguously). It has a fixed capacity (its context
+ * size), a current length, and can be rewound (model_kv_truncate) to reuse a common prefix.
+ * A block-based cache shared between sequences comes with the runner issue.
+ *
+ * A model_ctx owns the compute state for one caller thread: a thread pool and scratch
+ * buffers sized once for the maximum batch (max_batch tokens), so evaluation never calls
+ * malloc. model_eval() feeds n tokens of one sequence (a prompt's prefill, or one generated
+ * token) at the positions that follow the KV cache's current length: every weight matmul
+ * takes the whole batch at once; inputs longer than max_batch are split into chunks.
+ *
+ * Typical use:
+ *   model *m; model_load("x.gguf", NULL, &m, &err);
+ *   model_kv *kv; model_kv_create(m, 2048, &kv, &err);
+ *   model_ctx *c; model_ctx_create(m, n_threads, 512, &c, &err);
+ *   model_eval(c, kv, prompt, n_prompt, NULL, &err);   // logits: model_ctx_logits(c)
+ *   ... sample, model_eval(c, kv, &tok, 1, NULL, &err) ...
+ *   model_ctx_free(c); model_kv_free(kv); model_free(m);
+ */
+#ifndef HL_MODEL_H
+#define HL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "gguf/gguf.h"
+#include "tok/tok.h"
+
+typedef enum model_arch {
+    MODEL_ARCH_LLAMA = 0,
+    MODEL_ARCH_MISTRAL,
+    MODEL_ARCH_QWEN2,
+    MODEL_ARCH_QWEN3,
+} model_arch;
+
+typedef enum model_rope_kind {
+    MODEL_ROPE_NORM = 0, /* rotates adjacent pairs (x[2i], x[2i+1]): llama, mistral */
+    MODEL_ROPE_NEOX,     /* rotates halves (x[i], x[i + n_rot/2]): qwen2, qwen3 */
+} model_rope_kind;
+
+typedef struct model_hparams {
+    model_arch arch;
+    int32_t n_vocab;     /* rows of the token embedding (logits per token) */
+    int32_t n_ctx_train; /* context length the model was trained with */
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_ff;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim_k; /* key/query head size (qwen3: != n_embd / n_head) */
+    int32_t head_dim_v; /* value head size */
+    int32_t n_rot;      /* leading dims of each head that RoPE rotates */
+    float rms_eps;
+    float rope_freq_base;
+    float rope_freq_scale; /* 1 / linear scaling factor */
+    model_rope_kind rope_kind;
+} model_hparams;
+
+typedef struct model model;
+
+/* Loads a GGUF or a llama2.c checkpoint (by magic). tokenizer_path is required for a
+ * llama2.c checkpoint (its tok512.bin / tokenizer.bin) and must be NULL for a GGUF. */
+hl_status model_load(const char *path, const char *tokenizer_path, model **out, hl_err *err);
+hl_status model_load_gguf(const char *path, model **out, hl_err *err);
+/* Takes ownership of f (closed by model_free, or here on failure). */
+hl_status model_load_gguf_file(gguf_file *f, model **out, hl_err *err);
+/* tokenizer_path may be NULL: the model then has no vocab (model_vocab() is NULL). */
+hl_status model_load_llama2c(const char *path, const char *tokenizer_path, model **out,
+                             hl_err *err);
+void model_free(model *m); /* accepts NULL */
+
+const model_hparams *model_get_hparams(const model *m);
+const tok_vocab *model_vocab(const model *m); /* owned by the model; NULL if none */
+const char *model_arch_name(model_arch arch);
+
+/* Reads a llama2.c tokenizer file (tok512.bin, tokenizer.bin) into a SPM vocab: ids 0..2
+ * are <unk>, <s>, </s>, ids 3..258 the <0xXX> byte tokens, spaces become U+2581. The
+ * caller frees *out with tok_vocab_destroy(). */
+hl_status model_llama2c_vocab_load(const char *path, tok_vocab **out, hl_err *err);
+
+/* ---- KV cache (one sequence) ---- */
+typedef struct model_kv model_kv;
+
+/* n_ctx: capacity in tokens (> 0). */
+hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err *err);
+void model_kv_free(model_kv *kv); /* accepts NULL */
+int32_t model_kv_len(const model_kv *kv);
+int32_t model_kv_capacity(const model_kv *kv);
+/* Forgets every position >= n (0 <= n <= length); the next eval continues at n. */
+hl_status model_kv_truncate(model_kv *kv, int32_t n, hl_err *err);
+
+/* ---- evaluation ---- */
+typedef struct model_ctx model_ctx;
+
+/* n_threads <= 0: all online CPUs. max_batch <= 0: 512 (at most 8192). */
+hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, model_ctx **out,
+                           hl_err *err);
+void model_ctx_free(model_ctx *c); /* accepts NULL */
+int model_ctx_n_threads(const model_ctx *c);
+
+/* Feeds tokens[0..n) at positions model_kv_len(kv).. and appends them to kv. On success
+ * model_ctx_logits() holds the last token's n_vocab logits; when all_logits is not NULL it
+ * also receives n * n_vocab logits (row i for tokens[i]). Invalid token ids (INVALID) or
+ * more tokens than the cache has room for (KV_FULL) fail before anything is changed. */
+hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
+                     float *all_logits, hl_err *err);
+/* The last evaluated token's logits (n_vocab floats), valid until the next eval. */
+const float *model_ctx_logits(const model_ctx *c);
+
+#endif

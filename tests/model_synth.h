@@ -1,0 +1,48 @@
+/*
+ * model_synth.h - tiny synthetic llama-family models for the model tests.
+ *
+ * synth_build() makes random weights (deterministic for a seed), stores them in a GGUF
+ * written with the GGUF writer (2-D weights in the requested type, norms and biases f32,
+ * a small SPM vocabulary in the tokenizer.ggml.* keys), and keeps the weights exactly as
+ * the model will see them (dequantized) for synth_ref_forward(): a plain, token-by-token
+ * float implementation of the same architecture, written independently of
+ * src/model/forward.c, against which the real forward pass is checked.
+ */
+#ifndef HL_TEST_MODEL_SYNTH_H
+#define HL_TEST_MODEL_SYNTH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "tensor/types.h"
+
+typedef struct synth_cfg {
+    const char *arch; /* general.architecture */
+    int n_vocab, n_embd, n_layer, n_ff, n_head, n_head_kv;
+    int head_dim;  /* written as attention.key_length/value_length when != n_embd/n_head */
+    int n_rot;     /* 0: head_dim */
+    bool tied;     /* no output.weight */
+    bool bias;     /* q/k/v biases (qwen2) */
+    bool qk_norm;  /* attn_q_norm / attn_k_norm (qwen3) */
+    bool neox;     /* RoPE ordering the reference uses (qwen2/qwen3) */
+    float rope_base;
+    float rope_linear_factor; /* 0: no scaling keys */
+    bool rope_freqs;          /* a rope_freqs.weight tensor (llama 3.1 frequency factors) */
+    hl_type wtype;            /* type of the 2-D weights */
+    uint64_t seed;
+    const char *skip_tensor;  /* leave this tensor out (error tests) */
+    const char *bad_shape_tensor; /* write this tensor with one row too many */
+    const char *i32_tensor;       /* label this (f32) tensor's data as i32 */
+} synth_cfg;
+
+typedef struct synth_model synth_model;
+
+/* Writes the GGUF to path and returns the reference weights (free with synth_free). */
+synth_model *synth_build(const synth_cfg *cfg, const char *path);
+void synth_free(synth_model *s);
+
+/* Reference logits for tokens[0..n), one position at a time: out is n * n_vocab. */
+void synth_ref_forward(const synth_model *s, const int32_t *tokens, int n, float *out);
+
+#endif
