@@ -6,5 +6,6 @@
 #define HL_CLI_H
 
 int cli_generate(int argc, char **argv);
+int cli_quantize(int argc, char **argv);
 
 #endif

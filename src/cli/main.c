@@ -14,6 +14,7 @@ static void usage(FILE *out) {
             "\n"
             "commands:\n"
             "  generate   generate text from a GGUF model\n"
+            "  quantize   convert a GGUF model's weights to another type (Q8_0, Q4_K_M, ...)\n"
             "  --version  print the version\n");
 }
 
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "generate") == 0) return cli_generate(argc - 1, argv + 1);
+    if (strcmp(argv[1], "quantize") == 0) return cli_quantize(argc - 1, argv + 1);
     fprintf(stderr, "hearth: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;
