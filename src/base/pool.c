@@ -120,7 +120,8 @@ hl_status hl_pool_create(int n_threads, hl_pool **out, hl_err *err) {
     hl_pool *p = calloc(1, sizeof *p);
     if (!p) return hl_fail(err, HL_ERR_NOMEM, "thread pool: out of memory");
     p->n_threads = n_threads;
-    p->spin_ns = 100 * 1000;
+    const long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    p->spin_ns = n_cpus > 0 && n_threads >= n_cpus ? 0 : 100 * 1000;
     const char *env = getenv("HEARTH_POOL_SPIN_US");
     if (env) {
         const long us = strtol(env, NULL, 10);
