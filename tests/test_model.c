@@ -12,7 +12,7 @@
 #include "base/file.h"
 #include "model/model.h"
 #include "model_synth.h"
-#include "sample/sample.h"
+#include "sample/sampler.h"
 #include "tok/tok.h"
 
 /* ---- helpers ---- */
@@ -47,13 +47,29 @@ static bool valid_utf8(const char *s, size_t n) {
     return true;
 }
 
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 /* Greedy generation of n tokens after the prompt; returns how many (stops at EOG). */
 static int generate(model_ctx *c, model_kv *kv, const model *m, const int32_t *prompt, int n_prompt,
                     sampler *smp, int n, int32_t *out, hl_err *err) {
     if (model_eval(c, kv, prompt, n_prompt, NULL, err)) return -1;
     for (int i = 0; i < n; i++) {
-        int32_t id = smp ? sampler_sample(smp, model_ctx_logits(c))
-                         : sample_argmax(model_ctx_logits(c), model_get_hparams(m)->n_vocab);
+        int32_t id;
+        if (smp) {
+            sampler_out so;
+            const int32_t slot = 0;
+            if (sampler_sample(smp, &slot, 1, model_ctx_logits(c),
+                               (size_t)model_get_hparams(m)->n_vocab, &so, err))
+                return -1;
+            id = so.token;
+        } else {
+            id = argmax(model_ctx_logits(c), model_get_hparams(m)->n_vocab);
+        }
         if (model_vocab(m) && tok_is_eog(model_vocab(m), id)) return i;
         out[i] = id;
         if (i + 1 < n && model_eval(c, kv, &id, 1, NULL, err)) return -1;
@@ -188,14 +204,15 @@ static void check_generates(model *m, int n) {
         model_kv *kv;
         model_ctx *c;
         sampler *s;
-        sample_params sp = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 1234};
+        sampler_opts sp = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 1234};
         CHECK_OK(model_kv_create(m, 128, &kv, &err), &err);
         CHECK_OK(model_ctx_create(m, r + 1, 0, &c, &err), &err);
-        CHECK_OK(sampler_create(&sp, model_get_hparams(m)->n_vocab, &s, &err), &err);
+        CHECK_OK(sampler_create(model_get_hparams(m)->n_vocab, 128, &s, &err), &err);
+        CHECK_OK(sampler_add(s, 0, &sp, prompt, np, &err), &err);
         got[r] = generate(c, kv, m, prompt, (int)np, s, n, out[r], &err);
         CHECK_MSG(got[r] >= 0, "%s", err.msg);
         CHECK_EQ_INT(model_kv_len(kv), (int)np + (got[r] == n ? n - 1 : got[r]));
-        sampler_free(s);
+        sampler_destroy(s);
         model_ctx_free(c);
         model_kv_free(kv);
     }
@@ -624,78 +641,6 @@ TEST(model_llama2c_tokenizer_conversion) {
     CHECK_EQ_INT(tok_token_to_piece(v, id, false, piece, sizeof piece), 2);
     CHECK(memcmp(piece, " a", 2) == 0);
     tok_vocab_destroy(v);
-}
-
-/* ---- sampler ---- */
-
-TEST(model_sampler_greedy_and_seeded) {
-    enum { V = 10 };
-    float logits[V] = {0.1f, 2.0f, -1.0f, 2.5f, 0.0f, 2.5f, 1.0f, -3.0f, 0.5f, 1.9f};
-    hl_err err = {0};
-    sampler *s;
-    sample_params p = {.temperature = 0.0f, .top_k = 3, .top_p = 0.5f, .seed = 1};
-    CHECK_OK(sampler_create(&p, V, &s, &err), &err);
-    for (int i = 0; i < 5; i++) CHECK_EQ_INT(sampler_sample(s, logits), 3); /* first max */
-    sampler_free(s);
-    CHECK_EQ_INT(sample_argmax(logits, V), 3);
-
-    /* same seed, same sequence; different seed, different sequence */
-    int32_t seq[3][64];
-    uint64_t seeds[3] = {42, 42, 43};
-    for (int r = 0; r < 3; r++) {
-        p = (sample_params){.temperature = 1.5f, .top_k = 0, .top_p = 1.0f, .seed = seeds[r]};
-        CHECK_OK(sampler_create(&p, V, &s, &err), &err);
-        for (int i = 0; i < 64; i++) seq[r][i] = sampler_sample(s, logits);
-        sampler_free(s);
-    }
-    CHECK(memcmp(seq[0], seq[1], sizeof seq[0]) == 0);
-    CHECK(memcmp(seq[0], seq[2], sizeof seq[0]) != 0);
-
-    /* top_k = 2 only ever gives the two best (3 and 5, tied) */
-    p = (sample_params){.temperature = 5.0f, .top_k = 2, .top_p = 1.0f, .seed = 7};
-    CHECK_OK(sampler_create(&p, V, &s, &err), &err);
-    int seen3 = 0, seen5 = 0;
-    for (int i = 0; i < 400; i++) {
-        int32_t id = sampler_sample(s, logits);
-        CHECK(id == 3 || id == 5);
-        seen3 += id == 3;
-        seen5 += id == 5;
-    }
-    CHECK(seen3 > 100 && seen5 > 100);
-    sampler_free(s);
-
-    /* top_p small keeps only the most likely; min_p 0.9 keeps those within 90% of the max */
-    p = (sample_params){.temperature = 1.0f, .top_k = 0, .top_p = 0.05f, .seed = 7};
-    CHECK_OK(sampler_create(&p, V, &s, &err), &err);
-    for (int i = 0; i < 50; i++) CHECK_EQ_INT(sampler_sample(s, logits), 3);
-    sampler_free(s);
-    p = (sample_params){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.9f, .seed = 7};
-    CHECK_OK(sampler_create(&p, V, &s, &err), &err);
-    for (int i = 0; i < 100; i++) {
-        int32_t id = sampler_sample(s, logits);
-        CHECK(id == 3 || id == 5);
-    }
-    sampler_free(s);
-}
-
-TEST(model_sampler_distribution) {
-    /* p = softmax([0, ln 3]) = (0.25, 0.75) at temperature 1 */
-    float logits[2] = {0.0f, logf(3.0f)};
-    hl_err err = {0};
-    sampler *s;
-    sample_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 99};
-    CHECK_OK(sampler_create(&p, 2, &s, &err), &err);
-    int ones = 0;
-    for (int i = 0; i < 20000; i++) ones += sampler_sample(s, logits) == 1;
-    CHECK_NEAR(ones / 20000.0, 0.75, 0.015);
-    sampler_free(s);
-    /* temperature 0.5 squares the odds: 9:1 */
-    p.temperature = 0.5f;
-    CHECK_OK(sampler_create(&p, 2, &s, &err), &err);
-    ones = 0;
-    for (int i = 0; i < 20000; i++) ones += sampler_sample(s, logits) == 1;
-    CHECK_NEAR(ones / 20000.0, 0.9, 0.015);
-    sampler_free(s);
 }
 
 /* ---- CLI ---- */

@@ -11,7 +11,6 @@
 #include "model/model.h"
 #include "model_synth.h"
 #include "quant/quantize.h"
-#include "sample/sample.h"
 
 TEST(quant_model_ftype_names) {
     quant_ftype f;
@@ -138,6 +137,13 @@ TEST(quant_model_plan_fallbacks) {
     CHECK_EQ_INT(plan_type(types, n, "blk.1.ffn_down.weight"), HL_TYPE_F16);
 }
 
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 static int greedy(model *m, int n, int32_t *out) {
     hl_err err = {0};
     model_kv *kv = NULL;
@@ -147,7 +153,7 @@ static int greedy(model *m, int n, int32_t *out) {
     int32_t tok = 1;
     for (got = 0; got < n; got++) {
         if (model_eval(c, kv, &tok, 1, NULL, &err)) break;
-        tok = sample_argmax(model_ctx_logits(c), model_get_hparams(m)->n_vocab);
+        tok = argmax(model_ctx_logits(c), model_get_hparams(m)->n_vocab);
         out[got] = tok;
     }
 done:

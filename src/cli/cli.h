@@ -1,11 +1,54 @@
 /*
  * cli.h - the hearth subcommands. Each takes the arguments after its name (argv[0] is the
  * subcommand name) and returns the process exit status; main.c only dispatches.
+ *
+ * The model-management commands are HTTP clients of `hearth serve` (serve.c, list.c,
+ * show.c, create.c, rm.c, cp.c, ps.c; main.c calls cli_dispatch() for them) and share
+ * the helpers below. Their errors print one line "Error: ..." on stderr and return 1.
  */
-#ifndef HL_CLI_H
-#define HL_CLI_H
+#ifndef HL_CLI_CLI_H
+#define HL_CLI_CLI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net/host.h"
 
 int cli_generate(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
+
+/* Runs the command named argv[1] if it is a model-management command; returns false
+ * otherwise. */
+bool cli_dispatch(int argc, char **argv, int *exit_code);
+
+int cmd_serve(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_create(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_cp(int argc, char **argv);
+int cmd_ps(int argc, char **argv);
+
+/* Prints "Error: <msg>" to stderr; returns 1. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The server address (HEARTH_HOST / OLLAMA_HOST); prints the error and returns false. */
+bool cli_host(net_host *out);
+/* One JSON request. body may be NULL (no body). On HTTP >= 400 or a connection error,
+ * prints the error and returns 1; else stores the parsed response (NULL when empty)
+ * in *resp (may be NULL) and returns 0. */
+int cli_call(const char *method, const char *path, json_t *body, json_t **resp);
+/* Prints a connection error the way the CLI reports it. */
+int cli_connect_error(const char *detail);
+
+/* Ollama's human formats: "4.7 GB", "2 weeks ago". */
+void cli_human_size(uint64_t bytes, char *buf, size_t cap);
+void cli_human_duration(double seconds, char *buf, size_t cap);
+/* Parses RFC 3339 into Unix seconds; false when malformed. */
+bool cli_parse_time(const char *s, double *out);
+
+/* Prints rows (arrays of n_cols strings) as a left-aligned table with 4-space gaps. */
+void cli_print_table(const char *const *header, size_t n_cols, char ***rows, size_t n_rows);
 
 #endif

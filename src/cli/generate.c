@@ -18,7 +18,7 @@
 #include "base/file.h"
 #include "cli/cli.h"
 #include "model/model.h"
-#include "sample/sample.h"
+#include "sample/sampler.h"
 #include "tok/tok.h"
 
 #define GEN_DEFAULT_PREDICT 128
@@ -33,7 +33,7 @@ typedef struct gen_opts {
     long n_ctx; /* 0: min(trained context, GEN_DEFAULT_CTX) */
     bool print_tokens;
     bool seed_set;
-    sample_params sp;
+    sampler_opts sp;
 } gen_opts;
 
 static void gen_usage(FILE *out) {
@@ -47,6 +47,8 @@ static void gen_usage(FILE *out) {
             "  --top-k K        (default 40, 0 = off)\n"
             "  --top-p P        (default 0.9, 1 = off)\n"
             "  --min-p P        (default 0 = off)\n"
+            "  --repeat-penalty R  (default 1 = off)\n"
+            "  --repeat-last-n N   penalty window (default 64, 0 = off, -1 = context)\n"
             "  --seed S         RNG seed (default: from the clock)\n"
             "  -t N             threads (default: all CPUs)\n"
             "  -c N             context size (default: the model's, at most %d)\n"
@@ -84,7 +86,7 @@ static bool parse_u64(const char *s, uint64_t *out) {
 
 /* Returns 0 on success, 1 on a bad argument (message printed), -1 for --help. */
 static int parse_args(int argc, char **argv, gen_opts *o) {
-    *o = (gen_opts){.n_predict = GEN_DEFAULT_PREDICT, .sp = sample_params_default()};
+    *o = (gen_opts){.n_predict = GEN_DEFAULT_PREDICT, .sp = sampler_opts_defaults()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return -1;
@@ -112,8 +114,15 @@ static int parse_args(int argc, char **argv, gen_opts *o) {
             ok = parse_long(v, 0, 1L << 30, &l);
             o->sp.top_k = (int32_t)l;
         } else if (strcmp(a, "--seed") == 0) {
-            ok = parse_u64(v, &o->sp.seed);
+            uint64_t seed = 0;
+            ok = parse_u64(v, &seed) && seed <= (uint64_t)INT64_MAX;
+            o->sp.seed = (int64_t)seed;
             o->seed_set = true;
+        } else if (strcmp(a, "--repeat-penalty") == 0) {
+            ok = parse_float(v, 0.0f, 100.0f, &o->sp.repeat_penalty);
+        } else if (strcmp(a, "--repeat-last-n") == 0) {
+            ok = parse_long(v, -1, 1L << 24, &l);
+            o->sp.repeat_last_n = (int32_t)l;
         } else {
             fprintf(stderr, "hearth generate: unknown option '%s' (see --help)\n", a);
             return 1;
@@ -128,7 +137,7 @@ static int parse_args(int argc, char **argv, gen_opts *o) {
         return 1;
     }
     if (!o->prompt) o->prompt = "";
-    if (!o->seed_set) o->sp.seed = (uint64_t)time(NULL) ^ hl_time_ns();
+    if (!o->seed_set) o->sp.seed = (int64_t)((((uint64_t)time(NULL)) ^ hl_time_ns()) >> 1);
     return 0;
 }
 
@@ -142,7 +151,7 @@ typedef struct gen_state {
 } gen_state;
 
 static void gen_free(gen_state *g) {
-    sampler_free(g->smp);
+    sampler_destroy(g->smp);
     model_ctx_free(g->ctx);
     model_kv_free(g->kv);
     model_free(g->m);
@@ -218,7 +227,8 @@ int cli_generate(int argc, char **argv) {
     }
     if (model_kv_create(g.m, (int32_t)n_ctx, &g.kv, &err)) return fail(&g, &err);
     if (model_ctx_create(g.m, (int)o.n_threads, 0, &g.ctx, &err)) return fail(&g, &err);
-    if (sampler_create(&o.sp, hp->n_vocab, &g.smp, &err)) return fail(&g, &err);
+    if (sampler_create(hp->n_vocab, (int32_t)n_ctx, &g.smp, &err)) return fail(&g, &err);
+    if (sampler_add(g.smp, 0, &o.sp, g.prompt, n_prompt, &err)) return fail(&g, &err);
 
     /* 64 + the longest piece is always enough for tok_stream_push */
     size_t piece_cap = 64;
@@ -243,7 +253,11 @@ int cli_generate(int argc, char **argv) {
     long n_gen = 0;
     bool ctx_full = false;
     for (; n_gen < o.n_predict; n_gen++) {
-        int32_t id = sampler_sample(g.smp, model_ctx_logits(g.ctx));
+        sampler_out so;
+        const int32_t slot = 0;
+        if (sampler_sample(g.smp, &slot, 1, model_ctx_logits(g.ctx), (size_t)hp->n_vocab, &so, &err))
+            return fail(&g, &err);
+        int32_t id = so.token;
         if (tok_is_eog(vocab, id)) break;
         if (o.print_tokens) {
             printf("%s%d", n_gen ? " " : "", id);

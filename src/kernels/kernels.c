@@ -12,6 +12,9 @@
 
 #include <math.h>
 #include <pthread.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,8 +31,10 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 bool kern_cpu_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    /* clang does not know "f16c" in __builtin_cpu_supports: read CPUID.1:ECX.F16C. */
+    unsigned a, b, c, d;
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
     return false;
 #endif

@@ -28,22 +28,39 @@
 
 /* ---- KV cache ---- */
 
+/* A contiguous cache is a block table with one block of n_ctx positions. */
 struct model_kv {
     const model *m;
     int32_t n_ctx; /* capacity */
     int32_t len;
-    float *k; /* [n_layer][n_head_kv][n_ctx][head_dim_k] */
+    float *k; /* [n_layer][n_head_kv][n_ctx][head_dim_k], followed by v in the same buffer */
     float *v; /* [n_layer][n_head_kv][n_ctx][head_dim_v] */
 };
 
-static float *kv_k(const model_kv *kv, int32_t layer, int32_t head) {
-    const model_hparams *hp = &kv->m->hp;
-    return kv->k + (((size_t)layer * hp->n_head_kv + head) * kv->n_ctx) * hp->head_dim_k;
+/* What the forward pass reads and writes: positions live in blocks of B (see model.h). */
+typedef struct kv_blocks {
+    float *const *blocks;
+    int32_t B;
+    int32_t len;
+    size_t v_off; /* floats from a block's base to its V part */
+} kv_blocks;
+
+static size_t kv_v_offset(const model_hparams *hp, int32_t B) {
+    return (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)B * (size_t)hp->head_dim_k;
 }
 
-static float *kv_v(const model_kv *kv, int32_t layer, int32_t head) {
-    const model_hparams *hp = &kv->m->hp;
-    return kv->v + (((size_t)layer * hp->n_head_kv + head) * kv->n_ctx) * hp->head_dim_v;
+/* Key row of position pos; the following rows of the same block are contiguous. */
+static float *kv_k_at(const kv_blocks *kv, const model_hparams *hp, int32_t layer, int32_t head,
+                      int32_t pos) {
+    const int32_t b = pos / kv->B, r = pos % kv->B;
+    return kv->blocks[b] + (((size_t)layer * hp->n_head_kv + head) * kv->B + r) * hp->head_dim_k;
+}
+
+static float *kv_v_at(const kv_blocks *kv, const model_hparams *hp, int32_t layer, int32_t head,
+                      int32_t pos) {
+    const int32_t b = pos / kv->B, r = pos % kv->B;
+    return kv->blocks[b] + kv->v_off +
+           (((size_t)layer * hp->n_head_kv + head) * kv->B + r) * hp->head_dim_v;
 }
 
 static float *alloc_floats(size_t a, size_t b, size_t c) {
@@ -63,9 +80,9 @@ hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err 
     kv->m = m;
     kv->n_ctx = n_ctx;
     size_t per = (size_t)hp->n_layer * (size_t)hp->n_head_kv;
-    kv->k = alloc_floats(per, (size_t)n_ctx, (size_t)hp->head_dim_k);
-    kv->v = alloc_floats(per, (size_t)n_ctx, (size_t)hp->head_dim_v);
-    if (!kv->k || !kv->v) {
+    kv->k = alloc_floats(per, (size_t)n_ctx, (size_t)hp->head_dim_k + (size_t)hp->head_dim_v);
+    if (kv->k) kv->v = kv->k + kv_v_offset(hp, n_ctx);
+    if (!kv->k) {
         model_kv_free(kv);
         return hl_fail(err, HL_ERR_NOMEM, "out of memory for a KV cache of %d tokens", n_ctx);
     }
@@ -76,7 +93,6 @@ hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err 
 void model_kv_free(model_kv *kv) {
     if (!kv) return;
     free(kv->k);
-    free(kv->v);
     free(kv);
 }
 
@@ -112,6 +128,7 @@ struct model_ctx {
     float *head_tmp;            /* [head_dim_k] */
     float *logits;              /* [n_vocab], the last token's */
     void *mm_scratch;
+    size_t scratch_bytes; /* everything above, as allocated */
 };
 
 static size_t weight_scratch(const model_weight *w, int32_t n_tok) {
@@ -159,6 +176,15 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
         }
     }
     c->mm_scratch = malloc(scratch ? scratch : 1);
+    {
+        const size_t E = (size_t)hp->n_embd, hq = (size_t)hp->n_head, hkv = (size_t)hp->n_head_kv;
+        const size_t dk = (size_t)hp->head_dim_k, dv = (size_t)hp->head_dim_v;
+        size_t floats = B * (3 * E + hq * dk + hkv * dk + hkv * dv + hq * dv + 2 * (size_t)hp->n_ff +
+                             2 * ((size_t)hp->n_rot / 2 + 1)) +
+                        dk + (size_t)hp->n_vocab;
+        c->scratch_bytes = floats * sizeof(float) + ((size_t)hp->n_rot / 2 + 1) * sizeof(double) +
+                           (scratch ? scratch : 1);
+    }
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate ||
         !c->up || !c->rope_cos || !c->rope_sin || !c->inv_freq || !c->head_tmp || !c->logits ||
         !c->mm_scratch) {
@@ -187,6 +213,7 @@ void model_ctx_free(model_ctx *c) {
 }
 
 int model_ctx_n_threads(const model_ctx *c) { return hl_pool_n_threads(c->pool); }
+size_t model_ctx_scratch_bytes(const model_ctx *c) { return c->scratch_bytes; }
 const float *model_ctx_logits(const model_ctx *c) { return c->logits; }
 
 /* ---- building blocks ---- */
@@ -256,7 +283,7 @@ static void rope(const model_ctx *c, float *x, int32_t n_tok, int32_t n_heads) {
  * of the context is needed. */
 typedef struct attn_job {
     const model_ctx *c;
-    const model_kv *kv;
+    const kv_blocks *kv;
     int32_t layer, p0, n_tok;
 } attn_job;
 
@@ -266,17 +293,20 @@ static void attn_one(const attn_job *j, int32_t t, int32_t h) {
     const int32_t kvh = h / (hp->n_head / hp->n_head_kv);
     const float *q = j->c->q + ((int64_t)t * hp->n_head + h) * hdk;
     float *out = j->c->att + ((int64_t)t * hp->n_head + h) * hdv;
-    const float *K = kv_k(j->kv, j->layer, kvh), *V = kv_v(j->kv, j->layer, kvh);
     const int32_t n_keys = j->p0 + t + 1;
     const float scale = 1.0f / sqrtf((float)hdk);
     float run_max = -INFINITY, run_sum = 0.0f;
     float score[ATTN_BLOCK];
     memset(out, 0, (size_t)hdv * sizeof *out);
-    for (int32_t k0 = 0; k0 < n_keys; k0 += ATTN_BLOCK) {
-        const int32_t nb = n_keys - k0 < ATTN_BLOCK ? n_keys - k0 : ATTN_BLOCK;
+    for (int32_t k0 = 0, nb; k0 < n_keys; k0 += nb) {
+        /* a run of keys that is contiguous: inside one cache block */
+        nb = n_keys - k0 < ATTN_BLOCK ? n_keys - k0 : ATTN_BLOCK;
+        if (nb > j->kv->B - k0 % j->kv->B) nb = j->kv->B - k0 % j->kv->B;
+        const float *K = kv_k_at(j->kv, hp, j->layer, kvh, k0);
+        const float *V = kv_v_at(j->kv, hp, j->layer, kvh, k0);
         float block_max = -INFINITY;
         for (int32_t i = 0; i < nb; i++) {
-            const float s = kern_vec_dot(HL_TYPE_F32, hdk, K + (int64_t)(k0 + i) * hdk, q) * scale;
+            const float s = kern_vec_dot(HL_TYPE_F32, hdk, K + (int64_t)i * hdk, q) * scale;
             score[i] = s;
             if (s > block_max) block_max = s;
         }
@@ -288,7 +318,7 @@ static void attn_one(const attn_job *j, int32_t t, int32_t h) {
         }
         for (int32_t i = 0; i < nb; i++) {
             const float p = expf(score[i] - run_max);
-            const float *vr = V + (int64_t)(k0 + i) * hdv;
+            const float *vr = V + (int64_t)i * hdv;
             run_sum += p;
             for (int32_t d = 0; d < hdv; d++) out[d] += p * vr[d];
         }
@@ -306,16 +336,15 @@ static void attn_worker(void *ctx, int ith, int nth) {
 }
 
 /* Writes the batch's (already rotated) keys and values into the cache at p0... */
-static void kv_store(model_kv *kv, const model_ctx *c, int32_t layer, int32_t p0, int32_t n_tok) {
+static void kv_store(const kv_blocks *kv, const model_ctx *c, int32_t layer, int32_t p0,
+                     int32_t n_tok) {
     const model_hparams *hp = &c->m->hp;
     const int32_t hdk = hp->head_dim_k, hdv = hp->head_dim_v;
     for (int32_t h = 0; h < hp->n_head_kv; h++) {
-        float *K = kv_k(kv, layer, h) + (int64_t)p0 * hdk;
-        float *V = kv_v(kv, layer, h) + (int64_t)p0 * hdv;
         for (int32_t t = 0; t < n_tok; t++) {
-            memcpy(K + (int64_t)t * hdk, c->k + ((int64_t)t * hp->n_head_kv + h) * hdk,
+            memcpy(kv_k_at(kv, hp, layer, h, p0 + t), c->k + ((int64_t)t * hp->n_head_kv + h) * hdk,
                    (size_t)hdk * sizeof(float));
-            memcpy(V + (int64_t)t * hdv, c->v + ((int64_t)t * hp->n_head_kv + h) * hdv,
+            memcpy(kv_v_at(kv, hp, layer, h, p0 + t), c->v + ((int64_t)t * hp->n_head_kv + h) * hdv,
                    (size_t)hdv * sizeof(float));
         }
     }
@@ -323,7 +352,7 @@ static void kv_store(model_kv *kv, const model_ctx *c, int32_t layer, int32_t p0
 
 /* ---- the forward pass over one chunk (n_tok <= max_batch) ---- */
 
-static void forward_chunk(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n_tok,
+static void forward_chunk(model_ctx *c, kv_blocks *kv, const int32_t *tokens, int32_t n_tok,
                           float *all_logits, bool want_last) {
     const model *m = c->m;
     const model_hparams *hp = &m->hp;
@@ -380,20 +409,20 @@ static void forward_chunk(model_ctx *c, model_kv *kv, const int32_t *tokens, int
     }
 }
 
-hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
-                     float *all_logits, hl_err *err) {
+static hl_status check_tokens(const model_ctx *c, const int32_t *tokens, int32_t n, hl_err *err) {
     const model_hparams *hp = &c->m->hp;
-    if (kv->m != c->m) return hl_fail(err, HL_ERR_INVALID, "KV cache belongs to another model");
     if (n <= 0) return hl_fail(err, HL_ERR_INVALID, "no tokens to evaluate");
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return hl_fail(err, HL_ERR_INVALID,
                            "token %d (at index %d) is outside the vocabulary [0, %d)", tokens[i], i,
                            hp->n_vocab);
-    if (n > kv->n_ctx - kv->len)
-        return hl_fail(err, HL_ERR_KV_FULL,
-                       "%d tokens do not fit the context: %d of %d positions are used", n,
-                       kv->len, kv->n_ctx);
+    return HL_OK;
+}
+
+static void eval_chunks(model_ctx *c, kv_blocks *kv, const int32_t *tokens, int32_t n,
+                        float *all_logits) {
+    const model_hparams *hp = &c->m->hp;
     for (int32_t done = 0; done < n;) {
         int32_t chunk = n - done < c->max_batch ? n - done : c->max_batch;
         forward_chunk(c, kv, tokens + done, chunk,
@@ -401,5 +430,37 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
                       done + chunk == n);
         done += chunk;
     }
+}
+
+hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
+                     float *all_logits, hl_err *err) {
+    if (kv->m != c->m) return hl_fail(err, HL_ERR_INVALID, "KV cache belongs to another model");
+    hl_status st = check_tokens(c, tokens, n, err);
+    if (st) return st;
+    if (n > kv->n_ctx - kv->len)
+        return hl_fail(err, HL_ERR_KV_FULL,
+                       "%d tokens do not fit the context: %d of %d positions are used", n,
+                       kv->len, kv->n_ctx);
+    float *const blocks[1] = {kv->k};
+    kv_blocks view = {.blocks = blocks, .B = kv->n_ctx, .len = kv->len,
+                      .v_off = kv_v_offset(&c->m->hp, kv->n_ctx)};
+    eval_chunks(c, &view, tokens, n, all_logits);
+    kv->len = view.len;
+    return HL_OK;
+}
+
+hl_status model_eval_view(model_ctx *c, const model_kv_view *kv, const int32_t *tokens, int32_t n,
+                          float *all_logits, hl_err *err) {
+    hl_status st = check_tokens(c, tokens, n, err);
+    if (st) return st;
+    if (kv->block_tokens <= 0 || kv->len < 0 || !kv->blocks)
+        return hl_fail(err, HL_ERR_INVALID, "invalid KV block table");
+    if ((int64_t)kv->len + n > (int64_t)kv->n_blocks * kv->block_tokens)
+        return hl_fail(err, HL_ERR_KV_FULL,
+                       "%d tokens do not fit the KV block table: %d of %lld positions are used",
+                       n, kv->len, (long long)kv->n_blocks * kv->block_tokens);
+    kv_blocks view = {.blocks = kv->blocks, .B = kv->block_tokens, .len = kv->len,
+                      .v_off = kv_v_offset(&c->m->hp, kv->block_tokens)};
+    eval_chunks(c, &view, tokens, n, all_logits);
     return HL_OK;
 }

@@ -28,6 +28,27 @@ const char *model_arch_name(model_arch arch) {
 }
 
 const model_hparams *model_get_hparams(const model *m) { return &m->hp; }
+
+static size_t weight_bytes(const model_weight *w) {
+    return w->data ? hl_row_size((hl_type)w->type, w->n_cols) * (size_t)w->n_rows : 0;
+}
+
+size_t model_weight_bytes(const model *m) {
+    const model_hparams *hp = &m->hp;
+    const size_t E = (size_t)hp->n_embd * sizeof(float);
+    size_t n = weight_bytes(&m->tok_embd) + E; /* + output_norm */
+    if (m->output.data != m->tok_embd.data) n += weight_bytes(&m->output);
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const model_layer *ly = &m->layers[l];
+        const model_weight *ws[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo,
+                                    &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) n += weight_bytes(ws[i]);
+        n += 2 * E; /* attention and ffn norms */
+        if (ly->bq) n += (size_t)(ly->wq.n_rows + ly->wk.n_rows + ly->wv.n_rows) * sizeof(float);
+        if (ly->q_norm) n += 2 * (size_t)hp->head_dim_k * sizeof(float);
+    }
+    return n;
+}
 const tok_vocab *model_vocab(const model *m) { return m->vocab; }
 
 void model_free(model *m) {

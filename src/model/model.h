@@ -13,7 +13,8 @@
  * A model_kv is one sequence's KV cache (f32, [layer][kv_head][pos][head_dim], so attention
  * reads each head's keys and values contiguously). It has a fixed capacity (its context
  * size), a current length, and can be rewound (model_kv_truncate) to reuse a common prefix.
- * A block-based cache shared between sequences comes with the runner issue.
+ * model_eval_view() evaluates over a block table instead (the runner's shared, paged cache);
+ * a model_kv is the special case of one block of n_ctx positions.
  *
  * A model_ctx owns the compute state for one caller thread: a thread pool and scratch
  * buffers sized once for the maximum batch (max_batch tokens), so evaluation never calls
@@ -33,6 +34,7 @@
 #define HL_MODEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -84,6 +86,8 @@ void model_free(model *m); /* accepts NULL */
 
 const model_hparams *model_get_hparams(const model *m);
 const tok_vocab *model_vocab(const model *m); /* owned by the model; NULL if none */
+/* Bytes of the weights the forward pass reads (the tensors in use, not the whole file). */
+size_t model_weight_bytes(const model *m);
 const char *model_arch_name(model_arch arch);
 
 /* Reads a llama2.c tokenizer file (tok512.bin, tokenizer.bin) into a SPM vocab: ids 0..2
@@ -110,6 +114,8 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
                            hl_err *err);
 void model_ctx_free(model_ctx *c); /* accepts NULL */
 int model_ctx_n_threads(const model_ctx *c);
+/* Bytes of scratch (activations, matmul scratch, logits) the context allocated. */
+size_t model_ctx_scratch_bytes(const model_ctx *c);
 
 /* Feeds tokens[0..n) at positions model_kv_len(kv).. and appends them to kv. On success
  * model_ctx_logits() holds the last token's n_vocab logits; when all_logits is not NULL it
@@ -117,6 +123,22 @@ int model_ctx_n_threads(const model_ctx *c);
  * more tokens than the cache has room for (KV_FULL) fail before anything is changed. */
 hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
                      float *all_logits, hl_err *err);
+/* A block table: the runner's shared KV cache (kv/block.h). blocks[i] holds positions
+ * [i*B, (i+1)*B) of every layer, K then V in one f32 buffer:
+ *     K [n_layer][n_head_kv][B][head_dim_k], then V [n_layer][n_head_kv][B][head_dim_v].
+ * The caller owns the blocks; they must be writable at positions len..len+n-1. */
+typedef struct model_kv_view {
+    float *const *blocks;
+    int32_t n_blocks;
+    int32_t block_tokens; /* B */
+    int32_t len;          /* positions already in the cache */
+} model_kv_view;
+
+/* Like model_eval, over a block table: feeds tokens at positions len.. and writes their keys
+ * and values there. kv->len is not changed (the caller commits the positions). */
+hl_status model_eval_view(model_ctx *c, const model_kv_view *kv, const int32_t *tokens, int32_t n,
+                          float *all_logits, hl_err *err);
+
 /* The last evaluated token's logits (n_vocab floats), valid until the next eval. */
 const float *model_ctx_logits(const model_ctx *c);
 

@@ -4,10 +4,12 @@
  * Each name maps to the regex list llama.cpp uses for that tokenizer.ggml.pre value.
  * llama.cpp runs some of them through hand-written matchers and others through
  * std::regex over "category-collapsed" text; both behave like the plain regexes
- * below under PCRE2 with UTF + UCP, with two adjustments:
+ * below under PCRE2 with UTF + UCP, with these adjustments:
  *   - case-insensitive contractions are spelled (?:'[sS]|...) because PCRE2's
  *     caseless UCP matching would also take U+017F for 's' and U+212A for 'k';
- *   - deepseek-llm's "\s+$" is "\s+\z" (PCRE2's $ also matches before a final \n).
+ *   - deepseek-llm's "\s+$" is "\s+\z" (PCRE2's $ also matches before a final \n);
+ *   - \s and \S are rewritten to the Unicode White_Space set that llama.cpp and
+ *     Rust's regex use (PCRE2's \s also takes U+180E, no longer a space).
  * Where llama.cpp approximates a Hugging Face regex that std::regex cannot express
  * (gpt-4o, tekken use \p{Lu}/\p{Ll}), we use the Hugging Face original.
  *
@@ -22,6 +24,7 @@
 #include <pcre2.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +33,7 @@
 struct tok_pretok {
     size_t n_regex;
     pcre2_code *re[PRETOK_MAX_REGEX];
+    bool jit[PRETOK_MAX_REGEX];
 };
 
 /* ---- regex sets ---- */
@@ -187,6 +191,51 @@ static const pretok_def PRETOK_DEFS[] = {
     {"llama4", RES_GPT4O},
 };
 
+/* White_Space, as a character-class body. */
+#define WS_CLASS                                                                           \
+    "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}"          \
+    "\\x{205f}\\x{3000}"
+
+/* Copies pattern re with \s and \S spelled as WS_CLASS (inside a class: its body).
+ * Returns a malloc'd string or NULL on OOM. */
+static char *rewrite_spaces(const char *re) {
+    size_t n = strlen(re), extra = 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (re[i] == '\\') extra += sizeof WS_CLASS + 3, i++;
+    char *out = malloc(n + extra + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    bool in_class = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = re[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = re[i + 1];
+            i++;
+            if (e == 's' && in_class) {
+                o += (size_t)sprintf(out + o, "%s", WS_CLASS);
+            } else if (e == 's') {
+                o += (size_t)sprintf(out + o, "[%s]", WS_CLASS);
+            } else if (e == 'S' && !in_class) {
+                o += (size_t)sprintf(out + o, "[^%s]", WS_CLASS);
+            } else {
+                out[o++] = c;
+                out[o++] = e;
+            }
+            continue;
+        }
+        if (c == '[' && !in_class) {
+            in_class = true;
+            out[o++] = c;
+            if (i + 1 < n && re[i + 1] == '^') out[o++] = re[++i];
+            continue;
+        }
+        if (c == ']' && in_class) in_class = false;
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return out;
+}
+
 hl_status tok_pretok_create(const char *name, tok_pretok **out, hl_err *err) {
     *out = NULL;
     if (!name) name = "default";
@@ -206,8 +255,14 @@ hl_status tok_pretok_create(const char *name, tok_pretok **out, hl_err *err) {
     for (const char *const *re = def->regexes; *re; re++) {
         int code;
         PCRE2_SIZE at;
-        pcre2_code *c = pcre2_compile((PCRE2_SPTR)*re, PCRE2_ZERO_TERMINATED,
+        char *pattern = rewrite_spaces(*re);
+        if (!pattern) {
+            tok_pretok_destroy(p);
+            return hl_fail(err, HL_ERR_NOMEM, "out of memory creating pre-tokenizer");
+        }
+        pcre2_code *c = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
                                       PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+        free(pattern);
         if (!c) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(code, msg, sizeof msg);
@@ -215,8 +270,11 @@ hl_status tok_pretok_create(const char *name, tok_pretok **out, hl_err *err) {
             return hl_fail(err, HL_ERR_INVALID, "pre-tokenizer %s: regex %zu: %s at offset %zu",
                            name, (size_t)(re - def->regexes), (const char *)msg, (size_t)at);
         }
-        /* JIT is an optimisation: the interpreter is used when it is unavailable. */
-        (void)pcre2_jit_compile(c, PCRE2_JIT_COMPLETE);
+        /* JIT is an optimisation: the interpreter runs when it is unavailable, and
+         * under valgrind (make valgrind sets HEARTH_VALGRIND), which reports false
+         * uninitialised reads inside JIT code. */
+        bool jit = !getenv("HEARTH_VALGRIND") && pcre2_jit_compile(c, PCRE2_JIT_COMPLETE) == 0;
+        p->jit[p->n_regex] = jit;
         p->re[p->n_regex++] = c;
     }
     *out = p;
@@ -294,17 +352,32 @@ static size_t utf8_char_len(const unsigned char *s, size_t n) {
     return k ? k : 1;
 }
 
+static int match_at(const pcre2_code *code, bool jit, const unsigned char *piece, size_t plen,
+                    size_t off, pcre2_match_data *md) {
+    int rc = jit ? pcre2_jit_match(code, piece, plen, off, 0, md, NULL)
+                 : pcre2_match(code, piece, plen, off, PCRE2_NO_UTF_CHECK, md, NULL);
+    /* JIT's stack is small; the interpreter keeps its backtracking on the heap */
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+        rc = pcre2_match(code, piece, plen, off, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, NULL);
+    return rc;
+}
+
 /* Splits each piece of in with code, appending the new piece ends to out. */
-static hl_status split_pass(const pcre2_code *code, const unsigned char *subj, const ends *in,
-                            ends *out, pcre2_match_data *md, hl_err *err) {
+static hl_status split_pass(const pcre2_code *code, bool jit, const unsigned char *subj,
+                            const ends *in, ends *out, pcre2_match_data *md, hl_err *err) {
     size_t start = 0;
     for (size_t i = 0; i < in->n; i++) {
         size_t end = in->v[i];
         const unsigned char *piece = subj + start;
         size_t plen = end - start;
         size_t last = 0, off = 0;
+        if (plen == utf8_char_len(piece, plen)) { /* one character: nothing to split */
+            if (!ends_push(out, end)) goto nomem;
+            start = end;
+            continue;
+        }
         while (off < plen) {
-            int rc = pcre2_match(code, piece, plen, off, PCRE2_NO_UTF_CHECK, md, NULL);
+            int rc = match_at(code, jit, piece, plen, off, md);
             if (rc == PCRE2_ERROR_NOMATCH) break;
             if (rc < 0) {
                 PCRE2_UCHAR msg[160];
@@ -375,7 +448,7 @@ hl_status tok_pretok_split(const tok_pretok *p, const char *text, size_t len,
     if (!md || !ends_push(&a, slen)) goto nomem;
     for (size_t r = 0; r < p->n_regex; r++) {
         b.n = 0;
-        st = split_pass(p->re[r], subj, &a, &b, md, err);
+        st = split_pass(p->re[r], p->jit[r], subj, &a, &b, md, err);
         if (st != HL_OK) goto done;
         ends t = a;
         a = b;

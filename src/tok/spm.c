@@ -114,10 +114,10 @@ hl_status tok_spm_encode(const tok_vocab *v, const char *text, size_t len, bool 
         cap > INT32_MAX)
         return hl_fail(err, HL_ERR_UNSUPPORTED, "text too long to tokenize (%zu bytes)", len);
     char *buf = malloc(cap);
-    spm_symbol *sym = malloc(cap / 3 * sizeof *sym + sizeof *sym);
+    spm_symbol *sym = NULL;
     spm_heap heap = {0};
     hl_status st = HL_OK;
-    if (!buf || !sym) {
+    if (!buf) {
         st = hl_fail(err, HL_ERR_NOMEM, "out of memory tokenizing");
         goto done;
     }
@@ -133,6 +133,15 @@ hl_status tok_spm_encode(const tok_vocab *v, const char *text, size_t len, bool 
         } else {
             buf[n++] = text[i];
         }
+    }
+    /* Count first: with invalid UTF-8 a lead byte can swallow part of an escaped space,
+     * so the count is not bounded by the input's. */
+    size_t count = 0;
+    for (size_t off = 0; off < n; count++) off += spm_char_len((uint8_t)buf[off]);
+    sym = malloc((count ? count : 1) * sizeof *sym);
+    if (!sym) {
+        st = hl_fail(err, HL_ERR_NOMEM, "out of memory tokenizing");
+        goto done;
     }
     int32_t n_sym = 0;
     for (size_t off = 0; off < n;) {

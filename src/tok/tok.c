@@ -151,7 +151,7 @@ static const char *tok_text(const tok_vocab *v, int32_t id) {
 /* Texts llama.cpp treats as end-of-turn markers when the file names no EOT. */
 static const char *const k_eot_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-    "_<EOT>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "_<EOT>", ("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
     "<end_of_utterance>",
 };
 /* Texts that end generation whatever the metadata says. */
@@ -277,8 +277,7 @@ static hl_status build_trie(tok_vocab *v, hl_err *err) {
             }
             node = c;
         }
-        /* Two tokens with the same text: the first id wins (like the text map's order
-         * does not matter here: both are special). */
+        /* Two special tokens with the same text: the first id wins. */
         if (v->trie[node].token < 0) v->trie[node].token = id;
     }
     return HL_OK;
@@ -681,8 +680,7 @@ static hl_status find_specials(const tok_vocab *v, const char *text, size_t len,
     size_t kept = 0;
     for (size_t i = 0; i < out->n; i++) {
         special_match m = out->m[i];
-        /* Overlap with an accepted match: checking both ends and the first byte is
-         * enough since accepted matches are at least as long as this one. */
+        /* Rejected if it overlaps a match accepted before (O(length) per match). */
         bool free_span = true;
         for (size_t k = m.start; k < m.start + m.len; k++) {
             if (taken[k]) {
@@ -902,6 +900,10 @@ int32_t tok_stream_push(tok_stream *s, int32_t id, char *buf, size_t cap) {
     s->n_pending = n_hold;
     s->at_start = false;
     return (int32_t)w;
+}
+
+size_t tok_stream_buf_size(const tok_vocab *v) {
+    return 3 * ((size_t)v->max_piece_len + sizeof ((tok_stream *)0)->pending);
 }
 
 int32_t tok_stream_flush(tok_stream *s, char *buf, size_t cap) {

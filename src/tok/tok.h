@@ -125,8 +125,10 @@ int32_t tok_token_to_piece(const tok_vocab *v, int32_t id, bool render_special, 
 
 /* Decodes a whole sequence as llama.cpp's detokenize does: concatenates pieces and,
  * for SPM vocabs with a space prefix, drops the leading space of the first piece
- * when remove_leading_space is set. Same return convention as tok_token_to_piece;
- * -1 for an invalid id. */
+ * when remove_leading_space is set (only ids[0]: a leading BOS uses the chance up,
+ * as in llama.cpp). Same return convention as tok_token_to_piece; -1 for an invalid
+ * id. No clean-up of spaces before punctuation (llama.cpp's clean_spaces) is done,
+ * so BPE and SPM decoding is lossless. */
 int64_t tok_decode(const tok_vocab *v, const int32_t *ids, size_t n, bool render_special,
                    bool remove_leading_space, char *buf, size_t cap);
 
@@ -145,8 +147,15 @@ typedef struct tok_stream {
 void tok_stream_init(tok_stream *s, const tok_vocab *v, bool render_special,
                      bool strip_leading_space);
 /* Appends the text ready after id to buf (up to cap bytes; returns bytes written,
- * or -1 if cap was too small: 64 + the longest token is always enough). */
+ * or -1 if cap was too small, in which case nothing is consumed and the push can be
+ * retried; 64 + the longest token is enough unless pieces are mostly invalid UTF-8,
+ * tok_stream_buf_size() always is). Each maximal invalid subsequence becomes one
+ * U+FFFD. An invalid id adds nothing. With strip_leading_space (SPM vocabs with a
+ * space prefix), the first pushed token loses its leading space, as in tok_decode. */
 int32_t tok_stream_push(tok_stream *s, int32_t id, char *buf, size_t cap);
+/* A cap for tok_stream_push/flush that is always enough for this vocab (every held or
+ * piece byte may turn into a 3-byte U+FFFD). */
+size_t tok_stream_buf_size(const tok_vocab *v);
 /* Emits what is still held (invalid tail as U+FFFD). */
 int32_t tok_stream_flush(tok_stream *s, char *buf, size_t cap);
 

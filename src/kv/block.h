@@ -1,0 +1,158 @@
+/*
+ * block.h - fixed-size KV blocks, their pool (memory budget, paging) and per-sequence
+ * block tables.
+ *
+ * A block holds the keys and values of `block_tokens` consecutive positions
+ * [k*B, (k+1)*B) for every layer and KV head:
+ *     K: [n_layer][n_head_kv][B][head_dim_k], then V: [n_layer][n_head_kv][B][head_dim_v]
+ * (f32), so attention reads each head's keys contiguously inside a block.
+ *
+ * Sharing and copy-on-write. A block is reference counted: the live block table of a
+ * sequence (kv_table) and any number of prefix-trie snapshots may hold it. Rows
+ * [0, n_valid) of a block, once written, are never changed while someone else holds the
+ * block. A holder whose logical length inside the block equals n_valid may append in
+ * place (other holders only read rows below their own, shorter, length); a holder that
+ * rewound below n_valid and writes again gets a private copy of the rows it keeps
+ * (kv_table_reserve does this). Two conversations sharing a system prompt therefore
+ * share all of its blocks except at most the one where they diverge.
+ *
+ * Memory. The pool counts every block it owns in one of three tiers: resident (f32 data),
+ * compressed in RAM (byte-plane shuffle + deflate; lossless), spilled to a file in the
+ * spill directory. ram_bytes = resident blocks * block_bytes + compressed bytes.
+ * kv_pool_page() moves the least recently used blocks that no live table holds down a
+ * tier (compress, then spill) until ram_bytes <= budget; blocks come back on demand when a
+ * table takes them (kv_table_set). When paging cannot get under budget, the prefix cache
+ * evicts trie nodes (trie.h), which releases blocks.
+ *
+ * Ownership: kv_pool_create allocates the pool; blocks are created by kv_table_reserve
+ * and freed when their last reference goes (kv_block_unref). kv_pool_destroy frees every
+ * block still alive and removes spill files. A kv_table is caller-owned storage
+ * (kv_table_init / kv_table_free). Not thread-safe: one thread drives a pool.
+ */
+#ifndef HL_KV_BLOCK_H
+#define HL_KV_BLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct kv_layout {
+    int32_t n_layer;
+    int32_t n_head_kv;
+    int32_t head_dim_k;
+    int32_t head_dim_v;
+    int32_t block_tokens; /* B: positions per block (> 0) */
+} kv_layout;
+
+/* Bytes of one block's f32 data; 0 when the layout is invalid or overflows. */
+size_t kv_layout_block_bytes(const kv_layout *l);
+
+typedef enum kv_tier {
+    KV_TIER_RESIDENT = 0,
+    KV_TIER_COMPRESSED, /* deflated in RAM */
+    KV_TIER_SPILLED,    /* in a file of the spill directory */
+} kv_tier;
+
+typedef struct kv_pool_config {
+    kv_layout layout;
+    size_t budget_bytes;    /* RAM for all cached blocks; 0: kv_default_budget() */
+    const char *spill_dir;  /* NULL: no disk tier (copied) */
+    size_t spill_max_bytes; /* disk cap for spilled blocks; 0: unlimited */
+} kv_pool_config;
+
+typedef struct kv_pool_stats {
+    size_t block_bytes;
+    size_t n_blocks;     /* alive, all tiers */
+    size_t n_resident;
+    size_t n_compressed;
+    size_t n_spilled;
+    size_t ram_bytes;    /* resident data + compressed bytes */
+    size_t disk_bytes;   /* spilled bytes */
+    size_t n_free;       /* recycled buffers kept for reuse (counted in ram_bytes) */
+    uint64_t n_cow;      /* copy-on-write copies made */
+    uint64_t n_paged_out, n_paged_in;
+} kv_pool_stats;
+
+typedef struct kv_pool kv_pool;
+typedef struct kv_block kv_block;
+
+/* Half of MemAvailable from /proc/meminfo (1 GiB when unknown), at least 64 MiB. */
+size_t kv_default_budget(void);
+
+hl_status kv_pool_create(const kv_pool_config *cfg, kv_pool **out, hl_err *err);
+void kv_pool_destroy(kv_pool *p); /* accepts NULL */
+const kv_layout *kv_pool_layout(const kv_pool *p);
+size_t kv_pool_budget(const kv_pool *p);
+size_t kv_pool_spill_max(const kv_pool *p); /* SIZE_MAX when unlimited */
+void kv_pool_set_budget(kv_pool *p, size_t budget_bytes);
+kv_pool_stats kv_pool_get_stats(const kv_pool *p);
+
+/* Pages out cold blocks (held by no live table), least recently used first: compress
+ * while ram_bytes > budget, then spill compressed blocks to disk (if configured and the
+ * disk cap allows). Drops recycled buffers first. Returns true when the pool is within
+ * its budgets afterwards (ram <= budget and disk <= spill cap). IO errors while spilling
+ * leave the block compressed in RAM. */
+bool kv_pool_page(kv_pool *p);
+/* Like kv_pool_page's result without doing anything. */
+bool kv_pool_within_budget(const kv_pool *p);
+/* RAM held by blocks no live table holds (resident or compressed): what evicting trie
+ * nodes can give back. */
+size_t kv_pool_cold_ram_bytes(const kv_pool *p);
+
+/* Pages out every block no live table holds (an explicit "conversation went idle"):
+ * compress all, and spill all when a spill directory is configured. */
+void kv_pool_page_out_cold(kv_pool *p);
+
+kv_block *kv_block_ref(kv_block *b);
+void kv_block_unref(kv_pool *p, kv_block *b); /* accepts NULL */
+int32_t kv_block_refs(const kv_block *b);
+int32_t kv_block_valid(const kv_block *b); /* rows written from the block start */
+kv_tier kv_block_tier(const kv_block *b);
+/* The resident data (NULL when paged out). */
+float *kv_block_data(const kv_block *b);
+/* Brings a block back to RAM (decompress / read the spill file). */
+hl_status kv_block_make_resident(kv_pool *p, kv_block *b, hl_err *err);
+
+/* Row pointers inside a resident block's data. */
+float *kv_block_k_row(const kv_pool *p, float *data, int32_t layer, int32_t head, int32_t row);
+float *kv_block_v_row(const kv_pool *p, float *data, int32_t layer, int32_t head, int32_t row);
+
+/* ---- per-sequence block table ---- */
+
+/* blocks[i] covers positions [i*B, (i+1)*B); data[i] is its resident data (tables pin
+ * their blocks resident). len positions are valid. */
+typedef struct kv_table {
+    kv_pool *pool;
+    kv_block **blocks;
+    float **data;
+    int32_t n_blocks; /* == ceil(len / B) after reserve/truncate, or more after reserve */
+    int32_t cap;
+    int32_t len;
+} kv_table;
+
+void kv_table_init(kv_table *t, kv_pool *p);
+void kv_table_free(kv_table *t); /* releases every block; t can be re-initialised */
+
+/* Forgets positions >= n (0 <= n <= len); blocks past the new end are released. */
+void kv_table_truncate(kv_table *t, int32_t n);
+
+/* Makes positions [len, len+n) writable: allocates blocks, copies a shared block whose
+ * rows past len someone else wrote (copy-on-write), marks the rows valid. len is not
+ * changed: the caller writes the rows, then calls kv_table_commit(t, n). Pages the pool
+ * first when new blocks push it over budget (it never fails for budget reasons). */
+hl_status kv_table_reserve(kv_table *t, int32_t n, hl_err *err);
+void kv_table_commit(kv_table *t, int32_t n);
+/* Sizes the table's arrays for n_positions (no blocks are allocated), so growing up to
+ * there never reallocates. */
+hl_status kv_table_prealloc(kv_table *t, int32_t n_positions, hl_err *err);
+
+/* Installs block b (made resident first; the table takes its own reference) at block
+ * index `index` <= n_blocks, replacing the block there. len is not changed. */
+hl_status kv_table_set(kv_table *t, int32_t index, kv_block *b, hl_err *err);
+/* Sets len (<= what the table's blocks hold valid rows for; else HL_ERR_INVALID) and
+ * releases blocks past it. */
+hl_status kv_table_set_len(kv_table *t, int32_t len, hl_err *err);
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * kvcache.h - the cache kinds behind the prefix trie's kv_cache_ops (trie.h).
+ *
+ * Block KV (full attention): the live cache is a kv_table (block.h). A snapshot of
+ * [from, to) holds references to the blocks covering it (no copy: blocks are immutable
+ * below their n_valid rows and copied on write), so a snapshot keeps alive exactly the
+ * blocks its rows live in, never a whole-cache buffer. Restores to any token: a rewind
+ * truncates the table; restoring a snapshot installs its blocks (paging them back in
+ * when needed) and clamps to the target. Split and merge are reference bookkeeping.
+ *
+ * Whole state (recurrent layers, or any state that cannot be rewound): a fixed-size
+ * float state the model updates in place plus the offset it represents. A snapshot is a
+ * compact malloc'd copy of exactly the state (state_floats floats), restorable only at
+ * exactly its offset; split gives it to the tail, merge keeps the child.
+ *
+ * Ownership: the caller owns the kv_table / kv_state_cache; snapshots are owned by the
+ * trie and released through snap_close.
+ */
+#ifndef HL_KV_KVCACHE_H
+#define HL_KV_KVCACHE_H
+
+#include "kv/block.h"
+#include "kv/trie.h"
+
+/* ops for a kv_table (self = kv_table *). */
+extern const kv_cache_ops kv_block_cache_ops;
+
+/* An over_budget hook for kv_prefix_config: pages the pool (ctx = kv_pool *) and says
+ * whether evicting trie nodes is still needed: RAM over budget while blocks no live table
+ * holds remain in RAM (no spill directory, or the disk cap is reached), or the disk over
+ * its cap. Blocks of the live sequence may exceed the budget on their own; evicting
+ * cached conversations would not help that. */
+bool kv_pool_over_budget(void *ctx, const kv_prefix *pc);
+
+/* A block snapshot's range and blocks (for tests and statistics). */
+typedef struct kv_block_snap {
+    int32_t from, to;
+    int32_t first; /* block index of blocks[0] */
+    int32_t n;
+    kv_pool *pool;
+    kv_block *blocks[];
+} kv_block_snap;
+
+typedef struct kv_state_cache {
+    float *state;
+    size_t n_floats;
+    int32_t offset;
+} kv_state_cache;
+
+extern const kv_cache_ops kv_state_cache_ops;
+
+hl_status kv_state_cache_init(kv_state_cache *c, size_t n_floats, hl_err *err);
+void kv_state_cache_free(kv_state_cache *c);
+
+#endif

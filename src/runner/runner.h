@@ -1,0 +1,143 @@
+/*
+ * runner.h - the generation pipeline: one model, a KV cache shared across conversations
+ * (a prefix trie over paged KV blocks), the slot sampler, and requests streamed through
+ * a callback.
+ *
+ * A request is token ids plus options. runner_generate():
+ *   1. validates (runner_prepare): an empty prompt is "empty prompt"; a prompt of
+ *      >= the context length is "input length (N tokens) exceeds the model's maximum
+ *      context length (M tokens)"; num_predict <= 0 or past the context end is clamped
+ *      to the room left, so generation stops there with done reason "length";
+ *   2. matches the longest cached prefix in the trie and restores it (a fully cached
+ *      prompt still re-evaluates its last token to seed generation);
+ *   3. prefills the rest in chunks of prefill_chunk (2048) tokens, cut at the snapshot
+ *      offsets (every 8192 tokens and at len-4) so later requests can resume there;
+ *   4. decodes with slot 0 of the slot sampler, streaming each token (RUNNER_EV_TOKEN);
+ *      exactly num_predict tokens unless an end-of-generation / stop token comes first
+ *      (that token is not streamed);
+ *   5. ends with exactly one final event: RUNNER_EV_DONE with the stats, or
+ *      RUNNER_EV_ERROR with the message (errors are delivered in the stream, as the
+ *      final message). prompt_eval_count counts all prompt tokens, cached ones included;
+ *      prompt_eval_duration covers the whole prefill plus the first sample.
+ * Cancellation: *cancel (an atomic flag another thread may set) is checked before every
+ * prefill chunk and every decode step, and a callback returning false cancels too; the
+ * request then ends with an error event (HL_ERR_CANCELLED, "request cancelled"). On
+ * every exit path the trie records exactly what the KV cache holds and the sampler slot
+ * is removed.
+ *
+ * Requests run one at a time (runner_generate is not reentrant; callers serialise). The
+ * design keeps one live block table per sequence, so several sequences can share a
+ * forward pass later.
+ *
+ * Ownership: runner_create borrows the model (it must outlive the runner) and owns the
+ * KV pool, trie, sampler and compute context; runner_destroy frees them.
+ */
+#ifndef HL_RUNNER_H
+#define HL_RUNNER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "kv/block.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+
+#define RUNNER_PREFILL_CHUNK 2048
+#define RUNNER_BLOCK_TOKENS 32
+
+typedef struct runner_config {
+    int n_threads;           /* <= 0: all CPUs */
+    int32_t n_ctx;           /* context length; <= 0: the model's trained context */
+    int32_t prefill_chunk;   /* <= 0: RUNNER_PREFILL_CHUNK */
+    int32_t block_tokens;    /* <= 0: RUNNER_BLOCK_TOKENS */
+    size_t kv_budget_bytes;  /* RAM for cached KV; 0: kv_default_budget() */
+    const char *spill_dir;   /* NULL: inactive blocks are only compressed in RAM */
+    size_t spill_max_bytes;  /* 0: unlimited */
+} runner_config;
+
+typedef enum runner_done_reason {
+    RUNNER_DONE_STOP = 0,   /* end-of-generation or stop token */
+    RUNNER_DONE_LENGTH = 1, /* num_predict reached (or the context end) */
+} runner_done_reason;
+
+typedef struct runner_stats {
+    int32_t prompt_eval_count;       /* all prompt tokens, cached included */
+    int64_t prompt_eval_duration_ns; /* prefill + first sample */
+    int32_t eval_count;              /* generated tokens streamed */
+    int64_t eval_duration_ns;
+    int32_t cached_tokens;           /* prompt tokens restored from the cache */
+    runner_done_reason done_reason;
+} runner_stats;
+
+typedef enum runner_event_kind {
+    RUNNER_EV_TOKEN = 0,
+    RUNNER_EV_DONE,
+    RUNNER_EV_ERROR,
+} runner_event_kind;
+
+typedef struct runner_event {
+    runner_event_kind kind;
+    int32_t token;              /* TOKEN */
+    const sampler_out *sample;  /* TOKEN: logprobs when requested */
+    runner_stats stats;         /* DONE (and ERROR: what was done so far) */
+    hl_status status;           /* ERROR */
+    const char *message;        /* ERROR */
+} runner_event;
+
+/* Returns false to cancel the request (e.g. the client went away). */
+typedef bool (*runner_emit_fn)(void *user, const runner_event *ev);
+/* Called after each prefill chunk ("prompt processing progress"); false cancels. */
+typedef bool (*runner_progress_fn)(void *user, int32_t processed, int32_t total);
+
+typedef struct runner_request {
+    const int32_t *tokens;
+    int32_t n_tokens;
+    int32_t num_predict;          /* <= 0: until the context end */
+    sampler_opts sampling;
+    const int32_t *stop_tokens;   /* extra stop ids besides the vocabulary's end-of-generation */
+    int32_t n_stop_tokens;
+    atomic_bool *cancel;          /* may be NULL */
+    runner_emit_fn emit;          /* may be NULL */
+    runner_progress_fn progress;  /* may be NULL */
+    void *user;                   /* passed to emit and progress */
+} runner_request;
+
+typedef struct runner runner;
+
+hl_status runner_create(const model *m, const runner_config *cfg, runner **out, hl_err *err);
+void runner_destroy(runner *r); /* accepts NULL */
+
+int32_t runner_n_ctx(const runner *r);
+
+/* Validates a request; *num_predict gets the effective token budget. */
+hl_status runner_prepare(const runner *r, const runner_request *req, int32_t *num_predict,
+                         hl_err *err);
+
+/* Runs one request to completion (see the top of this file). Returns the status of the
+ * final event; *stats (may be NULL) gets the final statistics. */
+hl_status runner_generate(runner *r, const runner_request *req, runner_stats *stats, hl_err *err);
+
+typedef struct runner_memory {
+    size_t weights; /* tensors the forward pass reads */
+    size_t kv;      /* cached KV in RAM now: resident blocks, compressed blocks, free buffers */
+    size_t kv_disk; /* spilled KV */
+    size_t scratch; /* compute buffers of the context and the sampler's rings */
+    size_t total;   /* weights + kv + scratch */
+} runner_memory;
+
+/* Measured at the time of the call. */
+runner_memory runner_get_memory(const runner *r);
+
+/* Pages every KV block not used by the live sequence out of the working set (compressed,
+ * then spilled when a spill directory is configured). */
+void runner_page_out_idle(runner *r);
+
+/* For tests and benchmarks. */
+kv_pool *runner_kv_pool(runner *r);
+sampler *runner_sampler(runner *r);
+struct kv_prefix *runner_prefix_cache(runner *r);
+
+#endif

@@ -1,0 +1,138 @@
+/*
+ * internal.h - what the server's request handlers share (not for use outside
+ * src/server/).
+ *
+ * Request flow: server.c accumulates the request (JSON bodies up to max_body; blob
+ * uploads streamed into the store), then calls the route's handler once with the
+ * whole body. A handler replies exactly once with srv_reply_*() or, for NDJSON
+ * progress/token streams, with srv_stream_run():
+ *
+ *   srv_stream_run(r, stream, producer, ctx, ctx_free)
+ *
+ * runs producer(stream, ctx) on its own thread. The producer calls
+ * srv_stream_send(s, obj) per chunk and srv_stream_fail(s, status, msg) on error,
+ * and polls srv_stream_cancelled(s) (set when the client disconnects or the server
+ * stops). Semantics follow Ollama: an error before the first chunk becomes that HTTP
+ * status with {"error":...}; after it, a final {"error":...} line. With stream=false
+ * the handler waits and replies with the last chunk (or the error) as one object
+ * (ctx: the "merge" hook lets generate/chat concatenate text instead).
+ */
+#ifndef HL_SERVER_INTERNAL_H
+#define HL_SERVER_INTERNAL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/server.h"
+#include "store/store.h"
+
+typedef struct srv_request srv_request;
+
+struct hl_server {
+    struct MHD_Daemon *mhd;
+    store *st;
+    int port;
+    size_t max_body;
+    bool quiet;
+    const struct srv_route *extra_routes;
+    size_t n_extra_routes;
+    bool loopback_listener; /* enables the DNS-rebinding Host check */
+    char **origins; /* CORS origin patterns ('*' wildcards) */
+    size_t n_origins;
+    atomic_bool stopping;
+    /* producer threads still running (server_stop waits for 0) */
+    pthread_mutex_t producers_lock;
+    pthread_cond_t producers_cv;
+    int n_producers;
+};
+
+struct srv_request {
+    hl_server *srv;
+    struct MHD_Connection *conn;
+    const char *method;
+    char path[1024];
+    const struct srv_route *route;
+    char *body;
+    size_t body_len, body_cap;
+    bool too_large;
+    bool replied;
+    char cors_origin[512]; /* echoed in Access-Control-Allow-Origin when non-empty */
+    int status; /* for the log */
+    uint64_t start_ns;
+    /* blob upload */
+    store_blob_writer *blob;
+    char blob_digest[STORE_DIGEST_LEN];
+};
+
+typedef enum MHD_Result (*srv_handler)(srv_request *r);
+
+typedef struct srv_route {
+    const char *path;
+    bool prefix;     /* path is a prefix (e.g. /api/blobs/) */
+    const char *methods; /* space-separated, e.g. "GET HEAD" */
+    srv_handler handler;
+    bool raw_body;   /* body is streamed to the handler's blob writer, not buffered */
+} srv_route;
+
+/* ---- replies (each returns what the MHD access handler should return) ---- */
+/* Adds the CORS headers a reply to r needs (every reply path calls it). */
+void srv_add_cors(const srv_request *r, struct MHD_Response *resp);
+enum MHD_Result srv_reply_json(srv_request *r, unsigned status, json_t *obj); /* steals obj */
+enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *content_type,
+                               const char *text);
+
+/* Parses the body as a JSON object. On failure replies 400 (missing request body /
+ * the parser's message) and returns NULL with *ret set. */
+json_t *srv_parse_body(srv_request *r, enum MHD_Result *ret);
+/* Reads an optional string field; wrong type -> replies 400, returns false. */
+bool srv_get_string(srv_request *r, json_t *obj, const char *key, const char **out,
+                    enum MHD_Result *ret);
+bool srv_get_bool(srv_request *r, json_t *obj, const char *key, bool dflt, bool *out,
+                  enum MHD_Result *ret);
+
+/* RFC 3339 with nanoseconds in local time, e.g. 2024-05-01T10:00:00.123456789+02:00 */
+void srv_format_time(int64_t ns, char *buf, size_t cap);
+/* Current time, UTC, for response chunks ("created_at"). */
+void srv_now(char *buf, size_t cap);
+
+/* ---- streams ---- */
+typedef struct srv_stream srv_stream;
+typedef void (*srv_producer)(srv_stream *s, void *ctx);
+
+enum MHD_Result srv_stream_run(srv_request *r, bool stream, srv_producer fn, void *ctx,
+                               void (*ctx_free)(void *));
+void srv_stream_send(srv_stream *s, json_t *obj); /* steals obj */
+void srv_stream_fail(srv_stream *s, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+bool srv_stream_cancelled(const srv_stream *s);
+hl_server *srv_stream_server(const srv_stream *s);
+/* Convenience: sends {"status": text}. */
+void srv_stream_status(srv_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- handlers ---- */
+enum MHD_Result srv_handle_tags(srv_request *r);
+enum MHD_Result srv_handle_show(srv_request *r);
+enum MHD_Result srv_handle_copy(srv_request *r);
+enum MHD_Result srv_handle_delete(srv_request *r);
+enum MHD_Result srv_handle_ps(srv_request *r);
+enum MHD_Result srv_handle_blobs(srv_request *r);
+enum MHD_Result srv_handle_create(srv_request *r);
+enum MHD_Result srv_handle_pull(srv_request *r);
+enum MHD_Result srv_handle_push(srv_request *r);
+/* Generation endpoints: the plug-in point for the engine (api_infer.c). */
+enum MHD_Result srv_handle_generate(srv_request *r);
+enum MHD_Result srv_handle_chat(srv_request *r);
+enum MHD_Result srv_handle_embed(srv_request *r);
+enum MHD_Result srv_handle_embeddings(srv_request *r);
+
+/* The "details" object of tags/show/ps from a model's config. */
+json_t *srv_model_details(json_t *config);
+
+#endif

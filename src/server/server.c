@@ -1,0 +1,583 @@
+#define _GNU_SOURCE
+#include "server/internal.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/file.h"
+
+#define DEFAULT_MAX_BODY ((size_t)64 << 20)
+
+/* ---- DNS-rebinding guard: on a loopback listener, the Host must name this machine ---- */
+
+static bool ip_is_local_interface(int family, const void *addr) {
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) return false;
+    bool found = false;
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != family) continue;
+        if (family == AF_INET)
+            found = memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, addr, 4) == 0;
+        else
+            found = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, addr, 16) == 0;
+    }
+    freeifaddrs(ifs);
+    return found;
+}
+
+static bool ends_with_ci(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
+
+static bool host_allowed(const char *host_hdr) {
+    if (!host_hdr || !*host_hdr) return true;
+    char h[256];
+    snprintf(h, sizeof h, "%s", host_hdr);
+    char *name = h;
+    if (h[0] == '[') { /* [v6]:port */
+        char *close = strchr(h, ']');
+        if (!close) return false;
+        *close = '\0';
+        name = h + 1;
+    } else {
+        char *colon = strchr(h, ':');
+        if (colon && !strchr(colon + 1, ':')) *colon = '\0';
+    }
+    if (!*name || strcasecmp(name, "localhost") == 0 || ends_with_ci(name, ".localhost") ||
+        ends_with_ci(name, ".local") || ends_with_ci(name, ".internal"))
+        return true;
+    char self[256];
+    if (gethostname(self, sizeof self) == 0 && strcasecmp(self, name) == 0) return true;
+    unsigned char a[16];
+    if (inet_pton(AF_INET, name, a) == 1) {
+        if (a[0] == 127 || a[0] == 10 || (a[0] == 172 && (a[1] & 0xF0) == 16) ||
+            (a[0] == 192 && a[1] == 168) || (a[0] | a[1] | a[2] | a[3]) == 0)
+            return true;
+        return ip_is_local_interface(AF_INET, a);
+    }
+    if (inet_pton(AF_INET6, name, a) == 1) {
+        static const unsigned char loop[16] = {[15] = 1}, any[16] = {0};
+        if (memcmp(a, loop, 16) == 0 || memcmp(a, any, 16) == 0 || (a[0] & 0xFE) == 0xFC) return true;
+        return ip_is_local_interface(AF_INET6, a);
+    }
+    return false;
+}
+
+static bool is_loopback_bind(const char *host) {
+    unsigned char a[16];
+    if (strcasecmp(host, "localhost") == 0) return true;
+    if (inet_pton(AF_INET, host, a) == 1) return a[0] == 127;
+    static const unsigned char loop[16] = {[15] = 1};
+    return inet_pton(AF_INET6, host, a) == 1 && memcmp(a, loop, 16) == 0;
+}
+
+/* ---- CORS (Ollama's allowed origins; HEARTH_ORIGINS, else OLLAMA_ORIGINS, adds more) ---- */
+
+static const char *const k_default_origins[] = {
+    "http://localhost", "https://localhost", "http://localhost:*", "https://localhost:*",
+    "http://127.0.0.1", "https://127.0.0.1", "http://127.0.0.1:*", "https://127.0.0.1:*",
+    "http://0.0.0.0", "https://0.0.0.0", "http://0.0.0.0:*", "https://0.0.0.0:*",
+    "app://*", "file://*", "tauri://*", "vscode-webview://*", "vscode-file://*",
+    "chrome-extension://*", "moz-extension://*", "safari-web-extension://*",
+};
+
+static bool glob_match(const char *pat, const char *s) {
+    if (*pat == '\0') return *s == '\0';
+    if (*pat == '*') {
+        for (const char *t = s;; t++) {
+            if (glob_match(pat + 1, t)) return true;
+            if (*t == '\0') return false;
+        }
+    }
+    return *s && *pat == *s && glob_match(pat + 1, s + 1);
+}
+
+static bool origin_allowed(const hl_server *srv, const char *origin) {
+    for (size_t i = 0; i < sizeof k_default_origins / sizeof k_default_origins[0]; i++)
+        if (glob_match(k_default_origins[i], origin)) return true;
+    for (size_t i = 0; i < srv->n_origins; i++)
+        if (glob_match(srv->origins[i], origin)) return true;
+    return false;
+}
+
+static void load_origins(hl_server *srv) {
+    const char *env = getenv("HEARTH_ORIGINS");
+    if (!env || !*env) env = getenv("OLLAMA_ORIGINS");
+    if (!env || !*env) return;
+    char *copy = strdup(env);
+    if (!copy) return;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ' || *tok == '"') tok++;
+        size_t n = strlen(tok);
+        while (n && (tok[n - 1] == ' ' || tok[n - 1] == '"')) tok[--n] = '\0';
+        if (!n) continue;
+        char **nv = realloc(srv->origins, (srv->n_origins + 1) * sizeof *nv);
+        if (!nv) break;
+        srv->origins = nv;
+        if ((nv[srv->n_origins] = strdup(tok)) != NULL) srv->n_origins++;
+    }
+    free(copy);
+}
+
+void srv_add_cors(const srv_request *r, struct MHD_Response *resp) {
+    if (!r->cors_origin[0]) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
+    MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+/* ---- replies ---- */
+
+static enum MHD_Result queue(srv_request *r, unsigned status, const char *ctype, const void *data,
+                             size_t len) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    if (ctype) MHD_add_response_header(resp, "Content-Type", ctype);
+    srv_add_cors(r, resp);
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    r->replied = true;
+    r->status = (int)status;
+    return ret;
+}
+
+enum MHD_Result srv_reply_json(srv_request *r, unsigned status, json_t *obj) {
+    char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15)) : NULL;
+    json_decref(obj);
+    if (!s) return queue(r, 500, "application/json; charset=utf-8", "{\"error\":\"out of memory\"}", 25);
+    enum MHD_Result ret = queue(r, status, "application/json; charset=utf-8", s, strlen(s));
+    free(s);
+    return ret;
+}
+
+enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return srv_reply_json(r, status, json_pack("{s:s}", "error", msg));
+}
+
+enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *content_type,
+                               const char *text) {
+    return queue(r, status, content_type, text, strlen(text));
+}
+
+/* ---- JSON helpers ---- */
+
+static const char *json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "object";
+    case JSON_ARRAY: return "array";
+    case JSON_STRING: return "string";
+    case JSON_INTEGER: case JSON_REAL: return "number";
+    case JSON_TRUE: case JSON_FALSE: return "bool";
+    default: return "null";
+    }
+}
+
+json_t *srv_parse_body(srv_request *r, enum MHD_Result *ret) {
+    if (r->body_len == 0) {
+        *ret = srv_reply_error(r, 400, "missing request body");
+        return NULL;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(r->body, r->body_len, JSON_DECODE_ANY, &je);
+    if (!j) {
+        *ret = srv_reply_error(r, 400, "invalid JSON at line %d, column %d: %s", je.line,
+                               je.column, je.text);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into a request object", json_kind(j));
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+bool srv_get_string(srv_request *r, json_t *obj, const char *key, const char **out,
+                    enum MHD_Result *ret) {
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_string(v)) {
+        *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into field \"%s\" of type string",
+                               json_kind(v), key);
+        return false;
+    }
+    *out = json_string_value(v);
+    return true;
+}
+
+bool srv_get_bool(srv_request *r, json_t *obj, const char *key, bool dflt, bool *out,
+                  enum MHD_Result *ret) {
+    json_t *v = json_object_get(obj, key);
+    *out = dflt;
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) {
+        *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into field \"%s\" of type bool",
+                               json_kind(v), key);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+void srv_format_time(int64_t ns, char *buf, size_t cap) {
+    time_t secs = (time_t)(ns / 1000000000);
+    long frac = (long)(ns % 1000000000);
+    struct tm tm;
+    localtime_r(&secs, &tm);
+    char base[32], fr[16] = "", zone[8];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (frac) { /* Go's RFC3339Nano trims trailing zeros */
+        snprintf(fr, sizeof fr, ".%09ld", frac);
+        size_t n = strlen(fr);
+        while (n > 1 && fr[n - 1] == '0') fr[--n] = '\0';
+    }
+    long off = tm.tm_gmtoff;
+    if (off == 0)
+        strcpy(zone, "Z");
+    else
+        snprintf(zone, sizeof zone, "%c%02ld:%02ld", off < 0 ? '-' : '+', labs(off) / 3600,
+                 (labs(off) % 3600) / 60);
+    snprintf(buf, cap, "%s%s%s", base, fr, zone);
+}
+
+void srv_now(char *buf, size_t cap) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    time_t secs = ts.tv_sec;
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char base[32];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, cap, "%s.%09ldZ", base, (long)ts.tv_nsec);
+}
+
+/* ---- routing ---- */
+
+static enum MHD_Result handle_root(srv_request *r) {
+    return srv_reply_text(r, 200, "text/plain; charset=utf-8", "Ollama is running");
+}
+
+static enum MHD_Result handle_version(srv_request *r) {
+    return srv_reply_json(r, 200, json_pack("{s:s}", "version", HEARTH_VERSION));
+}
+
+static const srv_route k_routes[] = {
+    {"/", false, "GET HEAD", handle_root, false},
+    {"/api/version", false, "GET HEAD", handle_version, false},
+    {"/api/tags", false, "GET HEAD", srv_handle_tags, false},
+    {"/api/ps", false, "GET", srv_handle_ps, false},
+    {"/api/show", false, "POST", srv_handle_show, false},
+    {"/api/create", false, "POST", srv_handle_create, false},
+    {"/api/copy", false, "POST", srv_handle_copy, false},
+    {"/api/delete", false, "DELETE", srv_handle_delete, false},
+    {"/api/blobs/", true, "HEAD POST", srv_handle_blobs, true},
+    {"/api/pull", false, "POST", srv_handle_pull, false},
+    {"/api/push", false, "POST", srv_handle_push, false},
+    {"/api/generate", false, "POST", srv_handle_generate, false},
+    {"/api/chat", false, "POST", srv_handle_chat, false},
+    {"/api/embed", false, "POST", srv_handle_embed, false},
+    {"/api/embeddings", false, "POST", srv_handle_embeddings, false},
+};
+
+static const srv_route *find_route(const hl_server *srv, const char *path) {
+    size_t n_extra = srv->n_extra_routes, n_builtin = sizeof k_routes / sizeof k_routes[0];
+    for (size_t i = 0; i < n_extra + n_builtin; i++) {
+        const srv_route *rt = i < n_extra ? &srv->extra_routes[i] : &k_routes[i - n_extra];
+        if (rt->prefix ? strncmp(path, rt->path, strlen(rt->path)) == 0 && path[strlen(rt->path)]
+                       : strcmp(path, rt->path) == 0)
+            return rt;
+    }
+    return NULL;
+}
+
+static bool method_allowed(const srv_route *rt, const char *method) {
+    size_t n = strlen(method);
+    for (const char *p = rt->methods; *p;) {
+        const char *e = strchr(p, ' ');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, method, n) == 0) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
+static bool append_body(srv_request *r, const char *data, size_t len) {
+    if (r->body_len + len > r->srv->max_body) return false;
+    if (r->body_len + len + 1 > r->body_cap) {
+        size_t nc = r->body_cap ? r->body_cap : 4096;
+        while (nc < r->body_len + len + 1) nc *= 2;
+        char *nb = realloc(r->body, nc);
+        if (!nb) return false;
+        r->body = nb;
+        r->body_cap = nc;
+    }
+    memcpy(r->body + r->body_len, data, len);
+    r->body_len += len;
+    r->body[r->body_len] = '\0';
+    return true;
+}
+
+/* First call for a request: route it, check the method and the declared size. Returns
+ * true when a reply was queued already. */
+static bool first_call(srv_request *r, enum MHD_Result *ret) {
+    if (r->srv->loopback_listener &&
+        !host_allowed(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host"))) {
+        *ret = srv_reply_text(r, 403, NULL, "");
+        return true;
+    }
+    const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (origin && *origin) {
+        if (!origin_allowed(r->srv, origin)) {
+            *ret = srv_reply_text(r, 403, NULL, "");
+            return true;
+        }
+        snprintf(r->cors_origin, sizeof r->cors_origin, "%s", origin);
+    }
+    if (strcmp(r->method, "OPTIONS") == 0) { /* CORS preflight */
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (!resp) {
+            *ret = MHD_NO;
+            return true;
+        }
+        srv_add_cors(r, resp);
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods",
+                                "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, "
+                                "OpenAI-Beta, x-stainless-arch, x-stainless-async, "
+                                "x-stainless-custom-poll-interval, x-stainless-helper-method, "
+                                "x-stainless-lang, x-stainless-os, x-stainless-package-version, "
+                                "x-stainless-poll-helper, x-stainless-retry-count, "
+                                "x-stainless-runtime, x-stainless-runtime-version, "
+                                "x-stainless-timeout");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "43200");
+        *ret = MHD_queue_response(r->conn, 204, resp);
+        MHD_destroy_response(resp);
+        r->replied = true;
+        r->status = 204;
+        return true;
+    }
+    r->route = find_route(r->srv, r->path);
+    if (!r->route) {
+        *ret = srv_reply_text(r, 404, "text/plain", "404 page not found");
+        return true;
+    }
+    if (!method_allowed(r->route, r->method)) {
+        *ret = srv_reply_text(r, 405, "text/plain", "405 method not allowed");
+        return true;
+    }
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    if (!r->route->raw_body && cl && strtoull(cl, NULL, 10) > r->srv->max_body) {
+        *ret = srv_reply_error(r, 413, "request body too large (limit %zu bytes)", r->srv->max_body);
+        return true;
+    }
+    if (r->route->raw_body) {
+        /* Blob uploads: validate, answer HEAD and existing blobs before the body. */
+        const char *digest = r->path + strlen(r->route->path);
+        if (!store_digest_parse(digest, r->blob_digest)) {
+            *ret = srv_reply_error(r, 400, "invalid digest format");
+            return true;
+        }
+        bool exists = store_blob_exists(r->srv->st, r->blob_digest, NULL);
+        if (strcmp(r->method, "HEAD") == 0) {
+            *ret = exists ? srv_reply_text(r, 200, NULL, "")
+                          : srv_reply_error(r, 404, "blob \"%s\" not found", digest);
+            return true;
+        }
+        if (exists) {
+            *ret = srv_reply_text(r, 200, NULL, "");
+            return true;
+        }
+        hl_err err;
+        if (store_blob_writer_open(r->srv->st, &r->blob, &err) != HL_OK) {
+            *ret = srv_reply_error(r, 500, "%s", err.msg);
+            return true;
+        }
+    }
+    return false;
+}
+
+static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                      const char *method, const char *version,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      void **con_cls) {
+    (void)version;
+    hl_server *srv = cls;
+    srv_request *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        *con_cls = r;
+        r->srv = srv;
+        r->conn = conn;
+        r->method = method;
+        r->start_ns = hl_time_ns();
+        snprintf(r->path, sizeof r->path, "%s", url);
+        enum MHD_Result ret;
+        if (first_call(r, &ret)) return ret;
+        return MHD_YES;
+    }
+    if (r->replied) { /* an early reply: discard whatever body still arrives */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        if (r->blob) {
+            hl_err err;
+            if (store_blob_writer_write(r->blob, upload_data, *upload_data_size, &err) != HL_OK) {
+                store_blob_writer_abort(r->blob);
+                r->blob = NULL;
+                *upload_data_size = 0;
+                return srv_reply_error(r, 500, "%s", err.msg);
+            }
+        } else if (!r->too_large && !append_body(r, upload_data, *upload_data_size)) {
+            r->too_large = true;
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (r->too_large)
+        return srv_reply_error(r, 413, "request body too large (limit %zu bytes)", srv->max_body);
+    return r->route->handler(r);
+}
+
+static void request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                              enum MHD_RequestTerminationCode toe) {
+    (void)conn;
+    (void)toe;
+    hl_server *srv = cls;
+    srv_request *r = *con_cls;
+    if (!r) return;
+    if (!srv->quiet)
+        fprintf(stderr, "[hearth] %3d | %10.3fms | %s \"%s\"\n", r->status,
+                (double)(hl_time_ns() - r->start_ns) / 1e6, r->method, r->path);
+    store_blob_writer_abort(r->blob);
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+}
+
+/* ---- start / stop ---- */
+
+/* libmicrohttpd's own messages; a client that left mid-stream is routine, not news. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    const hl_server *srv = cls;
+    if (srv->quiet || strstr(fmt, "Application reported internal error")) return;
+    fputs("[hearth] http: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
+static hl_status listen_socket(const net_host *h, int *fd_out, int *port_out, hl_err *err) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", h->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE},
+                    *res = NULL;
+    int gai = getaddrinfo(h->host[0] ? h->host : NULL, port, &hints, &res);
+    if (gai != 0)
+        return hl_fail(err, HL_ERR_IO, "cannot resolve listen address '%s': %s", h->host,
+                       gai_strerror(gai));
+    int fd = -1, last = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            last = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0) break;
+        last = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return hl_fail(err, HL_ERR_IO, "listen tcp %s:%d: %s", h->host, h->port, strerror(last));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int p = h->port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        char hostbuf[NI_MAXHOST], portbuf[NI_MAXSERV];
+        if (getnameinfo((struct sockaddr *)&ss, sl, hostbuf, sizeof hostbuf, portbuf,
+                        sizeof portbuf, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+            p = atoi(portbuf);
+    }
+    *fd_out = fd;
+    *port_out = p;
+    return HL_OK;
+}
+
+hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
+    *out = NULL;
+    hl_server *s = calloc(1, sizeof *s);
+    if (!s) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
+    s->quiet = cfg->quiet;
+    s->extra_routes = cfg->extra_routes;
+    s->n_extra_routes = cfg->extra_routes ? cfg->n_extra_routes : 0;
+    load_origins(s);
+    s->loopback_listener = is_loopback_bind(cfg->bind.host);
+    pthread_mutex_init(&s->producers_lock, NULL);
+    pthread_cond_init(&s->producers_cv, NULL);
+    hl_status st = store_open(cfg->models_dir, &s->st, err);
+    if (st != HL_OK) {
+        server_stop(s);
+        return st;
+    }
+    int fd;
+    st = listen_socket(&cfg->bind, &fd, &s->port, err);
+    if (st != HL_OK) {
+        server_stop(s);
+        return st;
+    }
+    s->mhd = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, access_handler, s, MHD_OPTION_LISTEN_SOCKET, fd,
+        MHD_OPTION_NOTIFY_COMPLETED, request_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)512, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_END);
+    if (!s->mhd) {
+        close(fd);
+        server_stop(s);
+        return hl_fail(err, HL_ERR_IO, "cannot start the HTTP server");
+    }
+    *out = s;
+    return HL_OK;
+}
+
+int server_port(const hl_server *s) { return s->port; }
+
+void server_stop(hl_server *s) {
+    if (!s) return;
+    atomic_store(&s->stopping, true);
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    pthread_mutex_lock(&s->producers_lock);
+    while (s->n_producers > 0) pthread_cond_wait(&s->producers_cv, &s->producers_lock);
+    pthread_mutex_unlock(&s->producers_lock);
+    store_close(s->st);
+    for (size_t i = 0; i < s->n_origins; i++) free(s->origins[i]);
+    free(s->origins);
+    pthread_mutex_destroy(&s->producers_lock);
+    pthread_cond_destroy(&s->producers_cv);
+    free(s);
+}

@@ -1,0 +1,757 @@
+/* test_server.c - end-to-end tests of `hearth serve` and the CLI: each test starts
+ * $HEARTH_BIN serve on a free loopback port (HEARTH_HOST=127.0.0.1:0; the port is read
+ * from its "Listening on" log line) with HEARTH_MODELS in the test's temp dir, drives
+ * it with the project's own HTTP client, and always stops it at the end. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "net/http_client.h"
+#include "store/sha256.h"
+#include "test.h"
+
+typedef struct srv_proc {
+    pid_t pid;
+    int port;
+    net_host host;
+    char models[1024];
+    char log[1024];
+} srv_proc;
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Starts the server; 0 ok, 1 no binary (skip), -1 failure. */
+static int srv_spawn(srv_proc *p) {
+    memset(p, 0, sizeof *p);
+    const char *bin = getenv("HEARTH_BIN");
+    if (!bin || access(bin, X_OK) != 0) return 1;
+    snprintf(p->models, sizeof p->models, "%s/models", test_tmpdir());
+    snprintf(p->log, sizeof p->log, "%s/serve.log", test_tmpdir());
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+        int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        setenv("HEARTH_HOST", "127.0.0.1:0", 1);
+        setenv("HEARTH_MODELS", p->models, 1);
+        execl(bin, bin, "serve", (char *)NULL);
+        _exit(127);
+    }
+    p->pid = pid;
+    for (int i = 0; i < 200; i++) { /* up to 10 s (sanitizer builds start slowly) */
+        char *text;
+        size_t len;
+        if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
+            const char *m = strstr(text, "Listening on 127.0.0.1:");
+            if (m) p->port = atoi(m + strlen("Listening on 127.0.0.1:"));
+            free(text);
+            if (p->port > 0) break;
+        }
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            p->pid = 0;
+            return -1;
+        }
+        sleep_ms(50);
+    }
+    if (p->port <= 0) return -1;
+    net_host_parse("127.0.0.1", &p->host, NULL);
+    p->host.port = p->port;
+    return 0;
+}
+
+/* Stops the server (SIGTERM, then SIGKILL after 10 s); returns its exit status. */
+static int srv_stop(srv_proc *p) {
+    if (p->pid <= 0) return -1;
+    kill(p->pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 200; i++) {
+        if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
+            p->pid = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        sleep_ms(50);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &status, 0);
+    p->pid = 0;
+    return -2;
+}
+
+static void dump_log(const srv_proc *p) {
+    char *text;
+    size_t len;
+    if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
+        if (len > 4000) fprintf(stderr, "    server log (tail):\n%s\n", text + len - 4000);
+        else fprintf(stderr, "    server log:\n%s\n", text);
+        free(text);
+    }
+}
+
+/* Runs body with a fresh server and always stops it; a nonzero server exit (e.g. a
+ * sanitizer report) fails the test. */
+#define WITH_SERVER(body_fn)                                                              \
+    do {                                                                                 \
+        srv_proc p_;                                                                     \
+        int rc_ = srv_spawn(&p_);                                                        \
+        if (rc_ == 1) SKIP("HEARTH_BIN not set (run through make test)");                \
+        if (rc_ != 0) {                                                                  \
+            dump_log(&p_);                                                               \
+            srv_stop(&p_);                                                               \
+            CHECK_MSG(false, "server did not start");                                    \
+        }                                                                                \
+        body_fn(&p_);                                                                    \
+        bool failed_ = test_failed();                                                    \
+        int exit_ = srv_stop(&p_);                                                       \
+        if (failed_ || exit_ != 0) dump_log(&p_);                                        \
+        CHECK_EQ_INT(exit_, 0);                                                          \
+    } while (0)
+
+static char *g_resp;
+
+/* One request; returns the HTTP status (-1 on transport error); body in g_resp. */
+static int req(const srv_proc *p, const char *method, const char *path, const char *body) {
+    free(g_resp);
+    g_resp = NULL;
+    int status = -1;
+    hl_err err;
+    if (net_http_request(&p->host, method, path, body, body ? strlen(body) : 0, &status, &g_resp,
+                         NULL, &err) != HL_OK) {
+        fprintf(stderr, "    request %s %s: %s\n", method, path, err.msg);
+        return -1;
+    }
+    return status;
+}
+
+static int req_bytes(const srv_proc *p, const char *method, const char *path, const void *data,
+                     size_t len) {
+    free(g_resp);
+    g_resp = NULL;
+    int status = -1;
+    if (net_http_request(&p->host, method, path, data, len, &status, &g_resp, NULL, NULL) != HL_OK)
+        return -1;
+    return status;
+}
+
+/* The "error" string of g_resp, or "" */
+static const char *resp_error(void) {
+    static char buf[1024];
+    buf[0] = '\0';
+    json_t *j = g_resp ? json_loads(g_resp, 0, NULL) : NULL;
+    const char *e = json_string_value(json_object_get(j, "error"));
+    if (e) snprintf(buf, sizeof buf, "%s", e);
+    json_decref(j);
+    return buf;
+}
+
+static void digest_of(const void *data, size_t len, char out[80]) {
+    strcpy(out, "sha256:");
+    sha256_hex(data, len, out + 7);
+}
+
+/* ---------------------------------------------------------------------------------- */
+
+static void http_basics(srv_proc *p) {
+    CHECK_EQ_INT(req(p, "GET", "/", NULL), 200);
+    CHECK_STR(g_resp, "Ollama is running");
+    CHECK_EQ_INT(req(p, "HEAD", "/", NULL), 200);
+    CHECK_EQ_INT(req(p, "GET", "/api/version", NULL), 200);
+    CHECK(strstr(g_resp, "\"version\"") != NULL);
+    CHECK_EQ_INT(req(p, "GET", "/api/ps", NULL), 200);
+    CHECK_STR(g_resp, "{\"models\":[]}");
+    CHECK_EQ_INT(req(p, "GET", "/api/tags", NULL), 200);
+    CHECK_STR(g_resp, "{\"models\":[]}");
+    CHECK_EQ_INT(req(p, "GET", "/api/nothing", NULL), 404);
+    CHECK_STR(g_resp, "404 page not found");
+    CHECK_EQ_INT(req(p, "GET", "/api/show", NULL), 405);
+    CHECK_EQ_INT(req(p, "POST", "/api/tags", "{}"), 405);
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\": "), 400);
+    CHECK(strlen(resp_error()) > 0);
+    CHECK_EQ_INT(req(p, "POST", "/api/show", NULL), 400);
+    CHECK_STR(resp_error(), "missing request body");
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "[1,2]"), 400);
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\": 5}"), 400);
+    CHECK(strstr(resp_error(), "cannot unmarshal number") != NULL);
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{}"), 400);
+    CHECK_STR(resp_error(), "model is required");
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"nope\"}"), 404);
+    CHECK_STR(resp_error(), "model 'nope' not found");
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"nope\"}"), 404);
+    CHECK_STR(resp_error(), "model 'nope' not found");
+    CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"model\":\"nope\"}"), 404);
+    CHECK_STR(resp_error(), "model 'nope' not found");
+    CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{}"), 400);
+    CHECK_STR(resp_error(), "model is required");
+    CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"model\":\"a/b/c/d\"}"), 400);
+    CHECK_STR(resp_error(), "name \"a/b/c/d\" is invalid");
+    CHECK_EQ_INT(req(p, "POST", "/api/copy", "{\"source\":\"nope\",\"destination\":\"x\"}"), 404);
+    CHECK_STR(resp_error(), "model \"nope\" not found");
+    CHECK_EQ_INT(req(p, "POST", "/api/copy", "{\"source\":\"nope\",\"destination\":\"-x\"}"), 400);
+    CHECK_STR(resp_error(), "destination \"-x\" is invalid");
+    CHECK_EQ_INT(req(p, "POST", "/api/create", "{\"model\":\"m\"}"), 400);
+    CHECK_STR(resp_error(), "neither 'from' or 'files' was specified");
+    CHECK_EQ_INT(req(p, "POST", "/api/create", "{\"model\":\"bad name\",\"from\":\"x\"}"), 400);
+    CHECK_STR(resp_error(), "invalid model name");
+    CHECK_EQ_INT(req(p, "POST", "/api/create", "{\"model\":\"m\",\"from\":\"nope\"}"), 404);
+    CHECK_STR(resp_error(), "model 'nope' not found");
+    CHECK_EQ_INT(req(p, "POST", "/api/create", "{\"model\":\"m\",\"files\":{\"/abs\":\"sha256:00\"}}"), 400);
+    CHECK_STR(resp_error(), "file path must be relative");
+    CHECK_EQ_INT(req(p, "POST", "/api/create", "{\"model\":\"m\",\"files\":{\"a.gguf\":\"sha256:00\"}}"), 400);
+    CHECK_STR(resp_error(), "invalid digest format");
+    CHECK_EQ_INT(req(p, "POST", "/api/pull", "{\"model\":\"llama3\"}"), 501);
+
+    /* blobs */
+    const char *zero = "/api/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    CHECK_EQ_INT(req(p, "HEAD", zero, NULL), 404);
+    CHECK_EQ_INT(req(p, "HEAD", "/api/blobs/sha256:xyz", NULL), 400);
+    CHECK_EQ_INT(req(p, "POST", "/api/blobs/md5:abc", "hello"), 400);
+    CHECK_STR(resp_error(), "invalid digest format");
+    CHECK_EQ_INT(req(p, "POST", zero, "hello"), 400);
+    CHECK(strstr(resp_error(), "digest mismatch, expected \"sha256:0000") != NULL);
+    CHECK_EQ_INT(req(p, "HEAD", "/api/blobs/sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", NULL), 404);
+    CHECK_EQ_INT(req(p, "POST", "/api/blobs/sha256-2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", "hello"), 201);
+    CHECK_EQ_INT(req(p, "HEAD", "/api/blobs/sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", NULL), 200);
+    CHECK_EQ_INT(req(p, "POST", "/api/blobs/sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", "hello"), 200);
+    /* a blob that is not a GGUF cannot become a model */
+    CHECK_EQ_INT(req(p, "POST", "/api/create",
+                     "{\"model\":\"m\",\"stream\":false,\"files\":{\"x.gguf\":\"sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824\"}}"),
+                 400);
+    CHECK(strstr(resp_error(), "supplied file was not in GGUF format") != NULL);
+
+    /* oversized body: refused from its Content-Length, before it is sent */
+    net_http *h;
+    hl_err err;
+    CHECK_OK(net_http_open(&p->host, "POST", "/api/show", "application/json", (int64_t)1 << 40, &h, &err), &err);
+    CHECK_OK(net_http_send(h, "{\"model\":", 9, &err), &err);
+    CHECK_OK(net_http_finish(h, &err), &err);
+    CHECK_EQ_INT(net_http_status(h), 413);
+    net_http_close(h);
+    /* the server is still fine */
+    CHECK_EQ_INT(req(p, "GET", "/api/version", NULL), 200);
+}
+
+TEST(server_http_basics_and_errors) { WITH_SERVER(http_basics); }
+
+/* ---------------------------------------------------------------------------------- */
+
+static int upload_gguf(const srv_proc *p, char digest[80]) {
+    const char *path = test_shared_path("models/stories260K/stories260K.gguf");
+    char *data;
+    size_t len;
+    if (!path || hl_file_read(path, &data, &len, NULL) != HL_OK) return -1;
+    digest_of(data, len, digest);
+    char url[128];
+    snprintf(url, sizeof url, "/api/blobs/%s", digest);
+    int st = req_bytes(p, "POST", url, data, len);
+    free(data);
+    return st;
+}
+
+/* Streams a create request; collects the status lines joined with '|'. Returns the
+ * HTTP status. */
+static int create_stream(const srv_proc *p, const char *body, char *statuses, size_t cap) {
+    net_http *h;
+    hl_err err;
+    statuses[0] = '\0';
+    if (net_http_open(&p->host, "POST", "/api/create", "application/json", (int64_t)strlen(body), &h, &err) != HL_OK)
+        return -1;
+    int code = -1;
+    if (net_http_send(h, body, strlen(body), &err) == HL_OK && net_http_finish(h, &err) == HL_OK) {
+        code = net_http_status(h);
+        char *line;
+        size_t len;
+        while (net_http_read_line(h, &line, &len, &err) == HL_OK && line) {
+            json_t *j = json_loadb(line, len, 0, NULL);
+            const char *s = json_string_value(json_object_get(j, "status"));
+            const char *e = json_string_value(json_object_get(j, "error"));
+            size_t n = strlen(statuses);
+            snprintf(statuses + n, cap - n, "%s%s%s", n ? "|" : "", e ? "ERROR " : "", s ? s : e ? e : "?");
+            json_decref(j);
+        }
+    }
+    net_http_close(h);
+    return code;
+}
+
+static void models_api(srv_proc *p) {
+    char digest[80];
+    int st = upload_gguf(p, digest);
+    if (st == -1) SKIP("models/stories260K/stories260K.gguf not found");
+    CHECK_EQ_INT(st, 201);
+    char url[128];
+    snprintf(url, sizeof url, "/api/blobs/%s", digest);
+    CHECK_EQ_INT(req(p, "HEAD", url, NULL), 200);
+
+    char body[2048], statuses[4096];
+    snprintf(body, sizeof body,
+             "{\"model\":\"Story\",\"files\":{\"stories260K.gguf\":\"%s\"},"
+             "\"template\":\"{{ .System }} {{ .Prompt }}\",\"system\":\"Be kind.\","
+             "\"parameters\":{\"temperature\":0.5,\"top_k\":20,\"stop\":[\"<s>\",\"User:\"]},"
+             "\"license\":\"MIT\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", digest);
+    CHECK_EQ_INT(create_stream(p, body, statuses, sizeof statuses), 200);
+    CHECK_MSG(strncmp(statuses, "parsing GGUF|using existing layer sha256:", 41) == 0, "%s", statuses);
+    CHECK_MSG(strstr(statuses, "|creating new layer sha256:") != NULL, "%s", statuses);
+    size_t sl = strlen(statuses);
+    CHECK_MSG(sl > 24 && strcmp(statuses + sl - 24, "writing manifest|success") == 0, "%s", statuses);
+
+    /* manifest layout on disk */
+    char path[2048];
+    snprintf(path, sizeof path, "%s/manifests/registry.ollama.ai/library/Story/latest", p->models);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0);
+    snprintf(path, sizeof path, "%s/blobs/sha256-%s", p->models, digest + 7);
+    CHECK(stat(path, &sb) == 0);
+
+    CHECK_EQ_INT(req(p, "GET", "/api/tags", NULL), 200);
+    json_t *j = json_loads(g_resp, 0, NULL);
+    json_t *m0 = json_array_get(json_object_get(j, "models"), 0);
+    CHECK_STR(json_string_value(json_object_get(m0, "name")), "Story:latest");
+    CHECK_STR(json_string_value(json_object_get(m0, "model")), "Story:latest");
+    CHECK_EQ_INT(strlen(json_string_value(json_object_get(m0, "digest"))), 64);
+    CHECK(json_integer_value(json_object_get(m0, "size")) > 1000000);
+    CHECK(json_string_value(json_object_get(m0, "modified_at")) != NULL);
+    json_t *det = json_object_get(m0, "details");
+    CHECK_STR(json_string_value(json_object_get(det, "format")), "gguf");
+    CHECK_STR(json_string_value(json_object_get(det, "family")), "llama");
+    CHECK_STR(json_string_value(json_object_get(det, "quantization_level")), "F32");
+    CHECK_STR(json_string_value(json_object_get(det, "parameter_size")), "293K");
+    json_decref(j);
+
+    /* show: case-insensitive name, all the parts */
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"story\"}"), 200);
+    j = json_loads(g_resp, 0, NULL);
+    CHECK(j != NULL);
+    CHECK_STR(json_string_value(json_object_get(j, "template")), "{{ .System }} {{ .Prompt }}");
+    CHECK_STR(json_string_value(json_object_get(j, "system")), "Be kind.");
+    CHECK_STR(json_string_value(json_object_get(j, "license")), "MIT");
+    const char *params = json_string_value(json_object_get(j, "parameters"));
+    CHECK(params && strstr(params, "temperature                    0.5") != NULL);
+    CHECK(strstr(params, "stop                           \"User:\"") != NULL);
+    const char *mf = json_string_value(json_object_get(j, "modelfile"));
+    CHECK(mf && strstr(mf, "FROM ") && strstr(mf, "PARAMETER top_k 20") && strstr(mf, "SYSTEM \"\"\"Be kind.\"\"\""));
+    json_t *info = json_object_get(j, "model_info");
+    CHECK_STR(json_string_value(json_object_get(info, "general.architecture")), "llama");
+    CHECK_EQ_INT(json_integer_value(json_object_get(info, "llama.context_length")), 2048);
+    CHECK(json_is_array(json_object_get(info, "tokenizer.ggml.tokens")));
+    CHECK_EQ_INT(json_array_size(json_object_get(info, "tokenizer.ggml.tokens")), 0);
+    CHECK_STR(json_string_value(json_array_get(json_object_get(j, "capabilities"), 0)), "completion");
+    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(j, "messages"), 0), "content")), "hi");
+    CHECK(json_object_get(j, "modified_at") != NULL);
+    CHECK(json_object_get(j, "tensors") == NULL);
+    json_decref(j);
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"story\",\"verbose\":true}"), 200);
+    j = json_loads(g_resp, 0, NULL);
+    CHECK_EQ_INT(json_array_size(json_object_get(json_object_get(j, "model_info"), "tokenizer.ggml.tokens")), 512);
+    CHECK(json_array_size(json_object_get(j, "tensors")) > 0);
+    json_decref(j);
+
+    /* create from an existing model, stream:false: inherits, overrides, merges params */
+    CHECK_EQ_INT(req(p, "POST", "/api/create",
+                     "{\"model\":\"kid\",\"from\":\"story\",\"system\":\"Be brief.\","
+                     "\"parameters\":{\"top_k\":5},\"stream\":false}"), 200);
+    CHECK_STR(g_resp, "{\"status\":\"success\"}");
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"kid\"}"), 200);
+    j = json_loads(g_resp, 0, NULL);
+    CHECK_STR(json_string_value(json_object_get(j, "system")), "Be brief.");
+    CHECK_STR(json_string_value(json_object_get(j, "template")), "{{ .System }} {{ .Prompt }}");
+    params = json_string_value(json_object_get(j, "parameters"));
+    CHECK(params && strstr(params, "top_k                          5") && strstr(params, "temperature"));
+    json_decref(j);
+    /* a bad parameter is an error before any progress: HTTP 400 */
+    CHECK_EQ_INT(req(p, "POST", "/api/create", "{\"model\":\"bad\",\"from\":\"story\",\"parameters\":{\"top_k\":\"x\"}}"), 400);
+    CHECK(strstr(resp_error(), "top_k") != NULL);
+
+    /* copy, then delete both: the model blob goes only with the last reference */
+    CHECK_EQ_INT(req(p, "POST", "/api/copy", "{\"source\":\"story\",\"destination\":\"me/story2:v1\"}"), 200);
+    CHECK_STR(g_resp, "");
+    CHECK_EQ_INT(req(p, "GET", "/api/tags", NULL), 200);
+    j = json_loads(g_resp, 0, NULL);
+    CHECK_EQ_INT(json_array_size(json_object_get(j, "models")), 3);
+    json_decref(j);
+    CHECK(strstr(g_resp, "\"me/story2:v1\"") != NULL);
+    CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"model\":\"STORY\"}"), 200);
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"story\"}"), 404);
+    CHECK_EQ_INT(req(p, "HEAD", url, NULL), 200);
+    CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"model\":\"kid\"}"), 200);
+    CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"name\":\"me/story2:v1\"}"), 200);
+    CHECK_EQ_INT(req(p, "HEAD", url, NULL), 404);
+    CHECK_EQ_INT(req(p, "GET", "/api/tags", NULL), 200);
+    CHECK_STR(g_resp, "{\"models\":[]}");
+}
+
+TEST(server_create_show_tags_copy_delete) { WITH_SERVER(models_api); }
+
+/* ---------------------------------------------------------------------------------- */
+
+static int g_port;
+
+/* Runs `$HEARTH_BIN args...` against the server; stdout/stderr into g_out/g_err. */
+static char g_out[65536], g_err[8192];
+static int run_cli(const char *first, ...) {
+    const char *argv[16];
+    int n = 0;
+    const char *bin = getenv("HEARTH_BIN");
+    argv[n++] = bin;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && n < 15; a = va_arg(ap, const char *)) argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    char out_path[1100], err_path[1100];
+    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmpdir());
+    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmpdir());
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(o, 1);
+        dup2(e, 2);
+        char hostv[64];
+        snprintf(hostv, sizeof hostv, "127.0.0.1:%d", g_port);
+        setenv("HEARTH_HOST", hostv, 1);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char *text;
+    size_t len;
+    g_out[0] = g_err[0] = '\0';
+    if (hl_file_read(out_path, &text, &len, NULL) == HL_OK) {
+        snprintf(g_out, sizeof g_out, "%s", text);
+        free(text);
+    }
+    if (hl_file_read(err_path, &text, &len, NULL) == HL_OK) {
+        snprintf(g_err, sizeof g_err, "%s", text);
+        free(text);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static void cli_flow(srv_proc *p) {
+    const char *gguf = test_shared_path("models/stories260K/stories260K.gguf");
+    if (!gguf) SKIP("models/stories260K/stories260K.gguf not found");
+    g_port = p->port;
+    char dir[1100], link_path[1200], mf_path[1200], abs[4096];
+    snprintf(dir, sizeof dir, "%s/work", test_tmpdir());
+    CHECK(mkdir(dir, 0755) == 0);
+    CHECK(realpath(gguf, abs) != NULL);
+    snprintf(link_path, sizeof link_path, "%s/story.gguf", dir);
+    CHECK(symlink(abs, link_path) == 0);
+    snprintf(mf_path, sizeof mf_path, "%s/Modelfile", dir);
+    const char *mf = "# a tiny story model\n"
+                     "FROM ./story.gguf\n"
+                     "PARAMETER temperature 0.7\n"
+                     "PARAMETER stop \"<|end|>\"\n"
+                     "SYSTEM \"\"\"You tell\nshort stories.\"\"\"\n"
+                     "TEMPLATE {{ .Prompt }}\n"
+                     "LICENSE MIT\n";
+    CHECK_OK(hl_file_write(mf_path, mf, strlen(mf), NULL), (hl_err *)NULL);
+
+    CHECK_EQ_INT(run_cli("create", "story", "-f", mf_path, NULL), 0);
+    CHECK_MSG(strstr(g_out, "parsing GGUF\n") && strstr(g_out, "success\n"), "%s", g_out);
+    CHECK_EQ_INT(run_cli("list", NULL), 0);
+    CHECK_MSG(strncmp(g_out, "NAME", 4) == 0 && strstr(g_out, "ID") && strstr(g_out, "SIZE") &&
+                  strstr(g_out, "MODIFIED"), "%s", g_out);
+    CHECK_MSG(strstr(g_out, "\nstory:latest    ") && strstr(g_out, "1.2 MB") && strstr(g_out, " ago\n"), "%s", g_out);
+    CHECK_EQ_INT(run_cli("show", "story", NULL), 0);
+    CHECK_MSG(strstr(g_out, "architecture        llama") && strstr(g_out, "completion") &&
+                  strstr(g_out, "short stories."), "%s", g_out);
+    CHECK_EQ_INT(run_cli("show", "story", "--parameters", NULL), 0);
+    CHECK_MSG(strstr(g_out, "temperature                    0.7\n") && strstr(g_out, "\"<|end|>\""), "%s", g_out);
+    CHECK_EQ_INT(run_cli("show", "story", "--system", NULL), 0);
+    CHECK_STR(g_out, "You tell\nshort stories.\n");
+    CHECK_EQ_INT(run_cli("show", "story", "--template", NULL), 0);
+    CHECK_STR(g_out, "{{ .Prompt }}\n");
+    CHECK_EQ_INT(run_cli("show", "story", "--license", NULL), 0);
+    CHECK_STR(g_out, "MIT\n");
+    CHECK_EQ_INT(run_cli("show", "story", "--modelfile", NULL), 0);
+    CHECK_MSG(strstr(g_out, "\nFROM /") && strstr(g_out, "PARAMETER stop <|end|>"), "%s", g_out);
+    /* the generated Modelfile recreates the model */
+    char mf2[1200];
+    snprintf(mf2, sizeof mf2, "%s/Modelfile2", dir);
+    CHECK_OK(hl_file_write(mf2, g_out, strlen(g_out), NULL), (hl_err *)NULL);
+    CHECK_EQ_INT(run_cli("create", "story-copy", "-f", mf2, NULL), 0);
+    CHECK_MSG(strstr(g_out, "success"), "%s%s", g_out, g_err);
+
+    CHECK_EQ_INT(run_cli("cp", "story", "story2", NULL), 0);
+    CHECK_STR(g_out, "copied 'story' to 'story2'\n");
+    CHECK_EQ_INT(run_cli("rm", "story2", "story-copy", NULL), 0);
+    CHECK_STR(g_out, "deleted 'story2'\ndeleted 'story-copy'\n");
+    CHECK_EQ_INT(run_cli("ps", NULL), 0);
+    CHECK(strncmp(g_out, "NAME", 4) == 0 && strstr(g_out, "UNTIL"));
+
+    /* errors: one line, exit 1 */
+    CHECK_EQ_INT(run_cli("show", "nope", NULL), 1);
+    CHECK_STR(g_err, "Error: model 'nope' not found\n");
+    CHECK_EQ_INT(run_cli("rm", "nope", NULL), 1);
+    CHECK_STR(g_err, "Error: model 'nope' not found\n");
+    const char *bad = "FROM ./story.gguf\nPARAMETER temperature warm\n";
+    CHECK_OK(hl_file_write(mf2, bad, strlen(bad), NULL), (hl_err *)NULL);
+    CHECK_EQ_INT(run_cli("create", "x", "-f", mf2, NULL), 1);
+    CHECK_MSG(strncmp(g_err, "Error: ", 7) == 0 && strstr(g_err, "(line 2): invalid float value [warm]"), "%s", g_err);
+    const char *missing = "FROM ./absent.gguf\n";
+    CHECK_OK(hl_file_write(mf2, missing, strlen(missing), NULL), (hl_err *)NULL);
+    CHECK_EQ_INT(run_cli("create", "x", "-f", mf2, NULL), 1);
+    CHECK_MSG(strstr(g_err, "FROM file not found"), "%s", g_err);
+    CHECK_EQ_INT(run_cli("create", "x", "-f", "/nonexistent/Modelfile", NULL), 1);
+    CHECK_MSG(strstr(g_err, "specified Modelfile wasn't found"), "%s", g_err);
+
+    CHECK_EQ_INT(run_cli("rm", "story", NULL), 0);
+    CHECK_EQ_INT(run_cli("list", NULL), 0);
+    CHECK(strstr(g_out, "story") == NULL);
+
+    /* no server listening */
+    g_port = 1;
+    CHECK_EQ_INT(run_cli("list", NULL), 1);
+    CHECK_STR(g_err, "Error: could not connect to hearth server, run 'hearth serve' to start it\n");
+}
+
+TEST(server_cli_end_to_end) { WITH_SERVER(cli_flow); }
+
+/* ---------------------------------------------------------------------------------- */
+
+static int raw_connect(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void abuse(srv_proc *p) {
+    /* garbage, truncated bodies and uploads: the connection dies, the server does not */
+    const char *msgs[] = {
+        "GARBAGE\r\n\r\n",
+        "POST /api/show HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\":",
+        "POST /api/blobs/sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824 "
+        "HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nhel",
+        "POST /api/create HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        "GET /api/tags HTTP/1.1\r\nHost: x\r\n" "X-Long: ",
+    };
+    for (size_t i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
+        int fd = raw_connect(p->port);
+        CHECK(fd >= 0);
+        ssize_t w = send(fd, msgs[i], strlen(msgs[i]), MSG_NOSIGNAL);
+        CHECK(w > 0);
+        sleep_ms(20);
+        close(fd);
+    }
+    sleep_ms(100);
+    CHECK_EQ_INT(req(p, "GET", "/api/version", NULL), 200);
+    /* the aborted upload left no blob and no temp file */
+    char blobs[1100];
+    snprintf(blobs, sizeof blobs, "%s/blobs", p->models);
+    DIR *d = opendir(blobs);
+    CHECK(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    closedir(d);
+    CHECK_EQ_INT(n, 0);
+    /* a create stream whose client vanishes does not take the server down */
+    for (int i = 0; i < 3; i++) {
+        int fd = raw_connect(p->port);
+        const char *body = "{\"model\":\"m\",\"from\":\"nope\"}";
+        char head[256];
+        snprintf(head, sizeof head, "POST /api/create HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+                 strlen(body), body);
+        ssize_t w = send(fd, head, strlen(head), MSG_NOSIGNAL);
+        CHECK(w > 0);
+        close(fd);
+    }
+    sleep_ms(100);
+    CHECK_EQ_INT(req(p, "GET", "/", NULL), 200);
+}
+
+TEST(server_survives_abusive_clients) { WITH_SERVER(abuse); }
+
+/* Sends a raw request and reads the whole response (the request asks for close). */
+static void raw_exchange(int port, const char *request, char *out, size_t cap) {
+    out[0] = '\0';
+    int fd = raw_connect(port);
+    if (fd < 0) return;
+    if (send(fd, request, strlen(request), MSG_NOSIGNAL) < 0) {
+        close(fd);
+        return;
+    }
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < cap && (got = recv(fd, out + n, cap - 1 - n, 0)) > 0) n += (size_t)got;
+    out[n] = '\0';
+    close(fd);
+}
+
+static void cors(srv_proc *p) {
+    char resp[8192];
+    raw_exchange(p->port, "GET /api/version HTTP/1.1\r\nHost: localhost\r\nOrigin: http://localhost:3000\r\n"
+                          "Connection: close\r\n\r\n", resp, sizeof resp);
+    CHECK_MSG(strncmp(resp, "HTTP/1.1 200", 12) == 0, "%s", resp);
+    CHECK_MSG(strstr(resp, "Access-Control-Allow-Origin: http://localhost:3000\r\n"), "%s", resp);
+    raw_exchange(p->port, "OPTIONS /api/chat HTTP/1.1\r\nHost: localhost\r\nOrigin: vscode-webview://abc\r\n"
+                          "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n", resp, sizeof resp);
+    CHECK_MSG(strncmp(resp, "HTTP/1.1 204", 12) == 0, "%s", resp);
+    CHECK_MSG(strstr(resp, "Access-Control-Allow-Methods: ") && strstr(resp, "Content-Type"), "%s", resp);
+    raw_exchange(p->port, "GET /api/tags HTTP/1.1\r\nHost: localhost\r\nOrigin: http://evil.example\r\n"
+                          "Connection: close\r\n\r\n", resp, sizeof resp);
+    CHECK_MSG(strncmp(resp, "HTTP/1.1 403", 12) == 0, "%s", resp);
+    /* DNS-rebinding guard: a loopback server answers only names of this machine */
+    raw_exchange(p->port, "GET /api/tags HTTP/1.1\r\nHost: attacker.example:11434\r\nConnection: close\r\n\r\n",
+                 resp, sizeof resp);
+    CHECK_MSG(strncmp(resp, "HTTP/1.1 403", 12) == 0, "%s", resp);
+    const char *ok_hosts[] = {"127.0.0.1:11434", "localhost", "my.local", "[::1]:80", "192.168.1.9", "x.internal"};
+    for (size_t i = 0; i < sizeof ok_hosts / sizeof ok_hosts[0]; i++) {
+        char rq[256];
+        snprintf(rq, sizeof rq, "GET /api/version HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", ok_hosts[i]);
+        raw_exchange(p->port, rq, resp, sizeof resp);
+        CHECK_MSG(strncmp(resp, "HTTP/1.1 200", 12) == 0, "Host %s: %s", ok_hosts[i], resp);
+    }
+    /* no Origin (curl, SDKs): no CORS headers */
+    raw_exchange(p->port, "GET /api/version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", resp, sizeof resp);
+    CHECK_MSG(strncmp(resp, "HTTP/1.1 200", 12) == 0 && !strstr(resp, "Access-Control"), "%s", resp);
+}
+
+TEST(server_cors_origins_and_host_check) { WITH_SERVER(cors); }
+
+/* ---------------------------------------------------------------------------------- */
+/* The streaming machinery in-process: a producer that streams until cancelled. */
+
+#include "server/internal.h"
+
+static atomic_int g_ticks;
+static atomic_bool g_saw_cancel;
+
+static void slow_producer(srv_stream *s, void *ctx) {
+    (void)ctx;
+    for (int i = 0; i < 500 && !srv_stream_cancelled(s); i++) { /* at most ~10 s */
+        srv_stream_send(s, json_pack("{s:i}", "tick", i));
+        atomic_fetch_add(&g_ticks, 1);
+        sleep_ms(20);
+    }
+    if (srv_stream_cancelled(s)) atomic_store(&g_saw_cancel, true);
+}
+
+static void silent_producer(srv_stream *s, void *ctx) {
+    (void)ctx; /* sends nothing until cancelled: the disconnect must be noticed anyway */
+    for (int i = 0; i < 500 && !srv_stream_cancelled(s); i++) sleep_ms(20);
+    if (srv_stream_cancelled(s)) atomic_store(&g_saw_cancel, true);
+}
+
+static void failing_producer(srv_stream *s, void *ctx) {
+    (void)ctx;
+    srv_stream_send(s, json_pack("{s:s}", "status", "one"));
+    srv_stream_fail(s, 500, "boom");
+}
+
+static void early_failing_producer(srv_stream *s, void *ctx) {
+    (void)ctx;
+    srv_stream_fail(s, 418, "teapot");
+}
+
+static enum MHD_Result route_slow(srv_request *r) { return srv_stream_run(r, true, slow_producer, NULL, NULL); }
+static enum MHD_Result route_silent(srv_request *r) { return srv_stream_run(r, true, silent_producer, NULL, NULL); }
+static enum MHD_Result route_fail(srv_request *r) { return srv_stream_run(r, true, failing_producer, NULL, NULL); }
+static enum MHD_Result route_early(srv_request *r) { return srv_stream_run(r, true, early_failing_producer, NULL, NULL); }
+static enum MHD_Result route_fail_nostream(srv_request *r) {
+    return srv_stream_run(r, false, failing_producer, NULL, NULL);
+}
+
+static const srv_route k_test_routes[] = {
+    {"/test/slow", false, "GET", route_slow, false},
+    {"/test/silent", false, "GET", route_silent, false},
+    {"/test/fail", false, "GET", route_fail, false},
+    {"/test/early", false, "GET", route_early, false},
+    {"/test/fail-nostream", false, "GET", route_fail_nostream, false},
+};
+
+static bool wait_flag(atomic_bool *flag, int ms) {
+    for (int i = 0; i < ms / 10 && !atomic_load(flag); i++) sleep_ms(10);
+    return atomic_load(flag);
+}
+
+TEST(server_stream_cancel_on_disconnect_and_errors) {
+    server_config cfg = {.extra_routes = k_test_routes, .n_extra_routes = 5, .quiet = 1};
+    char models[1100];
+    snprintf(models, sizeof models, "%s/models", test_tmpdir());
+    cfg.models_dir = models;
+    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
+    hl_server *srv;
+    hl_err err;
+    CHECK_OK(server_start(&cfg, &srv, &err), &err);
+    srv_proc p = {.port = server_port(srv)};
+    net_host_parse("127.0.0.1", &p.host, NULL);
+    p.host.port = p.port;
+    bool ok = true;
+
+    /* read two ticks, hang up: the producer must see the cancel flag */
+    net_http *h = NULL;
+    char *line;
+    size_t len;
+    ok = ok && net_http_open(&p.host, "GET", "/test/slow", NULL, -1, &h, &err) == HL_OK;
+    ok = ok && net_http_finish(h, &err) == HL_OK && net_http_status(h) == 200;
+    ok = ok && strcmp(net_http_content_type(h), "application/x-ndjson") == 0;
+    ok = ok && net_http_read_line(h, &line, &len, &err) == HL_OK && line && strcmp(line, "{\"tick\":0}") == 0;
+    ok = ok && net_http_read_line(h, &line, &len, &err) == HL_OK && line && strcmp(line, "{\"tick\":1}") == 0;
+    net_http_close(h);
+    bool cancelled = ok && wait_flag(&g_saw_cancel, 3000);
+    int ticks = atomic_load(&g_ticks);
+
+    /* a producer that never writes still learns that its client left */
+    atomic_store(&g_saw_cancel, false);
+    h = NULL;
+    bool silent_ok = net_http_open(&p.host, "GET", "/test/silent", NULL, -1, &h, &err) == HL_OK;
+    sleep_ms(100);
+    net_http_close(h);
+    bool silent_cancelled = silent_ok && wait_flag(&g_saw_cancel, 3000);
+
+    /* errors: after the first chunk -> 200 + an error line; before -> the status */
+    int st_fail = req(&p, "GET", "/test/fail", NULL);
+    char fail_body[256];
+    snprintf(fail_body, sizeof fail_body, "%s", g_resp ? g_resp : "");
+    int st_early = req(&p, "GET", "/test/early", NULL);
+    char early_body[256];
+    snprintf(early_body, sizeof early_body, "%s", g_resp ? g_resp : "");
+    int st_nostream = req(&p, "GET", "/test/fail-nostream", NULL);
+    char nostream_body[256];
+    snprintf(nostream_body, sizeof nostream_body, "%s", g_resp ? g_resp : "");
+
+    server_stop(srv); /* waits for every producer */
+    CHECK(ok);
+    CHECK(cancelled);
+    CHECK_MSG(ticks < 100, "producer kept running after the client left (%d ticks)", ticks);
+    CHECK(silent_cancelled);
+    CHECK_EQ_INT(st_fail, 200);
+    CHECK_STR(fail_body, "{\"status\":\"one\"}\n{\"error\":\"boom\"}\n");
+    CHECK_EQ_INT(st_early, 418);
+    CHECK_STR(early_body, "{\"error\":\"teapot\"}");
+    CHECK_EQ_INT(st_nostream, 500);
+    CHECK_STR(nostream_body, "{\"error\":\"boom\"}");
+}
