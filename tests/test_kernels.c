@@ -257,6 +257,11 @@ TEST(kernels_simd_small_ops_match_ref) {
         simd.swiglu(a, x, y, n);
         ref->swiglu(b, x, y, n);
         for (int i = 0; i < n; i++) CHECK_NEAR(a[i], b[i], 1e-6 * (fabsf(b[i]) + 1e-3f));
+        memcpy(a, y, (size_t)n * sizeof *a);
+        memcpy(b, y, (size_t)n * sizeof *b);
+        simd.axpy(a, 0.37f, x, n);
+        ref->axpy(b, 0.37f, x, n);
+        for (int i = 0; i < n; i++) CHECK_NEAR(a[i], b[i], 1e-6 * (fabsf(b[i]) + 1e-3f));
         const float ss = simd.sum_squares(x, n), sr = ref->sum_squares(x, n);
         CHECK_NEAR(ss, sr, 1e-6 * sr);
     }

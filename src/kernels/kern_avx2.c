@@ -8,6 +8,7 @@
  * and hl_quantize_row produce (Q8 never stores -128; Q4 values are small).
  */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/kern_internal.h"
@@ -629,6 +630,14 @@ static void swiglu(float *out, const float *gate, const float *up, int64_t n) {
     }
 }
 
+static void axpy(float *y, float a, const float *x, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]); /* fused like the vector lanes */
+}
+
 void kern_avx2_fill(kern_table *t) {
     t->name = "avx2";
     t->vec_dot[HL_TYPE_F32] = dot_f32;
@@ -653,4 +662,5 @@ void kern_avx2_fill(kern_table *t) {
     t->sum_squares = sum_squares;
     t->exp_shift_sum = exp_shift_sum;
     t->swiglu = swiglu;
+    t->axpy = axpy;
 }

@@ -186,3 +186,11 @@ void kern_softmax(float *x, int64_t n) {
 void kern_swiglu(float *out, const float *gate, const float *up, int64_t n) {
     if (n > 0) kern_table_active()->swiglu(out, gate, up, n);
 }
+
+void kern_axpy(float *y, float a, const float *x, int64_t n) {
+    if (n > 0) kern_table_active()->axpy(y, a, x, n);
+}
+
+float kern_exp_shift_sum(float *x, int64_t n, float shift) {
+    return n > 0 ? kern_table_active()->exp_shift_sum(x, n, shift) : 0.0f;
+}

@@ -44,5 +44,9 @@ void kern_rmsnorm(float *out, const float *x, const float *weight, int64_t n, fl
 void kern_softmax(float *x, int64_t n);
 /* out[i] = silu(gate[i]) * up[i] */
 void kern_swiglu(float *out, const float *gate, const float *up, int64_t n);
+/* y[i] += a * x[i] (attention's weighted sum of values). */
+void kern_axpy(float *y, float a, const float *x, int64_t n);
+/* x[i] = exp(x[i] - shift); returns the sum (attention's online softmax). */
+float kern_exp_shift_sum(float *x, int64_t n, float shift);
 
 #endif

@@ -316,12 +316,9 @@ static void attn_one(const attn_job *j, int32_t t, int32_t h) {
             for (int32_t d = 0; d < hdv; d++) out[d] *= r;
             run_max = block_max;
         }
-        for (int32_t i = 0; i < nb; i++) {
-            const float p = expf(score[i] - run_max);
-            const float *vr = V + (int64_t)i * hdv;
-            run_sum += p;
-            for (int32_t d = 0; d < hdv; d++) out[d] += p * vr[d];
-        }
+        /* perf: vector exp over the block and a SIMD axpy per key */
+        run_sum += kern_exp_shift_sum(score, nb, run_max);
+        for (int32_t i = 0; i < nb; i++) kern_axpy(out, score[i], V + (int64_t)i * hdv, hdv);
     }
     const float inv = 1.0f / run_sum;
     for (int32_t d = 0; d < hdv; d++) out[d] *= inv;
