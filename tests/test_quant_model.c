@@ -7,6 +7,9 @@
 #include "test.h"
 
 #include <stdlib.h>
+#include <sys/wait.h>
+
+#include "base/file.h"
 
 #include "model/model.h"
 #include "model_synth.h"
@@ -280,4 +283,49 @@ TEST(quant_model_errors) {
     fputs("not a gguf file at all", fp);
     fclose(fp);
     CHECK_EQ_INT(quant_model_file(bad, p, QUANT_FTYPE_Q8_0, 1, NULL, &err), HL_ERR_FORMAT);
+}
+
+/* `hearth quantize` end to end: success writes a loadable file and a summary line; a bad
+ * type and a missing input fail with a message naming them. */
+static int run_quantize(const char *args, char *errout, size_t cap) {
+    char cmd[2048], pe[512];
+    snprintf(pe, sizeof pe, "%s/err.txt", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s quantize %s >/dev/null 2>%s", getenv("HEARTH_BIN"), args, pe);
+    const int st = system(cmd);
+    char *b;
+    size_t n;
+    errout[0] = '\0';
+    if (hl_file_read(pe, &b, &n, NULL) == HL_OK) {
+        snprintf(errout, cap, "%s", b);
+        free(b);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(quant_model_cli) {
+    const char *bin = getenv("HEARTH_BIN");
+    const char *src = test_shared_path("models/stories260K/stories260K.gguf");
+    if (!bin || !*bin) SKIP("HEARTH_BIN not set (run via make test)");
+    if (!src) SKIP("models/stories260K/stories260K.gguf not found");
+    char args[1536], dst[512], errout[2048];
+    snprintf(dst, sizeof dst, "%s/q.gguf", test_tmpdir());
+    snprintf(args, sizeof args, "%s %s q5_k_m -t 2", src, dst);
+    CHECK_EQ_INT(run_quantize(args, errout, sizeof errout), 0);
+    CHECK_MSG(strstr(errout, "Q5_K_M") && strstr(errout, "converted"), "stderr: %s", errout);
+    gguf_file *f;
+    hl_err err = {0};
+    CHECK_OK(gguf_open(dst, &f, &err), &err);
+    uint32_t ft = 0;
+    CHECK(gguf_get_u32(f, "general.file_type", &ft) && ft == QUANT_FTYPE_Q5_K_M);
+    /* 64-wide rows: Q5_K falls back to Q5_1 */
+    CHECK_EQ_INT(gguf_find_tensor(f, "blk.1.attn_q.weight")->type, HL_TYPE_Q5_1);
+    gguf_close(f);
+    snprintf(args, sizeof args, "%s %s Q7_X", src, dst);
+    CHECK_EQ_INT(run_quantize(args, errout, sizeof errout), 2);
+    CHECK_MSG(strstr(errout, "unknown type 'Q7_X'") != NULL, "stderr: %s", errout);
+    snprintf(args, sizeof args, "%s/missing.gguf %s Q8_0", test_tmpdir(), dst);
+    CHECK_EQ_INT(run_quantize(args, errout, sizeof errout), 1);
+    CHECK_MSG(strstr(errout, "missing.gguf") != NULL, "stderr: %s", errout);
+    CHECK_EQ_INT(run_quantize("only-one-arg", errout, sizeof errout), 2);
+    CHECK(strstr(errout, "usage") != NULL);
 }
