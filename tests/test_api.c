@@ -1034,16 +1034,17 @@ static void keepalive_api(srv_proc *p) {
     }
     CHECK_EQ_INT(n, 0);
     /* concurrent requests for two models and the same one: all are served in turn */
-    par_req rq[4] = {
-        {p, "{\"model\":\"s260\",\"prompt\":\"a\",\"stream\":false,\"options\":{\"num_predict\":30}}", 0, 0},
-        {p, "{\"model\":\"other\",\"prompt\":\"b\",\"stream\":false,\"options\":{\"num_predict\":30}}", 0, 0},
-        {p, "{\"model\":\"s260\",\"prompt\":\"c\",\"stream\":false,\"options\":{\"num_predict\":30}}", 0, 0},
-        {p, "{\"model\":\"other\",\"prompt\":\"d\",\"stream\":false,\"options\":{\"num_predict\":30}}", 0, 0},
-    };
-    pthread_t th[4];
-    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, par_main, &rq[i]);
-    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < 4; i++) {
+    static const char *bodies[2] = {
+        "{\"model\":\"s260\",\"prompt\":\"a\",\"stream\":false,\"options\":{\"num_predict\":30}}",
+        "{\"model\":\"other\",\"prompt\":\"b\",\"stream\":false,\"options\":{\"num_predict\":30}}"};
+    par_req rq[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) {
+        rq[i] = (par_req){p, bodies[(i / 2 + i) % 2], 0, 0};
+        pthread_create(&th[i], NULL, par_main, &rq[i]);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 8; i++) {
         CHECK_EQ_INT(rq[i].status, 200);
         CHECK_EQ_INT((int)rq[i].eval_count, 30);
     }

@@ -20,6 +20,7 @@ struct sched {
     pthread_cond_t cv; /* refs dropped, a model unloaded, or the reaper has work */
     sched_model *loaded[SCHED_MAX_LOADED];
     int n_loaded;
+    int n_switching; /* requests waiting for another model to be swapped in */
     bool stopping;
     pthread_t reaper;
     bool reaper_started;
@@ -132,6 +133,10 @@ static bool same_cfg(const engine_config *a, const engine_config *b) {
            a->n_threads == b->n_threads;
 }
 
+static bool reusable_cfg(const sched_model *m, const store_model *sm, const engine_config *cfg) {
+    return !m->unload_when_idle && same_cfg(&m->cfg, cfg) && strcmp(m->model_path, sm->model_path) == 0;
+}
+
 static sched_model *find_locked(sched *s, const store_name *n) {
     for (int i = 0; i < s->n_loaded; i++)
         if (store_name_equal(&s->loaded[i]->sname, n)) return s->loaded[i];
@@ -145,15 +150,19 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
     if (!sm->model_path)
         return hl_fail(err, HL_ERR_INVALID, "model \"%s\" has no model file", sm->name.model);
     pthread_mutex_lock(&s->lock);
+    bool switching = false; /* this request is counted in n_switching */
+    hl_status st = HL_OK;
     for (;;) {
         if (s->stopping) {
-            pthread_mutex_unlock(&s->lock);
-            return hl_fail(err, HL_ERR_CANCELLED, "server shutting down");
+            st = hl_fail(err, HL_ERR_CANCELLED, "server shutting down");
+            break;
         }
         sched_model *m = find_locked(s, &sm->name);
-        bool reusable = m && !m->unload_when_idle && same_cfg(&m->cfg, cfg) &&
-                        strcmp(m->model_path, sm->model_path) == 0;
-        if (reusable) {
+        bool resident = m && reusable_cfg(m, sm, cfg);
+        /* fairness: while a request waits to swap another model in, new users of the
+         * resident one wait too, so that it drains */
+        if (resident && (switching || s->n_switching == 0)) {
+            if (switching) s->n_switching--;
             m->refs++;
             if (keep_alive_ns != SCHED_KEEP_UNSET) m->keep_alive_ns = keep_alive_ns;
             pthread_mutex_unlock(&s->lock);
@@ -161,21 +170,25 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
             *load_ns = hl_time_ns() - t0;
             return HL_OK;
         }
-        /* make room: unload idle models that are in the way */
-        for (int i = 0; i < s->n_loaded;) {
-            sched_model *o = s->loaded[i];
-            bool in_way = o == m || s->n_loaded >= SCHED_MAX_LOADED;
-            if (in_way && o->refs == 0) {
-                remove_at(s, i);
-                continue;
+        if (!resident) {
+            /* make room: unload idle models that are in the way */
+            for (int i = 0; i < s->n_loaded;) {
+                sched_model *o = s->loaded[i];
+                bool in_way = o == m || s->n_loaded >= SCHED_MAX_LOADED;
+                if (in_way && o->refs == 0) {
+                    remove_at(s, i);
+                    continue;
+                }
+                i++;
             }
-            i++;
+            if (s->n_loaded < SCHED_MAX_LOADED && !find_locked(s, &sm->name)) break;
+            if (!switching) s->n_switching++;
+            switching = true;
         }
-        if (s->n_loaded < SCHED_MAX_LOADED && !find_locked(s, &sm->name)) break;
         /* wait for a busy model to be released */
         if (cancelled && cancelled(ud)) {
-            pthread_mutex_unlock(&s->lock);
-            return hl_fail(err, HL_ERR_CANCELLED, "request canceled");
+            st = hl_fail(err, HL_ERR_CANCELLED, "request canceled");
+            break;
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -186,9 +199,14 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
         }
         pthread_cond_timedwait(&s->cv, &s->lock, &ts);
     }
+    if (switching) s->n_switching--;
+    if (st) {
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->lock);
+        return st;
+    }
     /* load (under the lock: one load at a time; the weights are mmapped, so it is quick) */
     sched_model *m = calloc(1, sizeof *m);
-    hl_status st = HL_OK;
     if (!m) st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
     if (!st) {
         m->sname = sm->name;
