@@ -132,6 +132,7 @@ hl_status runner_generate(runner *r, const runner_request *req, runner_stats *st
     hl_err e = {0};
     kv_session sess = {0};
     bool have_slot = false;
+    float *hooked = NULL; /* the logits row a logits_hook may edit */
     int32_t num_predict = 0;
     const int32_t n = req->n_tokens, slot = PIPELINE_SLOT;
     const int32_t n_vocab = model_get_hparams(r->m)->n_vocab;
@@ -178,13 +179,26 @@ hl_status runner_generate(runner *r, const runner_request *req, runner_stats *st
     if (st) goto out;
 
     rs.done_reason = RUNNER_DONE_LENGTH;
+    if (req->logits_hook) { /* once per request, not per token */
+        hooked = malloc((size_t)n_vocab * sizeof *hooked);
+        if (!hooked) {
+            st = hl_fail(&e, HL_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+    }
     for (int32_t i = 0; i < num_predict; i++) {
         if (cancelled(req)) {
             st = hl_fail(&e, HL_ERR_CANCELLED, "request cancelled");
             goto out;
         }
         sampler_out so;
-        st = sampler_sample(r->smp, &slot, 1, model_ctx_logits(r->ctx), (size_t)n_vocab, &so, &e);
+        const float *row = model_ctx_logits(r->ctx);
+        if (hooked) {
+            memcpy(hooked, row, (size_t)n_vocab * sizeof *hooked);
+            req->logits_hook(req->user, hooked, n_vocab);
+            row = hooked;
+        }
+        st = sampler_sample(r->smp, &slot, 1, row, (size_t)n_vocab, &so, &e);
         if (st) goto out;
         if (i == 0) {
             rs.prompt_eval_duration_ns = since(t_prompt);
@@ -226,6 +240,7 @@ out:
             e = ce;
         }
     }
+    free(hooked);
     if (have_slot) sampler_remove(r->smp, slot);
     if (req->emit) {
         runner_event ev = {.kind = st ? RUNNER_EV_ERROR : RUNNER_EV_DONE, .stats = rs,

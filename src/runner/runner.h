@@ -102,7 +102,10 @@ typedef struct runner_request {
     atomic_bool *cancel;          /* may be NULL */
     runner_emit_fn emit;          /* may be NULL */
     runner_progress_fn progress;  /* may be NULL */
-    void *user;                   /* passed to emit and progress */
+    /* May be NULL. Called with a copy of each logits row before it is sampled; it may
+     * change it (e.g. set tokens a response format forbids to -inf). */
+    void (*logits_hook)(void *user, float *logits, int32_t n_vocab);
+    void *user;                   /* passed to emit, progress and logits_hook */
 } runner_request;
 
 typedef struct runner runner;

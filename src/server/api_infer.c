@@ -26,6 +26,7 @@
 
 #include "base/file.h"
 #include "server/engine.h"
+#include "server/jsonfmt.h"
 #include "server/internal.h"
 #include "server/options.h"
 #include "server/outproc.h"
@@ -53,6 +54,7 @@ typedef struct infer_ctx {
     bool truncate;
     int32_t dimensions;
     int think;        /* -1 unset, 0 off, 1 on */
+    char think_level[8]; /* "low".."max" when think was a string */
     opt_format format;
     bool debug_render;
     infer_opts opts;
@@ -75,6 +77,8 @@ typedef struct infer_ctx {
     int32_t *gen;
     size_t n_gen, cap_gen;
     json_t *tool_calls;
+    jsonfmt *json; /* format "json" / schema: constrained decoding */
+    json_t *logprobs;     /* entries not yet sent (stream) or all of them (non-stream) */
 } infer_ctx;
 
 static void infer_free(void *vctx) {
@@ -96,6 +100,8 @@ static void infer_free(void *vctx) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) outbuf_free(bufs[i]);
     free(c->gen);
     json_decref(c->tool_calls);
+    jsonfmt_free(c->json);
+    json_decref(c->logprobs);
     free(c);
 }
 
@@ -155,14 +161,17 @@ static bool get_bool(vfail *f, const json_t *req, const char *key, bool dflt, bo
     return true;
 }
 
-static bool parse_think(vfail *f, const json_t *v, int *out) {
+static bool parse_think(vfail *f, const json_t *v, int *out, char level[8]) {
     *out = -1;
+    level[0] = '\0';
     if (!v || json_is_null(v)) return true;
     if (json_is_boolean(v)) return (*out = json_is_true(v)), true;
     if (json_is_string(v)) {
         const char *s = json_string_value(v);
-        if (!strcmp(s, "high") || !strcmp(s, "medium") || !strcmp(s, "low") || !strcmp(s, "max"))
+        if (!strcmp(s, "high") || !strcmp(s, "medium") || !strcmp(s, "low") || !strcmp(s, "max")) {
+            snprintf(level, 8, "%s", s);
             return (*out = 1), true;
+        }
         return vf(f, 400,
                   "invalid think value: \"%s\" (must be \"high\", \"medium\", \"low\", \"max\", "
                   "true, or false)",
@@ -212,13 +221,17 @@ static bool parse_gen_chat_common(vfail *f, infer_ctx *c, const json_t *req) {
     if (!get_bool(f, req, "stream", true, &c->stream)) return false;
     if (!get_bool(f, req, "truncate", true, &c->truncate)) return false;
     if (!get_bool(f, req, "_debug_render_only", false, &c->debug_render)) return false;
-    if (!parse_think(f, json_object_get(req, "think"), &c->think)) return false;
+    if (!parse_think(f, json_object_get(req, "think"), &c->think, c->think_level)) return false;
     if (opt_format_parse(json_object_get(req, "format"), &c->format, &err) != HL_OK)
         return vf(f, 400, "%s", err.msg);
     json_t *tl = json_object_get(req, "top_logprobs");
     if (tl && !json_is_null(tl) &&
         (!json_is_integer(tl) || json_integer_value(tl) < 0 || json_integer_value(tl) > 20))
         return vf(f, 400, "top_logprobs must be between 0 and 20");
+    bool lp;
+    if (!get_bool(f, req, "logprobs", false, &lp)) return false;
+    c->opts.sp.logprobs = lp;
+    c->opts.sp.top_logprobs = lp && tl ? (int32_t)json_integer_value(tl) : 0;
     return true;
 }
 
@@ -296,6 +309,9 @@ static bool parse_chat(vfail *f, infer_ctx *c, const json_t *req) {
 /* ---------------- generation (producer thread) ---------------- */
 
 static bool cancelled_cb(void *ud) { return srv_stream_cancelled(ud); }
+static void ctx_logits(void *ud, float *logits, int32_t n_vocab) {
+    jsonfmt_mask(((infer_ctx *)ud)->json, logits, n_vocab);
+}
 static bool ctx_cancelled(void *ud) { return srv_stream_cancelled(((infer_ctx *)ud)->s); }
 
 static void add_metrics(json_t *o, const infer_ctx *c, uint64_t load_ns,
@@ -351,7 +367,12 @@ static void process_text(infer_ctx *c, const char *s, size_t n) {
 static void emit_pending(infer_ctx *c) {
     if (c->thinking.len == 0 && c->content.len == 0) return;
     if (c->stream) {
-        srv_stream_send(c->s, chunk_new(c, obuf(&c->content), obuf(&c->thinking), NULL, false));
+        json_t *o = chunk_new(c, obuf(&c->content), obuf(&c->thinking), NULL, false);
+        if (o && c->logprobs && json_array_size(c->logprobs) > 0) {
+            json_object_set_new(o, "logprobs", c->logprobs);
+            c->logprobs = json_array();
+        }
+        srv_stream_send(c->s, o);
     } else {
         outbuf_add(&c->all_content, c->content.p ? c->content.p : "", c->content.len);
         outbuf_add(&c->all_thinking, c->thinking.p ? c->thinking.p : "", c->thinking.len);
@@ -360,8 +381,35 @@ static void emit_pending(infer_ctx *c) {
     outbuf_clear(&c->thinking);
 }
 
-static bool on_token(void *ud, int32_t token) {
+static json_t *piece_json(const infer_ctx *c, int32_t token) {
+    char buf[256];
+    int32_t n = tok_token_to_piece(c->vocab, token, true, buf, sizeof buf);
+    if (n < 0) n = 0;
+    if ((size_t)n > sizeof buf) n = (int32_t)sizeof buf;
+    /* a piece may be part of a UTF-8 sequence: keep the JSON valid */
+    json_t *s = json_stringn(buf, (size_t)n);
+    if (!s) s = json_string("\xef\xbf\xbd");
+    return s ? s : json_string("");
+}
+
+static void add_logprob(infer_ctx *c, int32_t token, const sampler_out *so) {
+    if (!c->logprobs) c->logprobs = json_array();
+    json_t *e = json_pack("{s:o, s:f}", "token", piece_json(c, token), "logprob", (double)so->logprob);
+    if (!e) return;
+    if (so->n_top > 0) {
+        json_t *top = json_array();
+        for (int32_t i = 0; i < so->n_top; i++)
+            json_array_append_new(top, json_pack("{s:o, s:f}", "token",
+                                                 piece_json(c, so->top_tokens[i]), "logprob",
+                                                 (double)so->top_logprobs[i]));
+        json_object_set_new(e, "top_logprobs", top);
+    }
+    json_array_append_new(c->logprobs, e);
+}
+
+static bool on_token(void *ud, int32_t token, const sampler_out *so) {
     infer_ctx *c = ud;
+    if (so && c->opts.sp.logprobs) add_logprob(c, token, so);
     if (c->n_gen == c->cap_gen) {
         size_t cap = c->cap_gen ? c->cap_gen * 2 : 256;
         int32_t *g = realloc(c->gen, cap * sizeof *g);
@@ -370,6 +418,7 @@ static bool on_token(void *ud, int32_t token) {
         c->cap_gen = cap;
     }
     c->gen[c->n_gen++] = token;
+    if (c->json) jsonfmt_accept(c->json, token);
     int32_t n = tok_stream_push(&c->ts, token, c->piece, c->piece_cap);
     if (n <= 0) return false;
     outbuf_clear(&c->ready);
@@ -419,7 +468,7 @@ static hl_status tokenize_prompt(const tok_vocab *v, const char *text, bool add_
 /* messages for generate: system, the Modelfile's MESSAGEs (unless context), user. */
 static json_t *generate_messages(const infer_ctx *c) {
     json_t *msgs = json_array();
-    const char *sys = c->system ? c->system : c->sm.system;
+    const char *sys = c->system && *c->system ? c->system : c->sm.system;
     if (sys && *sys) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", sys));
     if (!c->context) {
         size_t i;
@@ -459,6 +508,8 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
     hl_status st;
     char *text = NULL;
     const tok_vocab *v = c->vocab;
+    /* think: true is level "medium" where a template wants one (spec 2.4) */
+    const char *level = c->think_level[0] ? c->think_level : c->think > 0 ? "medium" : NULL;
     if (c->kind == INFER_GENERATE) {
         if (c->raw) {
             text = strdup(c->prompt ? c->prompt : "");
@@ -467,7 +518,7 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
         } else if ((c->suffix && *c->suffix) || (c->template_override && *c->template_override)) {
             const char *tpl = c->template_override && *c->template_override ? c->template_override
                                                                             : c->sm.template_text;
-            const char *sys = c->system ? c->system : c->sm.system;
+            const char *sys = c->system && *c->system ? c->system : c->sm.system;
             if (!tpl || strstr(tpl, "{%")) tpl = "{{ .Prompt }}";
             st = prompt_render_go(tpl, sys ? sys : "", c->prompt ? c->prompt : "",
                                   c->suffix ? c->suffix : "", &text, &err);
@@ -477,7 +528,8 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
             }
         } else {
             json_t *msgs = generate_messages(c);
-            st = prompt_render_chat(pr, msgs, NULL, c->use_think ? 1 : c->think, &text, &err);
+            st = prompt_render_chat(pr, msgs, NULL, c->use_think ? 1 : c->think, level, &text,
+                                    &err);
             json_decref(msgs);
         }
         if (st) {
@@ -513,7 +565,7 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
     } else {
         json_t *msgs = chat_messages(c);
         int think = c->use_think ? 1 : c->think;
-        st = prompt_render_chat(pr, msgs, c->tools, think, &text, &err);
+        st = prompt_render_chat(pr, msgs, c->tools, think, level, &text, &err);
         if (!st) st = tokenize_prompt(v, text, true, toks, n_toks, &err);
         /* truncate: drop the oldest non-system messages until the prompt fits */
         size_t n_msgs = json_array_size(msgs);
@@ -528,7 +580,7 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
             char *t2 = NULL;
             int32_t *k2 = NULL;
             size_t n2 = 0;
-            if (prompt_render_chat(pr, cut, c->tools, think, &t2, &err) == HL_OK &&
+            if (prompt_render_chat(pr, cut, c->tools, think, level, &t2, &err) == HL_OK &&
                 tokenize_prompt(v, t2, true, &k2, &n2, &err) == HL_OK) {
                 free(text), free(*toks);
                 text = t2, *toks = k2, *n_toks = n2;
@@ -610,7 +662,7 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
     /* decoding state */
     c->piece_cap = 64;
     for (int32_t id = 0; id < tok_vocab_n_tokens(c->vocab); id++) {
-        int32_t len = tok_token_to_piece(c->vocab, id, false, NULL, 0);
+        int32_t len = tok_token_to_piece(c->vocab, id, true, NULL, 0);
         if (len > 0 && (size_t)len + 64 > c->piece_cap) c->piece_cap = (size_t)len + 64;
     }
     c->piece = malloc(c->piece_cap);
@@ -620,7 +672,9 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
         goto out;
     }
     int32_t bos = tok_vocab_special(c->vocab, TOK_SPECIAL_BOS);
-    tok_stream_init(&c->ts, c->vocab, false, bos >= 0 && toks[n_toks - 1] == bos);
+    /* special tokens are rendered (as Ollama's runner does) so that stop strings such as
+     * "<|im_end|>" can match them; end-of-generation tokens never reach the text */
+    tok_stream_init(&c->ts, c->vocab, true, bos >= 0 && toks[n_toks - 1] == bos);
     stop_init(&c->stop, c->opts.stop, c->opts.n_stop);
     if (c->use_think) {
         size_t rl = strlen(rendered);
@@ -630,9 +684,17 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
     }
     if (c->use_tools) tool_init(&c->toolp, prompt_tool_tag(pr), c->tools);
 
+    if (c->format != OPT_FORMAT_NONE && !c->use_think && !c->use_tools) {
+        hl_err jerr;
+        if (jsonfmt_create(c->vocab, &c->json, &jerr) != HL_OK) {
+            srv_stream_fail(c->s, 500, "%s", jerr.msg);
+            goto out;
+        }
+    }
     engine_request req = {.prompt = toks, .n_prompt = n_toks, .sp = c->opts.sp,
                           .num_predict = c->opts.num_predict, .on_token = on_token,
-                          .cancelled = ctx_cancelled, .ud = c};
+                          .cancelled = ctx_cancelled,
+                          .logits_hook = c->json ? ctx_logits : NULL, .ud = c};
     engine_stats stats;
     hl_status st = engine_generate(m->eng, &req, &stats, &err);
     if (st == HL_ERR_CANCELLED || srv_stream_cancelled(c->s)) goto out;
@@ -671,6 +733,7 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
         for (size_t i = 0; i < c->n_gen; i++) json_array_append_new(ctxa, json_integer(c->gen[i]));
         json_object_set_new(fin, "context", ctxa);
     }
+    if (c->logprobs && json_array_size(c->logprobs) > 0) json_object_set(fin, "logprobs", c->logprobs);
     add_metrics(fin, c, load_ns, &stats);
     srv_stream_send(c->s, fin);
 out:

@@ -323,6 +323,7 @@ enum MHD_Result srv_handle_delete(srv_request *r) {
         ret = srv_reply_error(r, 404, "model '%s' not found", model);
     else {
         hl_err err;
+        sched_expire(r->srv->sched, &canon); /* a deleted model does not stay loaded */
         if (store_delete(r->srv->st, &canon, &err) != HL_OK)
             ret = srv_reply_error(r, 500, "%s", err.msg);
         else

@@ -124,7 +124,7 @@ static bool bridge_emit(void *user, const runner_event *ev) {
     gen_bridge *b = user;
     if (ev->kind != RUNNER_EV_TOKEN) return true;
     if (b->req->cancelled && b->req->cancelled(b->req->ud)) return false;
-    if (b->req->on_token(b->req->ud, ev->token)) {
+    if (b->req->on_token(b->req->ud, ev->token, ev->sample)) {
         b->caller_stopped = true;
         return false;
     }
@@ -135,6 +135,11 @@ static bool bridge_progress(void *user, int32_t processed, int32_t total) {
     (void)processed, (void)total;
     gen_bridge *b = user;
     return !(b->req->cancelled && b->req->cancelled(b->req->ud));
+}
+
+static void bridge_logits(void *user, float *logits, int32_t n_vocab) {
+    gen_bridge *b = user;
+    b->req->logits_hook(b->req->ud, logits, n_vocab);
 }
 
 hl_status engine_generate(engine *e, const engine_request *req, engine_stats *stats,
@@ -153,6 +158,7 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
         .sampling = req->sp,
         .emit = bridge_emit,
         .progress = bridge_progress,
+        .logits_hook = req->logits_hook ? bridge_logits : NULL,
         .user = &b,
     };
     runner_stats rs = {0};

@@ -61,8 +61,11 @@ typedef struct engine_request {
     size_t n_prompt;
     sampler_opts sp;
     int64_t num_predict; /* <= 0: unbounded (until EOG or a full context) */
-    bool (*on_token)(void *ud, int32_t token); /* true = stop now */
+    /* true = stop now; sample carries the logprobs when sp.logprobs asked for them */
+    bool (*on_token)(void *ud, int32_t token, const sampler_out *sample);
     bool (*cancelled)(void *ud);               /* may be NULL */
+    /* may be NULL: edits each logits row before sampling (format constraints) */
+    void (*logits_hook)(void *ud, float *logits, int32_t n_vocab);
     void *ud;
 } engine_request;
 

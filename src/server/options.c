@@ -118,7 +118,13 @@ hl_status opt_parse(const json_t *params, const json_t *options, bool quiet, inf
             }
         }
     }
+    /* the load options size real resources: keep them sane */
     if (out->load.num_ctx < 4) out->load.num_ctx = 4;
+    if (out->load.num_ctx > (1 << 24)) out->load.num_ctx = 1 << 24;
+    if (out->load.n_threads < 0) out->load.n_threads = 0;
+    if (out->load.n_threads > 256) out->load.n_threads = 256;
+    if (out->load.num_batch < 0) out->load.num_batch = 0;
+    if (out->load.num_batch > 8192) out->load.num_batch = 8192;
     hl_status st = sampler_validate_opts(&out->sp, err);
     if (st) opt_free(out);
     return st;

@@ -207,6 +207,17 @@ void tool_feed(tool_parser *p, const char *s, size_t n, outbuf *content) {
     if (strcmp(p->tag, "{") == 0) { /* bare JSON: a call only at the start */
         size_t ws = skip_ws(b, len);
         if (ws == len) return;
+        /* Llama 3.x may open a call with <|python_tag|> (special tokens are rendered) */
+        static const char py[] = "<|python_tag|>";
+        size_t rest = len - ws, pl = sizeof py - 1;
+        if (rest < pl && memcmp(b + ws, py, rest) == 0) return;
+        if (rest >= pl && memcmp(b + ws, py, pl) == 0) {
+            outbuf_consume(&p->buf, ws + pl);
+            b = p->buf.p;
+            len = p->buf.len;
+            ws = skip_ws(b, len);
+            if (ws == len) return;
+        }
         if (b[ws] == '{') {
             p->state = TP_CAPTURE;
         } else {

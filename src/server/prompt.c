@@ -539,13 +539,15 @@ static hl_status render_go_chat(const prompt_renderer *p, const json_t *messages
 }
 
 hl_status prompt_render_chat(const prompt_renderer *p, const json_t *messages,
-                             const json_t *tools, int think, char **out, hl_err *err) {
+                             const json_t *tools, int think, const char *think_level,
+                             char **out, hl_err *err) {
     if (!p->jinja) return render_go_chat(p, messages, think, out, err);
     json_t *ctx = json_pack("{s:O, s:b, s:s, s:s}", "messages", messages,
                             "add_generation_prompt", 1, "bos_token", p->bos, "eos_token", p->eos);
     if (!ctx) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     if (tools && json_array_size(tools) > 0) json_object_set(ctx, "tools", (json_t *)tools);
     if (think >= 0) json_object_set_new(ctx, "enable_thinking", json_boolean(think > 0));
+    if (think > 0 && think_level) json_object_set_new(ctx, "reasoning_effort", json_string(think_level));
     size_t len;
     hl_status st = tmpl_render(p->jinja, ctx, out, &len, err);
     json_decref(ctx);

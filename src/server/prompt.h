@@ -48,10 +48,13 @@ prompt_caps prompt_renderer_caps(const prompt_renderer *p);
 const char *prompt_tool_tag(const prompt_renderer *p);
 
 /* Renders a conversation: messages is an array of {role, content, thinking?,
- * tool_calls?, tool_name?}; tools an array or NULL; think < 0 unset, 0 off, 1 on. The
- * prompt ends where the model's reply starts (add_generation_prompt). */
+ * tool_calls?, tool_name?}; tools an array or NULL; think < 0 unset, 0 off, 1 on
+ * (Jinja: enable_thinking); think_level "low"/"medium"/"high"/"max" or NULL (Jinja:
+ * reasoning_effort). The prompt ends where the model's reply starts
+ * (add_generation_prompt). */
 hl_status prompt_render_chat(const prompt_renderer *p, const json_t *messages,
-                             const json_t *tools, int think, char **out, hl_err *err);
+                             const json_t *tools, int think, const char *think_level,
+                             char **out, hl_err *err);
 
 /* Executes one Go template (in the subset above) with .System, .Prompt, .Suffix and an
  * empty .Response, cut after .Response (generate with `template` or `suffix`). */

@@ -202,8 +202,9 @@ struct tmpl {
     size_t n_body;
 };
 
-/* The filter and test names render.c implements (the parser rejects others, as jinja
- * does at compile time). */
+/* The filter and test names render.c implements. An unknown one is an error only when it
+ * is evaluated: jinja 3.1 also defers it when it sits in a conditional branch, and real
+ * templates do use extension filters (from_json) in branches rarely taken. */
 bool tmpl_filter_known(const char *name);
 bool tmpl_test_known(const char *name);
 

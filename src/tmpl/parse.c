@@ -171,14 +171,12 @@ static char *decode_string(tarena *a, const char *s, size_t n, size_t *out_n) {
     return o;
 }
 
-static const char *const ops3[] = {NULL};
 static const char *const ops2[] = {"//", "**", "==", "!=", ">=", "<=", NULL};
 static const char ops1[] = "+-/*%~[](){},.:|=<>;";
 
 /* Tokenizes the inside of a tag up to its end marker. Returns false on error. */
 static bool lex_tag(parser *p, lexer *lx, tk_type begin, bool *strip_after, bool *keep_after) {
     int bal = 0;
-    (void)ops3;
     for (;;) {
         while (lx->pos < lx->n && is_ws(lx->src[lx->pos])) lx_advance(lx, lx->pos + 1);
         size_t i = lx->pos;
@@ -529,6 +527,13 @@ static bool enter(parser *p) {
     }
     return true;
 }
+/* Each link of a left-associative chain (a + b + c, a|f|g, a.b.c) adds a level to the
+ * evaluator's recursion, so chains count toward the nesting limit too. */
+static bool chain_link(parser *p, int *links) {
+    (*links)++;
+    return enter(p);
+}
+
 #define LEAVE(p, x) \
     do {            \
         (p)->depth--; \
@@ -587,10 +592,6 @@ static tnode *parse_filter(parser *p, tnode *input) {
     if (!f) return NULL;
     f->a = input;
     f->str = t->s;
-    if (!tmpl_filter_known(t->s)) {
-        perr_at(p, t->line, t->col, "no filter named '%s'", t->s);
-        return NULL;
-    }
     next(p);
     while (is_op(cur(p), ".") && peek_at(p, 1)->type == TK_NAME) {
         /* dotted filter names: not supported by us; keep the full name for the error */
@@ -601,8 +602,9 @@ static tnode *parse_filter(parser *p, tnode *input) {
     return f;
 }
 
-static tnode *parse_filter_expr(parser *p, tnode *n) {
+static tnode *parse_filter_expr_links(parser *p, tnode *n, int *links) {
     for (;;) {
+        if (!chain_link(p, links)) return NULL;
         token *t = cur(p);
         if (is_op(t, "|")) {
             next(p);
@@ -623,10 +625,6 @@ static tnode *parse_filter_expr(parser *p, tnode *n) {
                 return NULL;
             }
             tst->str = nt->s;
-            if (!tmpl_test_known(nt->s)) {
-                perr_at(p, nt->line, nt->col, "no test named '%s'", nt->s);
-                return NULL;
-            }
             next(p);
             nt = cur(p);
             if (is_op(nt, "(")) {
@@ -659,8 +657,9 @@ static tnode *parse_filter_expr(parser *p, tnode *n) {
     }
 }
 
-static tnode *parse_postfix(parser *p, tnode *n) {
+static tnode *parse_postfix_links(parser *p, tnode *n, int *links) {
     for (;;) {
+        if (!chain_link(p, links)) return NULL;
         token *t = cur(p);
         if (is_op(t, ".")) {
             next(p);
@@ -729,6 +728,20 @@ static tnode *parse_postfix(parser *p, tnode *n) {
             return n;
         }
     }
+}
+
+static tnode *parse_filter_expr(parser *p, tnode *n) {
+    int links = 0;
+    tnode *r = parse_filter_expr_links(p, n, &links);
+    p->depth -= links;
+    return r;
+}
+
+static tnode *parse_postfix(parser *p, tnode *n) {
+    int links = 0;
+    tnode *r = parse_postfix_links(p, n, &links);
+    p->depth -= links;
+    return r;
 }
 
 /* Parses comma-separated expressions until `close`; sets *trailing_comma. */
@@ -870,21 +883,27 @@ static tnode *binop(parser *p, int op, tnode *l, tnode *r, int line) {
 
 static tnode *parse_pow(parser *p) {
     tnode *l = parse_unary(p, true);
+    int links = 0;
     while (l && is_op(cur(p), "**")) {
         int line = cur(p)->line;
         next(p);
-        l = binop(p, 'p', l, parse_unary(p, true), line);
+        l = chain_link(p, &links) ? binop(p, 'p', l, parse_unary(p, true), line) : NULL;
     }
+    p->depth -= links;
     return l;
 }
 
 static tnode *parse_math2(parser *p) {
     tnode *l = parse_pow(p);
+    int links = 0;
     for (;;) {
         token *t = cur(p);
         int op = is_op(t, "*") ? '*' : is_op(t, "/") ? '/' : is_op(t, "//") ? 'f'
                  : is_op(t, "%") ? '%' : 0;
-        if (!l || !op) return l;
+        if (!l || !op || !chain_link(p, &links)) {
+            p->depth -= links;
+            return op ? NULL : l;
+        }
         next(p);
         l = binop(p, op, l, parse_pow(p), t->line);
     }
@@ -892,20 +911,26 @@ static tnode *parse_math2(parser *p) {
 
 static tnode *parse_concat(parser *p) {
     tnode *l = parse_math2(p);
+    int links = 0;
     while (l && is_op(cur(p), "~")) {
         int line = cur(p)->line;
         next(p);
-        l = binop(p, '~', l, parse_math2(p), line);
+        l = chain_link(p, &links) ? binop(p, '~', l, parse_math2(p), line) : NULL;
     }
+    p->depth -= links;
     return l;
 }
 
 static tnode *parse_math1(parser *p) {
     tnode *l = parse_concat(p);
+    int links = 0;
     for (;;) {
         token *t = cur(p);
         int op = is_op(t, "+") ? '+' : is_op(t, "-") ? '-' : 0;
-        if (!l || !op) return l;
+        if (!l || !op || !chain_link(p, &links)) {
+            p->depth -= links;
+            return op ? NULL : l;
+        }
         next(p);
         l = binop(p, op, l, parse_concat(p), t->line);
     }
@@ -971,33 +996,49 @@ static tnode *parse_not(parser *p) {
 
 static tnode *parse_and(parser *p) {
     tnode *l = parse_not(p);
+    int links = 0;
     while (l && is_name(cur(p), "and")) {
+        if (!chain_link(p, &links)) {
+            l = NULL;
+            break;
+        }
         int line = cur(p)->line;
         next(p);
         tnode *r = parse_not(p);
-        if (!r) return NULL;
-        tnode *n = new_node(p, N_AND, line);
-        if (!n) return NULL;
+        tnode *n = r ? new_node(p, N_AND, line) : NULL;
+        if (!n) {
+            l = NULL;
+            break;
+        }
         n->a = l;
         n->b = r;
         l = n;
     }
+    p->depth -= links;
     return l;
 }
 
 static tnode *parse_or(parser *p) {
     tnode *l = parse_and(p);
+    int links = 0;
     while (l && is_name(cur(p), "or")) {
+        if (!chain_link(p, &links)) {
+            l = NULL;
+            break;
+        }
         int line = cur(p)->line;
         next(p);
         tnode *r = parse_and(p);
-        if (!r) return NULL;
-        tnode *n = new_node(p, N_OR, line);
-        if (!n) return NULL;
+        tnode *n = r ? new_node(p, N_OR, line) : NULL;
+        if (!n) {
+            l = NULL;
+            break;
+        }
         n->a = l;
         n->b = r;
         l = n;
     }
+    p->depth -= links;
     return l;
 }
 

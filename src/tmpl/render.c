@@ -7,13 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <utf8proc.h>
 
 #include "tmpl/internal.h"
 #include "tmpl/tmpl.h"
 
 #define MAX_RANGE 100000
-#define MAX_EVAL_DEPTH 2500
+#define MAX_EVAL_DEPTH 1000
 
 typedef struct frame frame;
 struct frame {
@@ -33,13 +34,14 @@ struct tloop {
     size_t index; /* 0-based */
 };
 
-enum { BI_RANGE = 1, BI_NAMESPACE, BI_RAISE, BI_DICT };
+enum { BI_RANGE = 1, BI_NAMESPACE, BI_RAISE, BI_DICT, BI_STRFTIME };
 
 typedef enum { EX_OK, EX_ERR, EX_BREAK, EX_CONTINUE } exec_rc;
 
 typedef struct rctx {
     tarena a;
     tmpl_limits lim;
+    const tmpl_options *opts;
     hl_err *err;
     bool failed;
     tval_buf *out;
@@ -132,7 +134,10 @@ static bool to_str(rctx *r, const tnode *n, tval v, tval *out) {
         return true;
     }
     tval_buf b = {0};
-    if (!tv_write_str(&r->a, &b, v, 0)) return oom(r, n);
+    if (!tv_write_str(&r->a, &b, v, 0)) {
+        if (r->a.over) return oom(r, n);
+        return rfail(r, n, HL_ERR_INVALID, "value nested too deeply (or containing itself) to print");
+    }
     *out = tv_str(b.p ? b.p : "", b.n);
     return true;
 }
@@ -244,6 +249,7 @@ static tval lookup(rctx *r, frame *f, const char *name) {
     else if (!strcmp(name, "namespace")) v.u.i = BI_NAMESPACE;
     else if (!strcmp(name, "raise_exception")) v.u.i = BI_RAISE;
     else if (!strcmp(name, "dict")) v.u.i = BI_DICT;
+    else if (!strcmp(name, "strftime_now") && r->opts->strftime_now) v.u.i = BI_STRFTIME;
     else return undef_fmt(r, "'%s' is undefined", name);
     return v;
 }
@@ -359,8 +365,15 @@ static double num_of(tval v) {
     return v.kind == TV_FLOAT ? v.u.f : v.kind == TV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-/* <0, 0, >0; sets *ok = false when python would raise TypeError */
-static int tv_cmp(tval a, tval b, bool *ok) {
+/* <0, 0, >0; sets *ok = false when python would raise TypeError (or recursion runs deep) */
+static int tv_cmp_depth(tval a, tval b, bool *ok, int depth);
+static int tv_cmp(tval a, tval b, bool *ok) { return tv_cmp_depth(a, b, ok, 0); }
+
+static int tv_cmp_depth(tval a, tval b, bool *ok, int depth) {
+    if (depth > 200) {
+        *ok = false;
+        return 0;
+    }
     if (is_num(a) && is_num(b)) {
         if (a.kind != TV_FLOAT && b.kind != TV_FLOAT) {
             int64_t x = a.kind == TV_INT ? a.u.i : a.u.b, y = b.kind == TV_INT ? b.u.i : b.u.b;
@@ -378,7 +391,7 @@ static int tv_cmp(tval a, tval b, bool *ok) {
     if (a.kind == TV_LIST && b.kind == TV_LIST) {
         for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
             if (tv_equal(a.u.l->items[i], b.u.l->items[i])) continue;
-            return tv_cmp(a.u.l->items[i], b.u.l->items[i], ok);
+            return tv_cmp_depth(a.u.l->items[i], b.u.l->items[i], ok, depth + 1);
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     }
@@ -552,7 +565,9 @@ static bool get_item(rctx *r, const tnode *n, tval obj, tval key, tval *out) {
             *out = undef_attr(r, obj, key.u.s.p, key.u.s.n);
             return true;
         }
-        return get_attr(r, n, obj, ta_strdup(&r->a, key.u.s.p, key.u.s.n), key.u.s.n, out);
+        const char *name = ta_strdup(&r->a, key.u.s.p, key.u.s.n);
+        if (!name) return oom(r, n);
+        return get_attr(r, n, obj, name, key.u.s.n, out);
     }
     tval_buf b = {0};
     if (!tv_write_repr(&r->a, &b, key, 0)) return oom(r, n);
@@ -660,12 +675,107 @@ static bool concat2(rctx *r, const tnode *n, tval a, tval b, tval *out) {
     return true;
 }
 
+/* python's str % args for the common conversions: %s %r %d %i %f %x %% with flags,
+ * width and precision; a dict argument serves %(name)s. */
+static bool percent_format(rctx *r, tnode *n, tval fmt, tval args, tval *out) {
+    tval_buf b = {0};
+    size_t argi = 0;
+    bool tuple = args.kind == TV_LIST && args.tuple;
+    size_t nargs = tuple ? args.u.l->n : 1;
+    const char *p = fmt.u.s.p;
+    size_t len = fmt.u.s.n;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] != '%') {
+            if (!tb_put(&r->a, &b, p + i, 1)) return oom(r, n);
+            continue;
+        }
+        if (++i >= len) return rfail(r, n, HL_ERR_FORMAT, "incomplete format");
+        tval v;
+        bool have = false;
+        if (p[i] == '(') {
+            const char *e = memchr(p + i, ')', len - i);
+            if (!e || args.kind != TV_DICT) return rfail(r, n, HL_ERR_FORMAT, "format requires a mapping");
+            tval *hit = td_get_str(args.u.d, p + i + 1, (size_t)(e - p) - i - 1);
+            if (!hit) return rfail(r, n, HL_ERR_FORMAT, "KeyError in %% format");
+            v = *hit;
+            have = true;
+            i = (size_t)(e - p) + 1;
+        }
+        char spec[32];
+        size_t k = 0;
+        spec[k++] = '%';
+        while (i < len && strchr("-+ 0#", p[i]) && k < 8) spec[k++] = p[i++];
+        while (i < len && p[i] >= '0' && p[i] <= '9' && k < 16) spec[k++] = p[i++];
+        if (i < len && p[i] == '.') {
+            spec[k++] = p[i++];
+            while (i < len && p[i] >= '0' && p[i] <= '9' && k < 24) spec[k++] = p[i++];
+        }
+        spec[k] = 0;
+        if (i >= len) return rfail(r, n, HL_ERR_FORMAT, "incomplete format");
+        char conv = p[i];
+        if (conv == '%') {
+            if (!tb_puts(&r->a, &b, "%")) return oom(r, n);
+            continue;
+        }
+        if (!have) {
+            if (argi >= nargs) return rfail(r, n, HL_ERR_FORMAT, "not enough arguments for format string");
+            v = tuple ? args.u.l->items[argi] : args;
+            argi++;
+        }
+        char num[128];
+        if (conv == 's' || conv == 'r') {
+            tval sv;
+            if (conv == 's' ? !to_str(r, n, v, &sv) : false) return false;
+            if (conv == 'r') {
+                tval_buf rb = {0};
+                if (!tv_write_repr(&r->a, &rb, v, 0)) return oom(r, n);
+                sv = tv_str(rb.p ? rb.p : "", rb.n);
+            }
+            int width = atoi(spec + 1 + (spec[1] == '-'));
+            size_t cl = u8_len(sv.u.s.p, sv.u.s.n);
+            size_t pad = width > 0 && (size_t)width > cl ? (size_t)width - cl : 0;
+            if (pad > 10000) return rfail(r, n, HL_ERR_INVALID, "format width too large");
+            bool left = spec[1] == '-';
+            for (size_t q = 0; !left && q < pad; q++) if (!tb_puts(&r->a, &b, " ")) return oom(r, n);
+            if (!tb_put(&r->a, &b, sv.u.s.p, sv.u.s.n)) return oom(r, n);
+            for (size_t q = 0; left && q < pad; q++) if (!tb_puts(&r->a, &b, " ")) return oom(r, n);
+            continue;
+        }
+        if (!is_num(v)) return rfail(r, n, HL_ERR_FORMAT, "%%%c format: a number is required, not %s", conv, tv_type_name(v));
+        if (atoi(spec + 1) > 100) return rfail(r, n, HL_ERR_INVALID, "format width too large");
+        if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {
+            spec[k++] = 'l';
+            spec[k++] = 'l';
+            spec[k++] = conv == 'i' ? 'd' : conv;
+            spec[k] = 0;
+            double d = num_of(v);
+            long long iv = v.kind == TV_FLOAT ? (long long)d : (long long)(v.kind == TV_INT ? v.u.i : v.u.b);
+            snprintf(num, sizeof num, spec, iv);
+        } else if (conv == 'f' || conv == 'F' || conv == 'e' || conv == 'E' || conv == 'g' || conv == 'G') {
+            spec[k++] = conv;
+            spec[k] = 0;
+            snprintf(num, sizeof num, spec, num_of(v));
+        } else {
+            return rfail(r, n, HL_ERR_FORMAT, "unsupported format character '%c'", conv);
+        }
+        if (!tb_puts(&r->a, &b, num)) return oom(r, n);
+    }
+    /* a lone argument must be used up unless it is mapping-like (python's rule) */
+    bool mapping_like = !tuple && (args.kind == TV_DICT || args.kind == TV_LIST ||
+                                   args.kind == TV_UNDEF || args.kind == TV_NS);
+    if (argi < nargs && !mapping_like)
+        return rfail(r, n, HL_ERR_FORMAT, "not all arguments converted during string formatting");
+    *out = tv_str(b.p ? b.p : "", b.n);
+    return true;
+}
+
 static bool binop(rctx *r, tnode *n, int op, tval a, tval b, tval *out) {
     if (op == '~') {
         tval x, y;
         if (!to_str(r, n, a, &x) || !to_str(r, n, b, &y)) return false;
         return concat2(r, n, x, y, out);
     }
+    if (op == '%' && a.kind == TV_STR) return percent_format(r, n, a, b, out);
     if (a.kind == TV_UNDEF) return fail_undef(r, n, a);
     if (b.kind == TV_UNDEF) return fail_undef(r, n, b);
     bool ints = (a.kind == TV_INT || a.kind == TV_BOOL) && (b.kind == TV_INT || b.kind == TV_BOOL);
@@ -723,10 +833,23 @@ static bool binop(rctx *r, tnode *n, int op, tval a, tval b, tval *out) {
         case 'f':
         case '%': {
             if (y == 0) return rfail(r, n, HL_ERR_FORMAT, "float modulo");
-            double m = fmod(x, y);
-            if (m != 0 && ((m < 0) != (y < 0))) m += y;
-            *out = tv_float(op == '%' ? m : floor((x - m) / y + 0.5 * 0));
-            if (op == 'f') *out = tv_float(floor(x / y));
+            /* python's float_divmod */
+            double mod = fmod(x, y), div = (x - mod) / y, fdiv;
+            if (mod != 0) {
+                if ((y < 0) != (mod < 0)) {
+                    mod += y;
+                    div -= 1.0;
+                }
+            } else {
+                mod = copysign(0.0, y);
+            }
+            if (div != 0) {
+                fdiv = floor(div);
+                if (div - fdiv > 0.5) fdiv += 1.0;
+            } else {
+                fdiv = copysign(0.0, x / y);
+            }
+            *out = tv_float(op == '%' ? mod : fdiv);
             return true;
         }
         case 'p': *out = tv_float(pow(x, y)); return true;
@@ -775,14 +898,8 @@ static bool binop(rctx *r, tnode *n, int op, tval a, tval b, tval *out) {
     }
     if (op == '*' && (b.kind == TV_STR || b.kind == TV_LIST) && (a.kind == TV_INT || a.kind == TV_BOOL))
         return binop(r, n, op, b, a, out);
-    static const char *names[128];
-    names['+'] = "+";
-    names['-'] = "-";
-    names['*'] = "*";
-    names['/'] = "/";
-    names['f'] = "//";
-    names['%'] = "%";
-    names['p'] = "** or pow()";
+    static const char *const names[128] = {['+'] = "+", ['-'] = "-", ['*'] = "*", ['/'] = "/",
+                                            ['f'] = "//", ['%'] = "%", ['p'] = "** or pow()"};
     if (op == '+' && a.kind == TV_STR)
         return rfail(r, n, HL_ERR_FORMAT, "can only concatenate str (not \"%s\") to str",
                      tv_type_name(b));
@@ -1456,12 +1573,13 @@ static bool dict_items(rctx *r, tnode *n, tdict *d, tval *out) {
 static bool dict_method(rctx *r, tnode *n, tval d, const char *m, size_t npos, tval *pos,
                         size_t nkw, const char **kwn, tval *kwv, tval *out) {
     tval a[2];
-    if (!strcmp(m, "get") || !strcmp(m, "pop") || !strcmp(m, "setdefault")) {
+    if (strcmp(m, "get") && strcmp(m, "items") && strcmp(m, "keys") && strcmp(m, "values") &&
+        strcmp(m, "copy"))
+        return rfail(r, n, HL_ERR_FORMAT, "access to attribute '%s' of 'dict' object is unsafe.", m);
+    if (!strcmp(m, "get")) {
         static const char *const ps[] = {"key", "default", NULL};
         if (!bind(r, n, m, ps, npos, pos, nkw, kwn, kwv, a)) return false;
         if (!present(a[0])) return rfail(r, n, HL_ERR_FORMAT, "%s expected at least 1 argument", m);
-        if (strcmp(m, "get"))
-            return rfail(r, n, HL_ERR_FORMAT, "access to attribute '%s' of 'dict' object is unsafe.", m);
         tval *v = td_get(d.u.d, a[0]);
         *out = v ? *v : present(a[1]) ? a[1] : tv_none();
         return true;
@@ -1652,6 +1770,20 @@ static bool call_builtin(rctx *r, tnode *n, int64_t id, size_t npos, tval *pos, 
         if (id == BI_NAMESPACE) out->kind = TV_NS;
         return true;
     }
+    case BI_STRFTIME: {
+        if (npos != 1 || nkw || pos[0].kind != TV_STR)
+            return rfail(r, n, HL_ERR_FORMAT, "strftime_now() takes one format string");
+        char fmt[256], buf[512];
+        if (pos[0].u.s.n >= sizeof fmt) return rfail(r, n, HL_ERR_FORMAT, "strftime_now format too long");
+        memcpy(fmt, pos[0].u.s.p, pos[0].u.s.n);
+        fmt[pos[0].u.s.n] = 0;
+        time_t now = r->opts->now ? (time_t)r->opts->now : time(NULL);
+        struct tm tm;
+        if (!localtime_r(&now, &tm)) return rfail(r, n, HL_ERR_FORMAT, "strftime_now: bad time");
+        size_t len = fmt[0] ? strftime(buf, sizeof buf, fmt, &tm) : 0;
+        *out = mk_str(r, buf, len);
+        return true;
+    }
     case BI_RAISE: {
         tval msg = npos ? pos[0] : tv_str("", 0);
         tval s;
@@ -1720,7 +1852,8 @@ static bool apply_test(rctx *r, tnode *n, frame *f, const char *name, tval v, si
     else if (!strcmp(name, "true")) *res = v.kind == TV_BOOL && v.u.b;
     else if (!strcmp(name, "false")) *res = v.kind == TV_BOOL && !v.u.b;
     else if (!strcmp(name, "callable"))
-        *res = v.kind == TV_MACRO || v.kind == TV_BUILTIN || v.kind == TV_METHOD;
+        *res = v.kind == TV_MACRO || v.kind == TV_BUILTIN || v.kind == TV_METHOD ||
+               v.kind == TV_UNDEF; /* Undefined defines __call__ (to raise) */
     else if (!strcmp(name, "escaped")) *res = v.kind == TV_STR && v.safe;
     else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         tval s, m;
@@ -1730,8 +1863,17 @@ static bool apply_test(rctx *r, tnode *n, frame *f, const char *name, tval v, si
         *res = m.u.b;
     } else if (!strcmp(name, "odd") || !strcmp(name, "even") || !strcmp(name, "divisibleby")) {
         if (v.kind == TV_UNDEF) return fail_undef(r, n, v);
+        if (v.kind == TV_FLOAT || (npos && arg.kind == TV_FLOAT)) {
+            double fd = name[0] == 'd' ? (npos && is_num(arg) ? num_of(arg) : 0) : 2;
+            if (!is_num(v) || fd == 0)
+                return rfail(r, n, HL_ERR_FORMAT, "test '%s': bad operands", name);
+            double m = fmod(num_of(v), fd);
+            if (m != 0 && ((m < 0) != (fd < 0))) m += fd; /* python's modulo */
+            *res = name[0] == 'o' ? m == 1 : m == 0;
+            return true;
+        }
         if (v.kind != TV_INT && v.kind != TV_BOOL)
-            return rfail(r, n, HL_ERR_FORMAT, "test '%s' needs an integer, got '%s'", name,
+            return rfail(r, n, HL_ERR_FORMAT, "test '%s' needs a number, got '%s'", name,
                          tv_type_name(v));
         int64_t x = v.kind == TV_INT ? v.u.i : v.u.b, d = 2;
         if (name[0] == 'd') {
@@ -1947,18 +2089,27 @@ static bool to_json_val(rctx *r, tnode *n, tval in, size_t npos, tval *pos, size
 static bool do_round(rctx *r, tnode *n, tval v, int64_t prec, const char *method, tval *out) {
     if (!is_num(v)) return rfail(r, n, HL_ERR_FORMAT, "type %s doesn't define __round__", tv_type_name(v));
     double x = num_of(v), m = pow(10.0, (double)prec), y;
+    if (!strcmp(method, "common") && v.kind != TV_FLOAT) {
+        *out = v.kind == TV_BOOL ? tv_int(v.u.b) : v; /* round(int, n) stays an int */
+        return true;
+    }
     if (!strcmp(method, "common")) {
-        /* python round(): half to even on the decimal value */
-        y = x * m;
-        double fl = floor(y), diff = y - fl;
-        if (diff > 0.5) fl += 1;
-        else if (diff == 0.5 && fmod(fl, 2) != 0) fl += 1;
-        y = fl / m;
-        char buf[64];
-        snprintf(buf, sizeof buf, "%.*f", prec > 0 && prec < 30 ? (int)prec : 0, x);
-        if (prec > 0 && prec < 17) y = strtod(buf, NULL);
-    } else if (!strcmp(method, "ceil")) y = ceil(x * m) / m;
-    else if (!strcmp(method, "floor")) y = floor(x * m) / m;
+        if (prec >= 0) {
+            /* python rounds the exact binary value to prec decimals, half to even: that is
+             * what printf's %.*f does; then back to the nearest double */
+            size_t cap = 340 + (size_t)prec;
+            char *buf = ta_alloc(&r->a, cap);
+            if (!buf) return oom(r, n);
+            snprintf(buf, cap, "%.*f", (int)prec, x);
+            y = strtod(buf, NULL);
+        } else {
+            double q = x / pow(10.0, (double)-prec), fl = floor(q), diff = q - fl;
+            if (diff > 0.5 || (diff == 0.5 && fmod(fl, 2) != 0)) fl += 1;
+            y = fl * pow(10.0, (double)-prec);
+            if (y == 0) y = copysign(0.0, x);
+        }
+    } else if (!strcmp(method, "ceil")) y = (ceil(x * m) + 0.0) / m; /* python: int, so no -0 */
+    else if (!strcmp(method, "floor")) y = (floor(x * m) + 0.0) / m;
     else return rfail(r, n, HL_ERR_FORMAT, "method must be common, ceil or floor");
     *out = tv_float(y);
     return true;
@@ -2313,7 +2464,8 @@ static bool apply_filter(rctx *r, tnode *n, frame *f, const char *name, tval in,
         if (!j) return rfail(r, n, HL_ERR_FORMAT, "from_json: invalid JSON: %s", je.text);
         bool ok = from_json(r, j, out, 0);
         json_decref(j);
-        return ok ? true : oom(r, n);
+        if (ok) return true;
+        return r->a.over ? oom(r, n) : rfail(r, n, HL_ERR_INVALID, "from_json: value nested too deeply");
     }
     if (!strcmp(name, "sum")) {
         BIND("attribute", "start");
@@ -2421,7 +2573,9 @@ static exec_rc exec_for(rctx *r, tnode *n, frame *f) {
     tval seq;
     if (!eval(r, n->a, f, &seq)) return EX_ERR;
     tlist *items;
-    if (seq.kind == TV_DICT || seq.kind == TV_LIST || seq.kind == TV_STR || seq.kind == TV_UNDEF) {
+    if (seq.kind == TV_LIST) {
+        items = seq.u.l; /* iterated live, like Python: appends in the body are visited */
+    } else if (seq.kind == TV_DICT || seq.kind == TV_STR || seq.kind == TV_UNDEF) {
         if (!to_list(r, n, seq, &items)) return EX_ERR;
     } else {
         rfail(r, n, HL_ERR_FORMAT, "'%s' object is not iterable", tv_type_name(seq));
@@ -2559,7 +2713,7 @@ static exec_rc exec_body(rctx *r, tnode **body, size_t nb, frame *f) {
 
 tmpl_limits tmpl_default_limits(void) {
     tmpl_limits l = {.max_output = 16u << 20, .max_memory = 256u << 20,
-                     .max_iterations = 1000000, .max_call_depth = 200, .max_steps = 100000000};
+                     .max_iterations = 10000000, .max_call_depth = 200, .max_steps = 100000000};
     return l;
 }
 
@@ -2569,15 +2723,29 @@ hl_status tmpl_render(const tmpl *t, const json_t *context, char **out, size_t *
     return tmpl_render_limited(t, context, &l, out, out_len, err);
 }
 
+tmpl_options tmpl_default_options(void) {
+    tmpl_options o = {.limits = tmpl_default_limits()};
+    return o;
+}
+
 hl_status tmpl_render_limited(const tmpl *t, const json_t *context, const tmpl_limits *limits,
                               char **out, size_t *out_len, hl_err *err) {
+    tmpl_options o = tmpl_default_options();
+    if (limits) o.limits = *limits;
+    return tmpl_render_opts(t, context, &o, out, out_len, err);
+}
+
+hl_status tmpl_render_opts(const tmpl *t, const json_t *context, const tmpl_options *opts,
+                           char **out, size_t *out_len, hl_err *err) {
+    tmpl_options defaults = tmpl_default_options();
+    if (!opts) opts = &defaults;
     *out = NULL;
     if (out_len) *out_len = 0;
     if (!t) return hl_fail(err, HL_ERR_INVALID, "no template");
     if (context && !json_is_object(context))
         return hl_fail(err, HL_ERR_INVALID, "template context must be a JSON object");
     hl_err local;
-    rctx r = {.lim = limits ? *limits : tmpl_default_limits(), .err = err ? err : &local};
+    rctx r = {.lim = opts->limits, .opts = opts, .err = err ? err : &local};
     r.a.cap = r.lim.max_memory;
     tval_buf buf = {0};
     r.out = &buf;

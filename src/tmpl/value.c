@@ -175,7 +175,14 @@ static double tv_num(tval v) {
     return v.kind == TV_FLOAT ? v.u.f : v.kind == TV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-bool tv_equal(tval a, tval b) {
+static bool equal_depth(tval a, tval b, int depth);
+
+bool tv_equal(tval a, tval b) { return equal_depth(a, b, 0); }
+
+/* Deeply nested or self-containing lists (a template can append a list to itself) compare
+ * unequal past a depth, where python would raise RecursionError. */
+static bool equal_depth(tval a, tval b, int depth) {
+    if (depth > 200) return false;
     if (tv_is_number(a) && tv_is_number(b)) {
         if (a.kind != TV_FLOAT && b.kind != TV_FLOAT) {
             int64_t x = a.kind == TV_INT ? a.u.i : a.u.b, y = b.kind == TV_INT ? b.u.i : b.u.b;
@@ -191,13 +198,13 @@ bool tv_equal(tval a, tval b) {
     case TV_LIST:
         if (a.u.l->n != b.u.l->n) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!tv_equal(a.u.l->items[i], b.u.l->items[i])) return false;
+            if (!equal_depth(a.u.l->items[i], b.u.l->items[i], depth + 1)) return false;
         return true;
     case TV_DICT:
         if (a.u.d->n != b.u.d->n) return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
             tval *o = td_get(b.u.d, a.u.d->keys[i]);
-            if (!o || !tv_equal(a.u.d->vals[i], *o)) return false;
+            if (!o || !equal_depth(a.u.d->vals[i], *o, depth + 1)) return false;
         }
         return true;
     case TV_NS: return a.u.d == b.u.d;
@@ -333,7 +340,7 @@ static bool write_common(tarena *a, tval_buf *b, tval v, int depth, bool repr) {
     char num[64];
     if (depth > 500) return false;
     switch (v.kind) {
-    case TV_UNDEF: return true;
+    case TV_UNDEF: return repr ? tb_puts(a, b, "Undefined") : true;
     case TV_NONE: return tb_puts(a, b, "None");
     case TV_BOOL: return tb_puts(a, b, v.u.b ? "True" : "False");
     case TV_INT:
