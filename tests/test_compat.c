@@ -449,6 +449,32 @@ static void oai_chat(srv_proc *p) {
                      "\"_debug_render_only\":true}"), 200);
     CHECK(strstr(pstr(g_json, "_debug_info.rendered_template"), "<|im_start|>user\nHi") != NULL);
 
+    /* response_format json_object constrains the reply to JSON */
+    CHECK_EQ_INT(req(p, "POST", "/v1/chat/completions",
+                     "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                     "\"max_tokens\":20,\"seed\":3,\"response_format\":{\"type\":\"json_object\"}}"), 200);
+    const char *js = pstr(g_json, "choices.0.message.content");
+    CHECK_MSG(js[strspn(js, " \n\t")] == '{', "json reply: '%s'", js);
+
+    /* logprobs / top_logprobs: one entry per generated token */
+    CHECK_EQ_INT(req(p, "POST", "/v1/chat/completions",
+                     "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                     "\"max_tokens\":4,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2}"), 200);
+    json_t *lpc = jpath(g_json, "choices.0.logprobs.content");
+    CHECK_EQ_INT((int)json_array_size(lpc), 4);
+    CHECK_EQ_INT((int)json_array_size(jpath(lpc, "0.top_logprobs")), 2);
+    CHECK(json_number_value(jpath(lpc, "0.logprob")) <= 0.0);
+    /* greedy: the chosen token is the most likely one */
+    CHECK_STR(pstr(lpc, "1.token"), pstr(lpc, "1.top_logprobs.0.token"));
+    CHECK(json_array_size(jpath(lpc, "0.bytes")) == strlen(pstr(lpc, "0.token")));
+    CHECK_EQ_INT(req_sse(p, "/v1/chat/completions",
+                         "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                         "\"max_tokens\":4,\"temperature\":0,\"logprobs\":true,\"stream\":true}"), 200);
+    size_t n_lp = 0, ei;
+    json_t *ev;
+    json_array_foreach(g_events, ei, ev) n_lp += json_array_size(jpath(ev, "data.choices.0.logprobs.content"));
+    CHECK_EQ_INT((int)n_lp, 4);
+
     /* content parts and developer role */
     CHECK_EQ_INT(req(p, "POST", "/v1/chat/completions",
                      "{\"model\":\"chat\",\"messages\":[{\"role\":\"developer\",\"content\":\"Dev.\"},"
@@ -492,6 +518,16 @@ static void oai_completions(srv_proc *p) {
     CHECK_EQ_INT(pint(last, "usage.completion_tokens"), 8);
     CHECK_STR(pstr(json_object_get(json_array_get(g_events, n - 2), "data"),
                    "choices.0.finish_reason"), "length");
+
+    /* logprobs N: the legacy shape */
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":\"Once\","
+                     "\"max_tokens\":3,\"temperature\":0,\"logprobs\":2}"), 200);
+    json_t *lp = jpath(g_json, "choices.0.logprobs");
+    CHECK_EQ_INT((int)json_array_size(json_object_get(lp, "tokens")), 3);
+    CHECK_EQ_INT((int)json_array_size(json_object_get(lp, "token_logprobs")), 3);
+    CHECK_EQ_INT((int)json_object_size(jpath(lp, "top_logprobs.0")), 2);
+    CHECK_EQ_INT(pint(lp, "text_offset.0"), 0);
+    CHECK_EQ_INT(pint(lp, "text_offset.1"), (long long)strlen(pstr(lp, "tokens.0")));
 
     /* prompt must be a string; stop items must be strings */
     CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":[1,2]}"), 400);

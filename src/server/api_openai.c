@@ -34,6 +34,7 @@ typedef struct oai_enc {
     bool role_sent;
     bool tool_calls_seen;
     int n_tool_calls;
+    int64_t text_offset; /* completions logprobs */
 } oai_enc;
 
 static const char *error_type(unsigned status) {
@@ -107,6 +108,66 @@ static json_t *oai_tool_calls(oai_enc *o, const json_t *calls) {
     return out;
 }
 
+static json_t *token_bytes(const char *t) {
+    json_t *b = json_array();
+    for (const unsigned char *p = (const unsigned char *)t; *p; p++)
+        json_array_append_new(b, json_integer(*p));
+    return b;
+}
+
+/* Native logprobs entries ({token, logprob, top_logprobs?}) as OpenAI's chat
+ * {"content":[{token, logprob, bytes, top_logprobs:[...]}]}; NULL when there are none. */
+static json_t *chat_logprobs(const json_t *native) {
+    if (json_array_size(native) == 0) return NULL;
+    json_t *content = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(native, i, e) {
+        const char *tok = json_string_value(json_object_get(e, "token"));
+        json_t *top = json_array();
+        size_t k;
+        json_t *t;
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, t) {
+            const char *tt = json_string_value(json_object_get(t, "token"));
+            json_array_append_new(top, json_pack("{s:s, s:O, s:o}", "token", tt ? tt : "",
+                                                 "logprob", json_object_get(t, "logprob"),
+                                                 "bytes", token_bytes(tt ? tt : "")));
+        }
+        json_array_append_new(content, json_pack("{s:s, s:O, s:o, s:o}", "token", tok ? tok : "",
+                                                 "logprob", json_object_get(e, "logprob"),
+                                                 "bytes", token_bytes(tok ? tok : ""),
+                                                 "top_logprobs", top));
+    }
+    return json_pack("{s:o}", "content", content);
+}
+
+/* The legacy completions shape: tokens, token_logprobs, top_logprobs (token -> logprob),
+ * text_offset (byte offsets from the start of the generated text; *offset carries on
+ * across stream chunks). */
+static json_t *completion_logprobs(const json_t *native, int64_t *offset) {
+    if (json_array_size(native) == 0) return NULL;
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(native, i, e) {
+        const char *tok = json_string_value(json_object_get(e, "token"));
+        json_array_append_new(tokens, json_string(tok ? tok : ""));
+        json_array_append(lps, json_object_get(e, "logprob"));
+        json_t *top = json_object();
+        size_t k;
+        json_t *t;
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, t) {
+            const char *tt = json_string_value(json_object_get(t, "token"));
+            json_object_set(top, tt ? tt : "", json_object_get(t, "logprob"));
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer((json_int_t)*offset));
+        *offset += tok ? (int64_t)strlen(tok) : 0;
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
+                     "top_logprobs", tops, "text_offset", offs);
+}
+
 static json_t *chunk_base(const oai_enc *o, const json_t *native, const char *object) {
     const char *model = json_string_value(json_object_get(native, "model"));
     return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", o->id, "object", object, "created",
@@ -114,11 +175,13 @@ static json_t *chunk_base(const oai_enc *o, const json_t *native, const char *ob
                      "fp_ollama");
 }
 
-static char *chat_delta_frame(oai_enc *o, const json_t *native, json_t *delta, json_t *finish) {
+static char *chat_delta_frame(oai_enc *o, const json_t *native, json_t *delta, json_t *finish,
+                              json_t *logprobs) {
     json_t *ch = chunk_base(o, native, "chat.completion.chunk");
-    json_object_set_new(ch, "choices",
-                        json_pack("[{s:i, s:o, s:o}]", "index", 0, "delta", delta,
-                                  "finish_reason", finish ? finish : json_null()));
+    json_t *choice = json_pack("{s:i, s:o, s:o}", "index", 0, "delta", delta, "finish_reason",
+                               finish ? finish : json_null());
+    if (logprobs) json_object_set_new(choice, "logprobs", logprobs);
+    json_object_set_new(ch, "choices", json_pack("[o]", choice));
     return compat_sse_data(ch);
 }
 
@@ -138,18 +201,22 @@ static char *chat_frame(srv_encoder *e, json_t *chunk) {
         o->role_sent = true;
         json_object_set_new(d, "content", json_string(""));
         json_object_set_new(d, "reasoning", json_string(thinking));
-        out = compat_cat(out, chat_delta_frame(o, chunk, d, NULL));
+        out = compat_cat(out, chat_delta_frame(o, chunk, d, NULL, NULL));
     }
+    json_t *lp = chat_logprobs(json_object_get(chunk, "logprobs"));
     if (!done || (content && *content) || has_calls) {
         json_t *d = json_object();
         if (!o->role_sent) json_object_set_new(d, "role", json_string("assistant"));
         o->role_sent = true;
         json_object_set_new(d, "content", json_string(content ? content : ""));
         if (has_calls) json_object_set_new(d, "tool_calls", oai_tool_calls(o, calls));
-        out = compat_cat(out, chat_delta_frame(o, chunk, d, NULL));
+        out = compat_cat(out, chat_delta_frame(o, chunk, d, NULL, lp));
+        lp = NULL;
     }
     if (done) {
-        out = compat_cat(out, chat_delta_frame(o, chunk, json_object(), json_string(finish_reason(o, chunk))));
+        out = compat_cat(out, chat_delta_frame(o, chunk, json_object(),
+                                               json_string(finish_reason(o, chunk)), lp));
+        lp = NULL;
         if (o->include_usage) {
             json_t *u = chunk_base(o, chunk, "chat.completion.chunk");
             json_object_set_new(u, "choices", json_array());
@@ -157,6 +224,7 @@ static char *chat_frame(srv_encoder *e, json_t *chunk) {
             out = compat_cat(out, compat_sse_data(u));
         }
     }
+    json_decref(lp);
     json_decref(chunk);
     return out ? out : strdup("");
 }
@@ -172,8 +240,11 @@ static json_t *chat_reply(srv_encoder *e, json_t *last) {
     if (thinking && *thinking) json_object_set_new(m, "reasoning", json_string(thinking));
     if (json_array_size(calls) > 0) json_object_set_new(m, "tool_calls", oai_tool_calls(o, calls));
     json_t *r = chunk_base(o, last, "chat.completion");
-    json_object_set_new(r, "choices", json_pack("[{s:i, s:o, s:s}]", "index", 0, "message", m,
-                                                "finish_reason", finish_reason(o, last)));
+    json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "message", m, "finish_reason",
+                               finish_reason(o, last));
+    json_t *lp = chat_logprobs(json_object_get(last, "logprobs"));
+    if (lp) json_object_set_new(choice, "logprobs", lp);
+    json_object_set_new(r, "choices", json_pack("[o]", choice));
     json_object_set_new(r, "usage", usage_obj(last));
     json_decref(last);
     return r;
@@ -185,10 +256,12 @@ static char *completion_frame(srv_encoder *e, json_t *chunk) {
     bool done = json_is_true(json_object_get(chunk, "done"));
     const char *text = json_string_value(json_object_get(chunk, "response"));
     json_t *ch = chunk_base(o, chunk, "text_completion");
-    json_object_set_new(ch, "choices",
-                        json_pack("[{s:s, s:i, s:o}]", "text", text ? text : "", "index", 0,
-                                  "finish_reason",
-                                  done ? json_string(finish_reason(o, chunk)) : json_null()));
+    json_t *choice = json_pack("{s:s, s:i, s:o}", "text", text ? text : "", "index", 0,
+                               "finish_reason",
+                               done ? json_string(finish_reason(o, chunk)) : json_null());
+    json_t *lp = completion_logprobs(json_object_get(chunk, "logprobs"), &o->text_offset);
+    if (lp) json_object_set_new(choice, "logprobs", lp);
+    json_object_set_new(ch, "choices", json_pack("[o]", choice));
     if (o->include_usage)
         json_object_set_new(ch, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", 0,
                                                    "completion_tokens", 0, "total_tokens", 0));
@@ -208,9 +281,11 @@ static json_t *completion_reply(srv_encoder *e, json_t *last) {
     if (json_object_get(last, "_debug_info")) return last;
     const char *text = json_string_value(json_object_get(last, "response"));
     json_t *r = chunk_base(o, last, "text_completion");
-    json_object_set_new(r, "choices", json_pack("[{s:s, s:i, s:s}]", "text", text ? text : "",
-                                                "index", 0, "finish_reason",
-                                                finish_reason(o, last)));
+    json_t *choice = json_pack("{s:s, s:i, s:s}", "text", text ? text : "", "index", 0,
+                               "finish_reason", finish_reason(o, last));
+    json_t *lp = completion_logprobs(json_object_get(last, "logprobs"), &o->text_offset);
+    if (lp) json_object_set_new(choice, "logprobs", lp);
+    json_object_set_new(r, "choices", json_pack("[o]", choice));
     json_object_set_new(r, "usage", usage_obj(last));
     json_decref(last);
     return r;
