@@ -18,6 +18,7 @@
 #include "base/file.h"
 #include "net/http_client.h"
 #include "server/compat.h"
+#include "server/server.h"
 #include "store/sha256.h"
 #include "test.h"
 
@@ -52,6 +53,103 @@ TEST(compat_sse_framing) {
     compat_random_hex(hex, 24);
     CHECK_EQ_INT((int)strlen(hex), 24);
     CHECK(strspn(hex, "0123456789abcdef") == 24);
+}
+
+/* The encoders in-process, fed by test producers: an error after the first frame is an
+ * error frame (OpenAI: data: {"error":...}, no [DONE]; Anthropic: event: error), one
+ * before it the HTTP status with the layer's error body. */
+static void sleep_ms(int ms);
+
+static void chunk_then_fail(srv_stream *s, void *ctx) {
+    (void)ctx;
+    srv_stream_send(s, json_pack("{s:s, s:{s:s, s:s}, s:b}", "model", "m", "message", "role",
+                                 "assistant", "content", "Hi", "done", 0));
+    srv_stream_fail(s, 500, "boom");
+}
+
+static void fail_at_once(srv_stream *s, void *ctx) {
+    (void)ctx;
+    srv_stream_fail(s, 503, "busy");
+}
+
+static enum MHD_Result route_oai_mid(srv_request *r) {
+    if (!compat_attach_openai_chat(r)) return MHD_NO;
+    return srv_stream_run(r, true, chunk_then_fail, NULL, NULL);
+}
+static enum MHD_Result route_anth_mid(srv_request *r) {
+    if (!compat_attach_anthropic(r)) return MHD_NO;
+    return srv_stream_run(r, true, chunk_then_fail, NULL, NULL);
+}
+static enum MHD_Result route_oai_early(srv_request *r) {
+    if (!compat_attach_openai_chat(r)) return MHD_NO;
+    return srv_stream_run(r, true, fail_at_once, NULL, NULL);
+}
+static enum MHD_Result route_anth_early(srv_request *r) {
+    if (!compat_attach_anthropic(r)) return MHD_NO;
+    return srv_stream_run(r, false, fail_at_once, NULL, NULL);
+}
+
+static const srv_route k_enc_routes[] = {
+    {"/t/oai-mid", false, "GET", route_oai_mid, false},
+    {"/t/anth-mid", false, "GET", route_anth_mid, false},
+    {"/t/oai-early", false, "GET", route_oai_early, false},
+    {"/t/anth-early", false, "GET", route_anth_early, false},
+};
+
+static int get_body(const net_host *h, const char *path, char *out, size_t cap) {
+    char *resp = NULL;
+    int status = -1;
+    hl_err err;
+    if (net_http_request(h, "GET", path, NULL, 0, &status, &resp, NULL, &err) != HL_OK) status = -1;
+    snprintf(out, cap, "%s", resp ? resp : "");
+    free(resp);
+    return status;
+}
+
+TEST(compat_stream_errors_in_process) {
+    server_config cfg = {.extra_routes = k_enc_routes, .n_extra_routes = 4, .quiet = 1};
+    char models[1100];
+    snprintf(models, sizeof models, "%s/models", test_tmpdir());
+    cfg.models_dir = models;
+    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
+    hl_server *srv;
+    hl_err err;
+    CHECK_OK(server_start(&cfg, &srv, &err), &err);
+    net_host h;
+    net_host_parse("127.0.0.1", &h, NULL);
+    h.port = server_port(srv);
+    static char oai[4096], anth[4096], oai_early[1024], anth_early[1024];
+    int st1 = get_body(&h, "/t/oai-mid", oai, sizeof oai);
+    int st2 = get_body(&h, "/t/anth-mid", anth, sizeof anth);
+    int st3 = get_body(&h, "/t/oai-early", oai_early, sizeof oai_early);
+    int st4 = get_body(&h, "/t/anth-early", anth_early, sizeof anth_early);
+    server_stop(srv);
+    CHECK_EQ_INT(st1, 200);
+    CHECK(strstr(oai, "data: {\"id\":\"chatcmpl-") == oai);
+    CHECK(strstr(oai, "\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"}") != NULL);
+    const char *e = strstr(oai, "\n\ndata: {\"error\":");
+    CHECK_MSG(e != NULL, "%s", oai);
+    CHECK_STR(e, "\n\ndata: {\"error\":{\"message\":\"boom\",\"type\":\"api_error\","
+                 "\"param\":null,\"code\":null}}\n\n");
+    CHECK(strstr(oai, "[DONE]") == NULL);
+    CHECK_EQ_INT(st2, 200);
+    CHECK(strstr(anth, "event: message_start\n") == anth);
+    CHECK(strstr(anth, "event: content_block_delta\n") != NULL);
+    e = strstr(anth, "event: error\n");
+    CHECK_MSG(e != NULL, "%s", anth);
+    CHECK_STR(e, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+                 "\"message\":\"boom\"}}\n\n");
+    CHECK(strstr(anth, "message_stop") == NULL);
+    CHECK_EQ_INT(st3, 503);
+    CHECK_STR(oai_early, "{\"error\":{\"message\":\"busy\",\"type\":\"api_error\",\"param\":null,"
+                         "\"code\":null}}");
+    CHECK_EQ_INT(st4, 503);
+    json_t *j = json_loads(anth_early, 0, NULL);
+    CHECK(j != NULL);
+    CHECK_STR(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+              "overloaded_error");
+    CHECK(!strncmp(json_string_value(json_object_get(j, "request_id")), "req_", 4));
+    json_decref(j);
 }
 
 /* ---------------- the server process ---------------- */

@@ -25,7 +25,6 @@
 #include <string.h>
 
 #include "server/compat.h"
-#include "server/internal.h"
 
 typedef struct anth_enc {
     srv_encoder base; /* first */
@@ -236,6 +235,8 @@ static anth_enc *attach(srv_request *r) {
     r->enc = &a->base;
     return a;
 }
+
+bool compat_attach_anthropic(srv_request *r) { return attach(r) != NULL; }
 
 /* ---------------- request translation ---------------- */
 

@@ -20,7 +20,6 @@
 #include <time.h>
 
 #include "server/compat.h"
-#include "server/internal.h"
 
 typedef enum oai_kind { OAI_PLAIN, OAI_CHAT, OAI_COMPLETION, OAI_EMBED } oai_kind;
 
@@ -377,6 +376,8 @@ static oai_enc *attach(srv_request *r, oai_kind kind) {
     r->enc = &o->base;
     return o;
 }
+
+bool compat_attach_openai_chat(srv_request *r) { return attach(r, OAI_CHAT) != NULL; }
 
 /* ---------------- request translation ---------------- */
 

@@ -18,6 +18,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "server/internal.h"
+
 /* "data: <compact json>\n\n" (steals obj). */
 char *compat_sse_data(json_t *obj);
 /* "event: <name>\ndata: <compact json>\n\n" (steals obj). */
@@ -41,5 +43,11 @@ char *compat_strip_billing_header(const char *text);
 /* Reads a number field: absent/null -> false (out untouched); a number -> true;
  * anything else -> sets *bad. */
 bool compat_number(const json_t *obj, const char *key, double *out, bool *bad);
+
+/* Attach a layer's encoder to r (replacing any): from then on r's errors, streams and
+ * replies take that layer's shape. The handlers use them; tests drive them with their
+ * own producers. False: out of memory. */
+bool compat_attach_openai_chat(srv_request *r);
+bool compat_attach_anthropic(srv_request *r);
 
 #endif
