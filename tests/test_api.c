@@ -200,9 +200,31 @@ TEST(api_go_template_subset) {
     free(out);
     CHECK(prompt_go_uses_suffix("<PRE> {{ .Prompt }} <SUF>{{ .Suffix }} <MID>"));
     CHECK(!prompt_go_uses_suffix("{{ .Prompt }}"));
-    CHECK(prompt_render_go("{{ range .Messages }}x{{ end }}", "", "", "", &out, &err) ==
-          HL_ERR_UNSUPPORTED);
-    CHECK(strstr(err.msg, "range .Messages") != NULL);
+    CHECK(prompt_render_go("{{ template \"x\" }}", "", "", "", &out, &err) == HL_ERR_UNSUPPORTED);
+    CHECK(prompt_render_go("{{ upper .Prompt }}", "", "", "", &out, &err) == HL_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "\"upper\" is not supported") != NULL);
+    CHECK(prompt_render_go("{{ $x }}", "", "", "", &out, &err) == HL_ERR_INVALID);
+    /* hostile templates end with an error, not a hang or a crash */
+    CHECK(prompt_render_go("{{ range 1000000000 }}x{{ end }}", "", "", "", &out, &err) == HL_ERR_INVALID);
+    char deep[4096] = "{{ ";
+    for (int i = 0; i < 200; i++) strcat(deep, "(");
+    strcat(deep, "1");
+    for (int i = 0; i < 200; i++) strcat(deep, ")");
+    strcat(deep, " }}");
+    CHECK(prompt_render_go(deep, "", "", "", &out, &err) != HL_OK);
+    char nested[8192] = "";
+    for (int i = 0; i < 300; i++) strcat(nested, "{{ if 1 }}");
+    CHECK(prompt_render_go(nested, "", "", "", &out, &err) != HL_OK);
+    CHECK(prompt_render_go("{{ index .Prompt 5 }}{{ slice .Prompt 9 }}", "", "ab", "", &out, &err) == HL_ERR_INVALID);
+    /* functions, variables, pipelines, printf, with, range over a number */
+    CHECK_OK(prompt_render_go("{{ $p := .Prompt }}{{ if and (eq $p \"hi\") (ne .System \"\") }}"
+                              "{{ len $p }}|{{ slice $p 1 }}|{{ .Prompt | printf \"%q-%s\" \"x\" }}|"
+                              "{{ json .System }}{{ end }}{{ with .Suffix }}[{{ . }}]{{ else }}none"
+                              "{{ end }}{{ range $i, $c := 3 }}{{ $i }}{{ end }}{{ print 1 2 \"a\" }}",
+                              "s", "hi", "", &out, &err),
+             &err);
+    CHECK_STR(out, "2|i|\"x\"-hi|\"s\"none0121 2a");
+    free(out);
     CHECK(prompt_render_go("{{ if .System }}x", "", "", "", &out, &err) == HL_ERR_FORMAT);
     CHECK(prompt_render_go("{{ .Prompt", "", "", "", &out, &err) == HL_ERR_FORMAT);
 
@@ -220,6 +242,43 @@ TEST(api_go_template_subset) {
     CHECK_STR(out, "S:sys U:one A:r1|U:two A:");
     free(out);
     json_decref(msgs);
+    prompt_renderer_free(pr);
+
+    /* an Ollama-style template over .Messages (Llama 3.2's shape), tools and tool calls */
+    static const char *llama_tpl =
+        "{{- if or .System .Tools }}<|start_header_id|>system<|end_header_id|>\n"
+        "{{- if .System }}\n\n{{ .System }}\n{{- end }}\n"
+        "{{- if .Tools }}\n\nTools: {{ range .Tools }}{{ . }}{{ end }}\n{{- end }}<|eot_id|>\n{{- end }}\n"
+        "{{- range $i, $_ := .Messages }}\n"
+        "{{- $last := eq (len (slice $.Messages $i)) 1 }}\n"
+        "{{- if eq .Role \"user\" }}<|start_header_id|>user<|end_header_id|>\n\n{{ .Content }}<|eot_id|>"
+        "{{ if $last }}<|start_header_id|>assistant<|end_header_id|>\n\n{{ end }}\n"
+        "{{- else if eq .Role \"assistant\" }}<|start_header_id|>assistant<|end_header_id|>\n"
+        "{{- if .ToolCalls }}\n{{ range .ToolCalls }}{\"name\": \"{{ .Function.Name }}\", \"parameters\": "
+        "{{ .Function.Arguments }}}{{ end }}\n"
+        "{{- else }}\n\n{{ .Content }}\n{{- end }}{{ if not $last }}<|eot_id|>{{ end }}\n"
+        "{{- else if eq .Role \"tool\" }}<|start_header_id|>ipython<|end_header_id|>\n\n{{ .Content }}<|eot_id|>"
+        "{{ if $last }}<|start_header_id|>assistant<|end_header_id|>\n\n{{ end }}\n"
+        "{{- end }}\n{{- end }}";
+    CHECK_OK(prompt_renderer_create(llama_tpl, NULL, NULL, &pr, &err), &err);
+    CHECK(prompt_renderer_caps(pr).tools && !prompt_renderer_caps(pr).insert);
+    msgs = json_loads("[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"Q1\"},"
+                      "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":"
+                      "{\"name\":\"f\",\"arguments\":{\"a\":1}}}]},{\"role\":\"tool\",\"content\":\"R\"},"
+                      "{\"role\":\"user\",\"content\":\"Q2\"},{\"role\":\"user\",\"content\":\"Q3\"}]",
+                      0, NULL);
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", 0, NULL);
+    CHECK_OK(prompt_render_chat(pr, msgs, tools, -1, NULL, &out, &err), &err);
+    CHECK_STR(out, "<|start_header_id|>system<|end_header_id|>\n\nS\n\nTools: "
+                   "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}<|eot_id|>"
+                   "<|start_header_id|>user<|end_header_id|>\n\nQ1<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n{\"name\": \"f\", \"parameters\": {\"a\":1}}"
+                   "<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\nR<|eot_id|>"
+                   "<|start_header_id|>user<|end_header_id|>\n\nQ2\n\nQ3<|eot_id|>" /* collated */
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(out);
+    json_decref(msgs);
+    json_decref(tools);
     prompt_renderer_free(pr);
 
     /* a Jinja TEMPLATE given in a Modelfile is rendered as Jinja; caps from its text */
@@ -578,8 +637,17 @@ static const char *k_chatml =
     "{%- endfor %}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
+static bool write_gguf_ex(const char *src, const char *dst, const char *chat_template,
+                          const char *pooling_key, const char *arch);
+
 static bool write_templated_gguf(const char *src, const char *dst, const char *chat_template,
                                  const char *pooling_key) {
+    return write_gguf_ex(src, dst, chat_template, pooling_key, NULL);
+}
+
+/* arch (may be NULL) replaces general.architecture. */
+static bool write_gguf_ex(const char *src, const char *dst, const char *chat_template,
+                          const char *pooling_key, const char *arch) {
     gguf_file *f;
     if (gguf_open(src, &f, NULL) != HL_OK) return false;
     gguf_writer *w = gguf_writer_create();
@@ -646,6 +714,7 @@ static bool write_templated_gguf(const char *src, const char *dst, const char *c
     }
     if (ok && chat_template) ok = gguf_writer_set_str(w, "tokenizer.chat_template", chat_template) == HL_OK;
     if (ok && pooling_key) ok = gguf_writer_set_u32(w, pooling_key, 3) == HL_OK; /* last */
+    if (ok && arch) ok = gguf_writer_set_str(w, "general.architecture", arch) == HL_OK;
     for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         char name[256];
@@ -1256,6 +1325,14 @@ static void errors_api(srv_proc *p) {
     CHECK_EQ_INT(unlink(blob), 0);
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"gone\",\"prompt\":\"x\"}"), 404);
     CHECK_STR(resp_error(), "model \"gone\" not found, try pulling it first");
+    /* a model the engine cannot load: a clear 500, nothing stays loaded */
+    snprintf(path, sizeof path, "%s/mamba.gguf", test_tmpdir());
+    CHECK(write_gguf_ex(stories(), path, NULL, NULL, "mamba"));
+    CHECK(create_model(p, "mamba", path, ""));
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"mamba\",\"prompt\":\"x\"}"), 500);
+    CHECK_MSG(strstr(resp_error(), "mamba") != NULL, "%s", resp_error());
+    CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"mamba\",\"input\":\"x\"}"), 500);
+    CHECK_EQ_INT(ps_count(p), 0);
     /* the server is healthy after all of that */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"stream\":false,"
                      "\"options\":{\"num_predict\":2}}"), 200);

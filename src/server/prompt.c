@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/gotmpl.h"
 #include "tmpl/tmpl.h"
 
 /* ---------------- a growable string ---------------- */
@@ -36,349 +37,14 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
 }
 static void sb_str(sbuf *b, const char *s) { sb_add(b, s ? s : "", s ? strlen(s) : 0); }
 
-/* ---------------- Go template subset ---------------- */
+/* ---------------- Go templates (gotmpl.h) ---------------- */
 
-typedef enum gnode_kind { GN_TEXT, GN_FIELD, GN_IF } gnode_kind;
-
-typedef struct gexpr {
-    int op;          /* 0 field, 'n' not, '&' and, '|' or */
-    char fields[4][16];
-    int n;
-} gexpr;
-
-typedef struct gnode {
-    gnode_kind kind;
-    char *text; /* GN_TEXT (malloc'd) */
-    char field[16];
-    gexpr cond;
-    struct glist *then_, *else_; /* GN_IF */
-} gnode;
-
-typedef struct glist {
-    gnode *nodes;
-    size_t n, cap;
-} glist;
-
-static void glist_free(glist *l) {
-    if (!l) return;
-    for (size_t i = 0; i < l->n; i++) {
-        free(l->nodes[i].text);
-        glist_free(l->nodes[i].then_);
-        glist_free(l->nodes[i].else_);
-    }
-    free(l->nodes);
-    free(l);
-}
-
-static gnode *glist_push(glist *l) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 8;
-        gnode *p = realloc(l->nodes, cap * sizeof *p);
-        if (!p) return NULL;
-        l->nodes = p;
-        l->cap = cap;
-    }
-    gnode *n = &l->nodes[l->n++];
-    memset(n, 0, sizeof *n);
-    return n;
-}
-
-/* The lexed template: alternating text and actions. */
-typedef struct gtok {
-    bool action;
-    char *s; /* text, or the action's inside (trimmed) */
-} gtok;
-
-typedef struct gparser {
-    gtok *toks;
-    size_t n, pos;
-    hl_err *err;
-    hl_status st;
-} gparser;
-
-static hl_status go_lex(const char *src, gtok **out, size_t *n_out, hl_err *err) {
-    size_t cap = 16, n = 0;
-    gtok *t = malloc(cap * sizeof *t);
-    if (!t) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    const char *p = src;
-    bool trim_next = false;
-    hl_status st = HL_OK;
-    for (;;) {
-        const char *open = strstr(p, "{{");
-        size_t tl = open ? (size_t)(open - p) : strlen(p);
-        const char *ts = p;
-        if (trim_next)
-            while (tl > 0 && isspace((unsigned char)*ts)) ts++, tl--;
-        bool trim_prev = open && open[2] == '-' && (open[3] == ' ' || open[3] == '\t' ||
-                                                    open[3] == '\n' || open[3] == '\r');
-        if (trim_prev)
-            while (tl > 0 && isspace((unsigned char)ts[tl - 1])) tl--;
-        if (n + 2 > cap) {
-            cap *= 2;
-            gtok *g = realloc(t, cap * sizeof *t);
-            if (!g) {
-                st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
-                break;
-            }
-            t = g;
-        }
-        if (tl) {
-            t[n].action = false;
-            t[n].s = strndup(ts, tl);
-            if (!t[n].s) {
-                st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
-                break;
-            }
-            n++;
-        }
-        if (!open) break;
-        const char *in = open + 2 + (trim_prev ? 1 : 0);
-        const char *close = strstr(in, "}}");
-        if (!close) {
-            st = hl_fail(err, HL_ERR_FORMAT, "template: unclosed action");
-            break;
-        }
-        const char *e = close;
-        trim_next = false;
-        if (e > in && e[-1] == '-' && e - 1 > in && isspace((unsigned char)e[-2])) {
-            trim_next = true;
-            e--;
-        }
-        while (in < e && isspace((unsigned char)*in)) in++;
-        while (e > in && isspace((unsigned char)e[-1])) e--;
-        t[n].action = true;
-        t[n].s = strndup(in, (size_t)(e - in));
-        if (!t[n].s) {
-            st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
-            break;
-        }
-        n++;
-        p = close + 2;
-    }
-    if (st) {
-        for (size_t i = 0; i < n; i++) free(t[i].s);
-        free(t);
-        return st;
-    }
-    *out = t;
-    *n_out = n;
-    return HL_OK;
-}
-
-static bool parse_field(const char *w, char out[16]) {
-    if (w[0] == '$' && w[1] == '.') w++;
-    if (w[0] != '.' || !w[1] || strlen(w + 1) >= 16) return false;
-    for (const char *c = w + 1; *c; c++)
-        if (!isalnum((unsigned char)*c) && *c != '_') return false;
-    strcpy(out, w + 1);
-    return true;
-}
-
-static bool parse_expr(const char *s, gexpr *e) {
-    char buf[256];
-    if (strlen(s) >= sizeof buf) return false;
-    strcpy(buf, s);
-    char *words[6];
-    int n = 0;
-    for (char *w = strtok(buf, " \t\n"); w; w = strtok(NULL, " \t\n")) {
-        if (n == 6) return false;
-        words[n++] = w;
-    }
-    if (n == 0) return false;
-    memset(e, 0, sizeof *e);
-    int first = 0;
-    if (!strcmp(words[0], "not")) e->op = 'n', first = 1;
-    else if (!strcmp(words[0], "and")) e->op = '&', first = 1;
-    else if (!strcmp(words[0], "or")) e->op = '|', first = 1;
-    if (n - first < 1 || n - first > 4 || (e->op == 'n' && n != 2) || (e->op == 0 && n != 1))
-        return false;
-    for (int i = first; i < n; i++)
-        if (!parse_field(words[i], e->fields[e->n++])) return false;
-    return true;
-}
-
-static hl_status unsupported(gparser *g, const char *what) {
-    return g->st = hl_fail(g->err, HL_ERR_UNSUPPORTED,
-                           "template: {{ %s }} is outside the Go-template subset hearth renders",
-                           what);
-}
-
-/* Parses until {{ end }} / {{ else }} (returned through *stop) or the end. */
-static glist *go_parse_list(gparser *g, const char **stop) {
-    glist *l = calloc(1, sizeof *l);
-    if (!l) {
-        g->st = hl_fail(g->err, HL_ERR_NOMEM, "out of memory");
-        return NULL;
-    }
-    *stop = NULL;
-    while (g->pos < g->n && !g->st) {
-        gtok *t = &g->toks[g->pos++];
-        if (!t->action) {
-            gnode *nd = glist_push(l);
-            if (!nd) break;
-            nd->kind = GN_TEXT;
-            nd->text = t->s;
-            t->s = NULL;
-            continue;
-        }
-        const char *a = t->s;
-        if (a[0] == '/' && a[1] == '*') continue; /* comment */
-        if (!strcmp(a, "end") || !strcmp(a, "else") || !strncmp(a, "else if ", 8)) {
-            *stop = a;
-            return l;
-        }
-        if (!strncmp(a, "if ", 3)) {
-            gnode *nd = glist_push(l);
-            if (!nd) break;
-            nd->kind = GN_IF;
-            if (!parse_expr(a + 3, &nd->cond)) {
-                unsupported(g, a);
-                break;
-            }
-            const char *st;
-            nd->then_ = go_parse_list(g, &st);
-            if (g->st) break;
-            gnode *cur = nd;
-            while (st && strncmp(st, "else if ", 8) == 0) {
-                /* else if: a nested if in the else branch, closed by the same end */
-                cur->else_ = calloc(1, sizeof(glist));
-                gnode *inner = cur->else_ ? glist_push(cur->else_) : NULL;
-                if (!inner) {
-                    g->st = hl_fail(g->err, HL_ERR_NOMEM, "out of memory");
-                    break;
-                }
-                inner->kind = GN_IF;
-                if (!parse_expr(st + 8, &inner->cond)) {
-                    unsupported(g, st);
-                    break;
-                }
-                inner->then_ = go_parse_list(g, &st);
-                if (g->st) break;
-                cur = inner;
-            }
-            if (g->st) break;
-            if (st && !strcmp(st, "else")) {
-                cur->else_ = go_parse_list(g, &st);
-                if (g->st) break;
-            }
-            if (!st || strcmp(st, "end") != 0) {
-                g->st = hl_fail(g->err, HL_ERR_FORMAT, "template: unexpected EOF (missing end)");
-                break;
-            }
-            continue;
-        }
-        gnode *nd = glist_push(l);
-        if (!nd) break;
-        nd->kind = GN_FIELD;
-        if (!parse_field(a, nd->field)) {
-            unsupported(g, a);
-            break;
-        }
-    }
-    if (!g->st && l->n > 0 && !l->nodes) g->st = hl_fail(g->err, HL_ERR_NOMEM, "out of memory");
-    return l;
-}
-
-typedef struct gotmpl {
-    glist *root;
-    bool uses_messages;
-} gotmpl;
-
-static void gotmpl_free(gotmpl *t) {
-    if (!t) return;
-    glist_free(t->root);
-    free(t);
-}
-
-static hl_status gotmpl_compile(const char *src, gotmpl **out, hl_err *err) {
-    gtok *toks = NULL;
-    size_t n = 0;
-    hl_status st = go_lex(src, &toks, &n, err);
-    if (st) return st;
-    gparser g = {.toks = toks, .n = n, .err = err};
-    const char *stop;
-    glist *root = go_parse_list(&g, &stop);
-    if (!g.st && stop) g.st = hl_fail(err, HL_ERR_FORMAT, "template: unexpected {{ %s }}", stop);
-    for (size_t i = 0; i < n; i++) free(toks[i].s);
-    free(toks);
-    if (g.st) {
-        glist_free(root);
-        return g.st;
-    }
-    gotmpl *t = calloc(1, sizeof *t);
-    if (!t) {
-        glist_free(root);
-        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    }
-    t->root = root;
-    *out = t;
-    return HL_OK;
-}
-
-typedef struct gvars {
-    const char *system, *prompt, *response, *suffix;
-    bool think;
-    bool cut;     /* stop output after .Response */
-    bool stopped;
-} gvars;
-
-static const char *gvar(const gvars *v, const char *f) {
-    if (!strcmp(f, "System")) return v->system;
-    if (!strcmp(f, "Prompt")) return v->prompt;
-    if (!strcmp(f, "Response")) return v->response;
-    if (!strcmp(f, "Suffix")) return v->suffix;
-    if (!strcmp(f, "Think") || !strcmp(f, "IsThinkSet")) return v->think ? "true" : "";
-    return "";
-}
-
-static bool gtruth(const gvars *v, const char *f) {
-    const char *s = gvar(v, f);
-    return s && *s;
-}
-
-static bool geval(const gvars *v, const gexpr *e) {
-    switch (e->op) {
-    case 'n': return !gtruth(v, e->fields[0]);
-    case '&':
-        for (int i = 0; i < e->n; i++)
-            if (!gtruth(v, e->fields[i])) return false;
-        return true;
-    case '|':
-        for (int i = 0; i < e->n; i++)
-            if (gtruth(v, e->fields[i])) return true;
-        return false;
-    default: return gtruth(v, e->fields[0]);
-    }
-}
-
-static void gexec(const glist *l, gvars *v, sbuf *b) {
-    if (!l) return;
-    for (size_t i = 0; i < l->n && !v->stopped; i++) {
-        const gnode *nd = &l->nodes[i];
-        switch (nd->kind) {
-        case GN_TEXT: sb_str(b, nd->text); break;
-        case GN_FIELD:
-            if (strcmp(nd->field, "Think") && strcmp(nd->field, "IsThinkSet"))
-                sb_str(b, gvar(v, nd->field));
-            if (v->cut && !strcmp(nd->field, "Response")) v->stopped = true;
-            break;
-        case GN_IF: gexec(geval(v, &nd->cond) ? nd->then_ : nd->else_, v, b); break;
-        }
-    }
-}
-
-static bool glist_uses(const glist *l, const char *field) {
-    if (!l) return false;
-    for (size_t i = 0; i < l->n; i++) {
-        const gnode *nd = &l->nodes[i];
-        if (nd->kind == GN_FIELD && !strcmp(nd->field, field)) return true;
-        if (nd->kind == GN_IF) {
-            for (int k = 0; k < nd->cond.n; k++)
-                if (!strcmp(nd->cond.fields[k], field)) return true;
-            if (glist_uses(nd->then_, field) || glist_uses(nd->else_, field)) return true;
-        }
-    }
-    return false;
+/* The data of one legacy execution: .System .Prompt .Response .Suffix. */
+static json_t *legacy_data(const char *system, const char *prompt, const char *response,
+                           const char *suffix, bool think) {
+    return json_pack("{s:s, s:s, s:s, s:s, s:b, s:b}", "System", system ? system : "", "Prompt",
+                     prompt ? prompt : "", "Response", response ? response : "", "Suffix",
+                     suffix ? suffix : "", "Think", think, "IsThinkSet", think);
 }
 
 hl_status prompt_render_go(const char *go_template, const char *system, const char *prompt,
@@ -386,23 +52,17 @@ hl_status prompt_render_go(const char *go_template, const char *system, const ch
     gotmpl *t;
     hl_status st = gotmpl_compile(go_template, &t, err);
     if (st) return st;
-    gvars v = {.system = system, .prompt = prompt, .response = "", .suffix = suffix, .cut = true};
-    sbuf b = {0};
-    sb_add(&b, "", 0);
-    gexec(t->root, &v, &b);
+    json_t *data = legacy_data(system, prompt, "", suffix, false);
+    st = data ? gotmpl_exec(t, data, true, out, err) : hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    json_decref(data);
     gotmpl_free(t);
-    if (b.oom) {
-        free(b.p);
-        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    }
-    *out = b.p;
-    return HL_OK;
+    return st;
 }
 
 bool prompt_go_uses_suffix(const char *go_template) {
     gotmpl *t;
     if (gotmpl_compile(go_template, &t, NULL) != HL_OK) return strstr(go_template, ".Suffix");
-    bool r = glist_uses(t->root, "Suffix");
+    bool r = gotmpl_uses(t, "Suffix");
     gotmpl_free(t);
     return r;
 }
@@ -411,7 +71,8 @@ bool prompt_go_uses_suffix(const char *go_template) {
 
 struct prompt_renderer {
     tmpl *jinja;      /* when rendering with Jinja */
-    gotmpl *go;       /* when rendering with the Go subset */
+    gotmpl *go;       /* when rendering a Go template */
+    bool go_messages; /* the Go template ranges over .Messages (one execution) */
     prompt_caps caps;
     char tool_tag[32];
     char bos[64], eos[64];
@@ -452,7 +113,18 @@ hl_status prompt_renderer_create(const char *modelfile_template, const char *ggu
                 }
                 st = HL_OK;
             } else {
-                p->caps.insert = glist_uses(p->go->root, "Suffix");
+                p->caps.insert = gotmpl_uses(p->go, "Suffix");
+                p->caps.tools = gotmpl_uses(p->go, "Tools");
+                p->caps.thinking = gotmpl_uses(p->go, "Think") &&
+                                   strstr(modelfile_template, "<think>") != NULL;
+                p->go_messages = gotmpl_uses(p->go, "Messages");
+                const char *tags[] = {"<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"};
+                snprintf(p->tool_tag, sizeof p->tool_tag, "{");
+                for (int i = 0; i < 2; i++)
+                    if (strstr(modelfile_template, tags[i])) {
+                        snprintf(p->tool_tag, sizeof p->tool_tag, "%s", tags[i]);
+                        break;
+                    }
             }
         }
     }
@@ -494,16 +166,61 @@ static const char *msg_str(const json_t *m, const char *k) {
     return s ? s : "";
 }
 
-/* Ollama's legacy execution: one run per user/assistant turn, the last cut after
- * .Response. System messages collate into .System. */
-static hl_status render_go_chat(const prompt_renderer *p, const json_t *messages, int think,
-                                char **out, hl_err *err) {
+/* Consecutive messages of one role merge (not tool results); system contents join
+ * into .System (Ollama's collate). */
+static json_t *collate(const json_t *messages, sbuf *sys) {
+    json_t *out = json_array();
+    size_t i;
+    json_t *m;
+    bool have_sys = false;
+    json_array_foreach(messages, i, m) {
+        const char *role = msg_str(m, "role"), *content = msg_str(m, "content");
+        if (!strcmp(role, "system")) {
+            if (have_sys) sb_str(sys, "\n\n");
+            sb_str(sys, content);
+            have_sys = true;
+        }
+        json_t *last = json_array_size(out) ? json_array_get(out, json_array_size(out) - 1) : NULL;
+        if (last && !strcmp(msg_str(last, "role"), role) && strcmp(role, "tool") != 0) {
+            sbuf b = {0};
+            sb_str(&b, msg_str(last, "content"));
+            sb_str(&b, "\n\n");
+            sb_str(&b, content);
+            json_object_set_new(last, "content", json_string(b.p ? b.p : ""));
+            free(b.p);
+        } else {
+            json_array_append_new(out, json_deep_copy(m));
+        }
+    }
+    return out;
+}
+
+/* Go templates: one execution over .Messages, or Ollama's legacy execution (one run
+ * per user/assistant turn, the last cut after .Response). */
+static hl_status render_go_chat(const prompt_renderer *p, const json_t *messages,
+                                const json_t *tools, int think, const char *level, char **out,
+                                hl_err *err) {
+    if (p->go_messages) {
+        sbuf sys = {0};
+        sb_add(&sys, "", 0);
+        json_t *msgs = collate(messages, &sys);
+        json_t *data = json_pack("{s:s, s:o, s:O, s:s, s:s, s:s, s:b, s:s, s:b}", "System",
+                                 sys.p ? sys.p : "", "Messages", msgs, "Tools",
+                                 tools ? tools : json_null(), "Prompt", "", "Response", "",
+                                 "Suffix", "", "Think", think > 0, "ThinkLevel",
+                                 level ? level : "", "IsThinkSet", think >= 0);
+        free(sys.p);
+        if (!data) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+        hl_status st = gotmpl_exec(p->go, data, false, out, err);
+        json_decref(data);
+        return st;
+    }
     sbuf b = {0}, sys = {0};
     sb_add(&b, "", 0);
     sb_add(&sys, "", 0);
     const char *prompt = "", *response = "";
     bool have_sys = false;
-    gvars v = {.think = think > 0};
+    hl_status st = HL_OK;
     size_t i;
     json_t *m;
     json_array_foreach(messages, i, m) {
@@ -511,8 +228,14 @@ static hl_status render_go_chat(const prompt_renderer *p, const json_t *messages
         bool flush = (!strcmp(role, "system") && (*prompt || *response)) ||
                      (!strcmp(role, "user") && *response);
         if (flush) {
-            v.system = sys.p, v.prompt = prompt, v.response = response;
-            gexec(p->go->root, &v, &b);
+            json_t *data = legacy_data(sys.p, prompt, response, "", think > 0);
+            char *part = NULL;
+            st = data ? gotmpl_exec(p->go, data, false, &part, err)
+                      : hl_fail(err, HL_ERR_NOMEM, "out of memory");
+            json_decref(data);
+            if (st) break;
+            sb_str(&b, part);
+            free(part);
             sys.len = 0, sys.p[0] = '\0', have_sys = false;
             prompt = response = "";
         }
@@ -526,13 +249,20 @@ static hl_status render_go_chat(const prompt_renderer *p, const json_t *messages
             response = content;
         }
     }
-    v.system = sys.p, v.prompt = prompt, v.response = response, v.cut = true;
-    gexec(p->go->root, &v, &b);
+    if (!st) {
+        json_t *data = legacy_data(sys.p, prompt, response, "", think > 0);
+        char *part = NULL;
+        st = data ? gotmpl_exec(p->go, data, true, &part, err)
+                  : hl_fail(err, HL_ERR_NOMEM, "out of memory");
+        json_decref(data);
+        if (!st) sb_str(&b, part);
+        free(part);
+    }
     bool oom = b.oom || sys.oom;
     free(sys.p);
-    if (oom) {
+    if (st || oom) {
         free(b.p);
-        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+        return st ? st : hl_fail(err, HL_ERR_NOMEM, "out of memory");
     }
     *out = b.p;
     return HL_OK;
@@ -541,7 +271,7 @@ static hl_status render_go_chat(const prompt_renderer *p, const json_t *messages
 hl_status prompt_render_chat(const prompt_renderer *p, const json_t *messages,
                              const json_t *tools, int think, const char *think_level,
                              char **out, hl_err *err) {
-    if (!p->jinja) return render_go_chat(p, messages, think, out, err);
+    if (!p->jinja) return render_go_chat(p, messages, tools, think, think_level, out, err);
     json_t *ctx = json_pack("{s:O, s:b, s:s, s:s}", "messages", messages,
                             "add_generation_prompt", 1, "bos_token", p->bos, "eos_token", p->eos);
     if (!ctx) return hl_fail(err, HL_ERR_NOMEM, "out of memory");

@@ -3,14 +3,14 @@
  *
  * Which template renders a model's prompt, in order:
  *   1. the Modelfile TEMPLATE when it is Jinja (contains "{%") - rendered with tmpl;
- *   2. the Modelfile TEMPLATE as a Go template, in the subset hearth supports:
- *      {{ .System }} {{ .Prompt }} {{ .Response }} {{ .Suffix }} {{ .Think }} fields,
- *      {{ if PIPE }} / {{ else if PIPE }} / {{ else }} / {{ end }} where PIPE is a field,
- *      `not X`, `and X Y...`, `or X Y...`; {{- and -}} trimming; comment actions.
- *      Such "legacy" templates run once per user/assistant turn and the last run is cut
- *      just after {{ .Response }} (Ollama's behaviour). Templates that range over
- *      .Messages/.Tools are not supported by the subset: then the GGUF's Jinja template
- *      is used when there is one, else rendering fails with a clear error;
+ *   2. the Modelfile TEMPLATE as a Go template (gotmpl.h: the text/template subset
+ *      Ollama's templates use - if/else if/range/with, variables, eq/ne/and/or/not/len/
+ *      slice/index/json/printf...). Templates that use .Messages run once over the
+ *      collated conversation (with .System, .Tools, .Think, .ThinkLevel); "legacy" ones
+ *      (.System/.Prompt/.Response only) run once per user/assistant turn and the last
+ *      run is cut just after {{ .Response }}, as Ollama does. A template outside the
+ *      subset falls back to the GGUF's Jinja template when there is one, else rendering
+ *      fails with a clear error;
  *   3. the GGUF's tokenizer.chat_template (Jinja, with messages, tools,
  *      add_generation_prompt, bos_token, eos_token, enable_thinking);
  *   4. the default template {{ .Prompt }}.
@@ -56,8 +56,8 @@ hl_status prompt_render_chat(const prompt_renderer *p, const json_t *messages,
                              const json_t *tools, int think, const char *think_level,
                              char **out, hl_err *err);
 
-/* Executes one Go template (in the subset above) with .System, .Prompt, .Suffix and an
- * empty .Response, cut after .Response (generate with `template` or `suffix`). */
+/* Executes one Go template with .System, .Prompt, .Suffix and an empty .Response, cut
+ * after .Response (generate with `template` or `suffix`). */
 hl_status prompt_render_go(const char *go_template, const char *system, const char *prompt,
                            const char *suffix, char **out, hl_err *err);
 /* Whether a Go template uses .Suffix (the insert capability). */
