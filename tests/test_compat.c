@@ -55,6 +55,11 @@ TEST(compat_sse_framing) {
     CHECK(strspn(hex, "0123456789abcdef") == 24);
 }
 
+static json_t *jpath(const json_t *o, const char *path);
+static const char *pstr(const json_t *o, const char *path);
+static long long pint(const json_t *o, const char *path);
+static const char *jstr(const json_t *o, const char *k);
+
 /* The encoders in-process, fed by test producers: an error after the first frame is an
  * error frame (OpenAI: data: {"error":...}, no [DONE]; Anthropic: event: error), one
  * before it the HTTP status with the layer's error body. */
@@ -149,6 +154,171 @@ TEST(compat_stream_errors_in_process) {
     CHECK_STR(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
               "overloaded_error");
     CHECK(!strncmp(json_string_value(json_object_get(j, "request_id")), "req_", 4));
+    json_decref(j);
+}
+
+/* Tool calls and thinking through the encoders (a 260K model produces neither). */
+static json_t *native_final(bool with_text) {
+    json_t *calls = json_loads("[{\"id\":\"call_abc\",\"function\":{\"index\":0,\"name\":"
+                               "\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}]", 0, NULL);
+    return json_pack("{s:s, s:{s:s, s:s, s:s, s:o}, s:b, s:s, s:i, s:i, s:i}", "model", "m",
+                     "message", "role", "assistant", "content", with_text ? "Hi" : "", "thinking",
+                     with_text ? "hmm" : "", "tool_calls", calls, "done", 1, "done_reason", "stop",
+                     "prompt_eval_count", 10, "eval_count", 3, "_cached_tokens", 4);
+}
+
+static void think_text_tools(srv_stream *s, void *ctx) {
+    (void)ctx;
+    srv_stream_send(s, json_pack("{s:s, s:{s:s, s:s, s:s}, s:b}", "model", "m", "message", "role",
+                                 "assistant", "content", "", "thinking", "hmm", "done", 0));
+    srv_stream_send(s, json_pack("{s:s, s:{s:s, s:s}, s:b}", "model", "m", "message", "role",
+                                 "assistant", "content", "Hi", "done", 0));
+    srv_stream_send(s, native_final(false));
+}
+
+static void all_at_once(srv_stream *s, void *ctx) {
+    (void)ctx;
+    srv_stream_send(s, native_final(true));
+}
+
+static enum MHD_Result route_oai_tools(srv_request *r) {
+    if (!compat_attach_openai_chat(r)) return MHD_NO;
+    return srv_stream_run(r, true, think_text_tools, NULL, NULL);
+}
+static enum MHD_Result route_oai_tools_ns(srv_request *r) {
+    if (!compat_attach_openai_chat(r)) return MHD_NO;
+    return srv_stream_run(r, false, all_at_once, NULL, NULL);
+}
+static enum MHD_Result route_anth_tools(srv_request *r) {
+    if (!compat_attach_anthropic(r)) return MHD_NO;
+    return srv_stream_run(r, true, think_text_tools, NULL, NULL);
+}
+static enum MHD_Result route_anth_tools_ns(srv_request *r) {
+    if (!compat_attach_anthropic(r)) return MHD_NO;
+    return srv_stream_run(r, false, all_at_once, NULL, NULL);
+}
+
+static const srv_route k_tool_routes[] = {
+    {"/t/oai", false, "GET", route_oai_tools, false},
+    {"/t/oai-ns", false, "GET", route_oai_tools_ns, false},
+    {"/t/anth", false, "GET", route_anth_tools, false},
+    {"/t/anth-ns", false, "GET", route_anth_tools_ns, false},
+};
+
+/* The data: payloads of an SSE body, parsed, with their event names. */
+static json_t *sse_parse(const char *body) {
+    json_t *out = json_array();
+    char event[64] = "";
+    for (const char *p = body; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (n > 7 && !strncmp(p, "event: ", 7)) {
+            snprintf(event, sizeof event, "%.*s", (int)(n - 7), p + 7);
+        } else if (n > 6 && !strncmp(p, "data: ", 6)) {
+            json_t *d = json_loadb(p + 6, n - 6, 0, NULL);
+            json_array_append_new(out, json_pack("{s:s, s:o}", "event", event,
+                                                 "data", d ? d : json_stringn(p + 6, n - 6)));
+            event[0] = '\0';
+        }
+        p += nl ? n + 1 : n;
+    }
+    return out;
+}
+
+TEST(compat_encoders_tool_calls_and_thinking) {
+    server_config cfg = {.extra_routes = k_tool_routes, .n_extra_routes = 4, .quiet = 1};
+    char models[1100];
+    snprintf(models, sizeof models, "%s/models", test_tmpdir());
+    cfg.models_dir = models;
+    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
+    hl_server *srv;
+    hl_err err;
+    CHECK_OK(server_start(&cfg, &srv, &err), &err);
+    net_host h;
+    net_host_parse("127.0.0.1", &h, NULL);
+    h.port = server_port(srv);
+    static char b1[8192], b2[8192], b3[8192], b4[8192];
+    int st1 = get_body(&h, "/t/oai", b1, sizeof b1);
+    int st2 = get_body(&h, "/t/oai-ns", b2, sizeof b2);
+    int st3 = get_body(&h, "/t/anth", b3, sizeof b3);
+    int st4 = get_body(&h, "/t/anth-ns", b4, sizeof b4);
+    server_stop(srv);
+    CHECK(st1 == 200 && st2 == 200 && st3 == 200 && st4 == 200);
+
+    /* OpenAI stream: reasoning, content, tool call, finish tool_calls, [DONE] */
+    json_t *ev = sse_parse(b1);
+    CHECK_EQ_INT((int)json_array_size(ev), 5);
+    CHECK_STR(pstr(ev, "0.data.choices.0.delta.role"), "assistant");
+    CHECK_STR(pstr(ev, "0.data.choices.0.delta.reasoning"), "hmm");
+    CHECK_STR(pstr(ev, "1.data.choices.0.delta.content"), "Hi");
+    CHECK(jpath(ev, "1.data.choices.0.delta.role") == NULL);
+    CHECK_STR(pstr(ev, "2.data.choices.0.delta.tool_calls.0.id"), "call_abc");
+    CHECK_STR(pstr(ev, "2.data.choices.0.delta.tool_calls.0.type"), "function");
+    CHECK_EQ_INT(pint(ev, "2.data.choices.0.delta.tool_calls.0.index"), 0);
+    CHECK_STR(pstr(ev, "2.data.choices.0.delta.tool_calls.0.function.name"), "get_weather");
+    CHECK_STR(pstr(ev, "2.data.choices.0.delta.tool_calls.0.function.arguments"),
+              "{\"city\":\"Paris\"}");
+    CHECK_STR(pstr(ev, "3.data.choices.0.finish_reason"), "tool_calls");
+    CHECK_STR(pstr(ev, "4.data"), "[DONE]");
+    json_decref(ev);
+
+    /* OpenAI reply */
+    json_t *j = json_loads(b2, 0, NULL);
+    CHECK(j != NULL);
+    CHECK_STR(pstr(j, "choices.0.finish_reason"), "tool_calls");
+    CHECK_STR(pstr(j, "choices.0.message.content"), "Hi");
+    CHECK_STR(pstr(j, "choices.0.message.reasoning"), "hmm");
+    CHECK_STR(pstr(j, "choices.0.message.tool_calls.0.function.arguments"), "{\"city\":\"Paris\"}");
+    CHECK_EQ_INT(pint(j, "usage.prompt_tokens"), 10);
+    CHECK_EQ_INT(pint(j, "usage.completion_tokens"), 3);
+    CHECK_EQ_INT(pint(j, "usage.total_tokens"), 13);
+    CHECK_EQ_INT(pint(j, "usage.prompt_tokens_details.cached_tokens"), 4);
+    json_decref(j);
+
+    /* Anthropic stream: thinking block 0, text block 1, tool_use block 2 */
+    ev = sse_parse(b3);
+    const char *names[] = {"message_start", "content_block_start", "content_block_delta",
+                           "content_block_stop", "content_block_start", "content_block_delta",
+                           "content_block_stop", "content_block_start", "content_block_delta",
+                           "content_block_stop", "message_delta", "message_stop"};
+    CHECK_EQ_INT((int)json_array_size(ev), 12);
+    for (size_t i = 0; i < 12; i++) {
+        CHECK_STR(jstr(json_array_get(ev, i), "event"), names[i]);
+        CHECK_STR(pstr(json_array_get(ev, i), "data.type"), names[i]);
+    }
+    CHECK_STR(pstr(ev, "1.data.content_block.type"), "thinking");
+    CHECK_STR(pstr(ev, "2.data.delta.type"), "thinking_delta");
+    CHECK_STR(pstr(ev, "2.data.delta.thinking"), "hmm");
+    CHECK_EQ_INT(pint(ev, "3.data.index"), 0);
+    CHECK_STR(pstr(ev, "4.data.content_block.type"), "text");
+    CHECK_EQ_INT(pint(ev, "4.data.index"), 1);
+    CHECK_STR(pstr(ev, "5.data.delta.text"), "Hi");
+    CHECK_STR(pstr(ev, "7.data.content_block.type"), "tool_use");
+    CHECK_STR(pstr(ev, "7.data.content_block.id"), "call_abc");
+    CHECK_STR(pstr(ev, "7.data.content_block.name"), "get_weather");
+    CHECK_EQ_INT((int)json_object_size(jpath(ev, "7.data.content_block.input")), 0);
+    CHECK_EQ_INT(pint(ev, "7.data.index"), 2);
+    CHECK_STR(pstr(ev, "8.data.delta.type"), "input_json_delta");
+    CHECK_STR(pstr(ev, "8.data.delta.partial_json"), "{\"city\":\"Paris\"}");
+    CHECK_EQ_INT(pint(ev, "9.data.index"), 2);
+    CHECK_STR(pstr(ev, "10.data.delta.stop_reason"), "tool_use");
+    CHECK_EQ_INT(pint(ev, "10.data.usage.input_tokens"), 6);
+    CHECK_EQ_INT(pint(ev, "10.data.usage.cache_read_input_tokens"), 4);
+    CHECK_EQ_INT(pint(ev, "10.data.usage.output_tokens"), 3);
+    json_decref(ev);
+
+    /* Anthropic reply */
+    j = json_loads(b4, 0, NULL);
+    CHECK(j != NULL);
+    CHECK_STR(jstr(j, "stop_reason"), "tool_use");
+    CHECK_STR(pstr(j, "content.0.type"), "thinking");
+    CHECK_STR(pstr(j, "content.0.thinking"), "hmm");
+    CHECK_STR(pstr(j, "content.1.type"), "text");
+    CHECK_STR(pstr(j, "content.1.text"), "Hi");
+    CHECK_STR(pstr(j, "content.2.type"), "tool_use");
+    CHECK_STR(pstr(j, "content.2.input.city"), "Paris");
+    CHECK_EQ_INT(pint(j, "usage.input_tokens"), 6);
+    CHECK_EQ_INT(pint(j, "usage.cache_read_input_tokens"), 4);
     json_decref(j);
 }
 

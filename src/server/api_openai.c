@@ -194,16 +194,20 @@ static char *chat_frame(srv_encoder *e, json_t *chunk) {
     bool done = json_is_true(json_object_get(chunk, "done"));
     bool has_calls = json_array_size(calls) > 0;
     char *out = NULL;
-    if (thinking && *thinking) { /* reasoning gets its own chunk, first */
+    bool has_thinking = thinking && *thinking;
+    /* a thinking-only chunk is just the reasoning one; otherwise content (empty kept) */
+    bool content_chunk = (content && *content) || has_calls || (!done && !has_thinking);
+    json_t *lp = chat_logprobs(json_object_get(chunk, "logprobs"));
+    if (has_thinking) { /* reasoning gets its own chunk, first */
         json_t *d = json_object();
         if (!o->role_sent) json_object_set_new(d, "role", json_string("assistant"));
         o->role_sent = true;
         json_object_set_new(d, "content", json_string(""));
         json_object_set_new(d, "reasoning", json_string(thinking));
-        out = compat_cat(out, chat_delta_frame(o, chunk, d, NULL, NULL));
+        out = compat_cat(out, chat_delta_frame(o, chunk, d, NULL, content_chunk || done ? NULL : lp));
+        if (!content_chunk && !done) lp = NULL;
     }
-    json_t *lp = chat_logprobs(json_object_get(chunk, "logprobs"));
-    if (!done || (content && *content) || has_calls) {
+    if (content_chunk) {
         json_t *d = json_object();
         if (!o->role_sent) json_object_set_new(d, "role", json_string("assistant"));
         o->role_sent = true;
