@@ -1492,6 +1492,7 @@ static int run_pty(const char *input, const char *const *args, char *out, size_t
     out[0] = '\0';
     fcntl(master, F_SETFL, O_NONBLOCK);
     const char *p = input;
+    size_t sent_at = 0;
     int status = 0;
     bool exited = false;
     for (int tick = 0; tick < 600 && !exited; tick++) { /* 30 s at most */
@@ -1503,12 +1504,20 @@ static int run_pty(const char *input, const char *const *args, char *out, size_t
             len += k;
             out[len] = '\0';
         }
+        /* a "\x03" line: Ctrl-C once the response has started streaming */
+        if (p[0] == '\x03' && len > sent_at + 60) {
+            if (write(master, "\x03", 1) < 0) break;
+            p += p[1] == '\n' ? 2 : 1;
+            sent_at = len;
+        }
         /* send the next line once the REPL is waiting at a prompt */
-        if (*p && len >= 4 && (strcmp(out + len - 4, ">>> ") == 0 || strcmp(out + len - 4, "... ") == 0)) {
+        else if (*p && p[0] != '\x03' && len >= 4 &&
+                 (strcmp(out + len - 4, ">>> ") == 0 || strcmp(out + len - 4, "... ") == 0)) {
             const char *nl = strchr(p, '\n');
             size_t l = nl ? (size_t)(nl - p + 1) : strlen(p);
             if (write(master, p, l) < 0) break;
             p += l;
+            sent_at = len;
             if (!*p) { /* after the script: Ctrl-D ends it */
             }
         } else if (!*p && len >= 4 && strcmp(out + len - 4, ">>> ") == 0) {
@@ -1593,6 +1602,16 @@ static void cli_api(srv_proc *p) {
     CHECK(strstr(out, "Cleared session context") != NULL);
     CHECK(strstr(out, "Unknown command '/nope'. Type /? for help") != NULL);
     CHECK_MSG(ps_count(p) == 1, "the REPL loads the model");
+    /* Ctrl-C stops a response (format json keeps it from ending by itself); the REPL
+     * goes on, and the server is free at once */
+    rc = run_pty("/set format json\n/set parameter num_predict -1\nOnce upon a time\n\x03\n/bye\n", ar,
+                 out, sizeof out);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(strstr(out, "Set format to 'json' mode.") != NULL);
+    CHECK(strstr(out, "{") != NULL);
+    const char *a9[] = {"run", "s260", "Once", NULL};
+    CHECK_EQ_INT(run_cli(NULL, a9), 0);
+    CHECK_MSG(strlen(g_out) > 0, "after Ctrl-C: %s", g_err);
     /* Ctrl-D at the prompt exits too */
     rc = run_pty("", ar, out, sizeof out);
     CHECK_EQ_INT(rc, 0);
