@@ -322,6 +322,8 @@ static void add_metrics(json_t *o, const infer_ctx *c, uint64_t load_ns,
     json_object_set_new(o, "prompt_eval_duration", json_integer((json_int_t)st->prompt_eval_ns));
     json_object_set_new(o, "eval_count", json_integer(st->eval_count));
     json_object_set_new(o, "eval_duration", json_integer((json_int_t)st->eval_ns));
+    if (srv_stream_encoded(c->s)) /* for the compat layers' usage */
+        json_object_set_new(o, "_cached_tokens", json_integer(st->cached_tokens));
 }
 
 /* A response object with model, created_at and the text fields. */
@@ -648,9 +650,12 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
     if (c->debug_render) {
         char now[64];
         srv_now(now, sizeof now);
-        srv_stream_send(c->s, json_pack("{s:s, s:s, s:{s:s, s:i}}", "model", c->req_model,
-                                        "created_at", now, "_debug_info", "rendered_template",
-                                        rendered, "image_count", 0));
+        json_t *dbg = json_pack("{s:s, s:s, s:{s:s, s:i}}", "model", c->req_model,
+                                "created_at", now, "_debug_info", "rendered_template",
+                                rendered, "image_count", 0);
+        if (srv_stream_encoded(c->s)) /* count_tokens */
+            json_object_set_new(dbg, "_prompt_tokens", json_integer((json_int_t)n_toks));
+        srv_stream_send(c->s, dbg);
         goto out;
     }
 
@@ -776,11 +781,8 @@ static void infer_run(srv_stream *s, void *vctx) {
     sched_release(c->srv->sched, m, c->keep_alive);
 }
 
-static enum MHD_Result start(srv_request *r, infer_kind kind,
-                             bool (*parse)(vfail *, infer_ctx *, const json_t *)) {
-    enum MHD_Result ret;
-    json_t *req = srv_parse_body(r, &ret);
-    if (!req) return ret;
+static enum MHD_Result start_req(srv_request *r, json_t *req, infer_kind kind,
+                                 bool (*parse)(vfail *, infer_ctx *, const json_t *)) {
     infer_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         json_decref(req);
@@ -800,6 +802,14 @@ static enum MHD_Result start(srv_request *r, infer_kind kind,
         return srv_reply_error(r, f.status, "%s", f.msg);
     }
     return srv_stream_run(r, c->stream, infer_run, c, infer_free);
+}
+
+static enum MHD_Result start(srv_request *r, infer_kind kind,
+                             bool (*parse)(vfail *, infer_ctx *, const json_t *)) {
+    enum MHD_Result ret;
+    json_t *req = srv_parse_body(r, &ret);
+    if (!req) return ret;
+    return start_req(r, req, kind, parse);
 }
 
 enum MHD_Result srv_handle_generate(srv_request *r) {
@@ -946,11 +956,8 @@ static void embed_run(srv_stream *s, void *vctx) {
                                  (json_int_t)total_tokens));
 }
 
-static enum MHD_Result start_embed(srv_request *r,
-                                   bool (*parse)(vfail *, infer_ctx *, const json_t *)) {
-    enum MHD_Result ret;
-    json_t *req = srv_parse_body(r, &ret);
-    if (!req) return ret;
+static enum MHD_Result start_embed_parsed(srv_request *r, json_t *req,
+                                          bool (*parse)(vfail *, infer_ctx *, const json_t *)) {
     infer_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         json_decref(req);
@@ -969,5 +976,23 @@ static enum MHD_Result start_embed(srv_request *r,
     return srv_stream_run(r, false, embed_run, c, infer_free);
 }
 
+static enum MHD_Result start_embed(srv_request *r,
+                                   bool (*parse)(vfail *, infer_ctx *, const json_t *)) {
+    enum MHD_Result ret;
+    json_t *req = srv_parse_body(r, &ret);
+    if (!req) return ret;
+    return start_embed_parsed(r, req, parse);
+}
+
+static enum MHD_Result start_embed_req(srv_request *r, json_t *req) {
+    return start_embed_parsed(r, req, parse_embed_new);
+}
+
 enum MHD_Result srv_handle_embed(srv_request *r) { return start_embed(r, parse_embed_new); }
 enum MHD_Result srv_handle_embeddings(srv_request *r) { return start_embed(r, parse_embeddings); }
+
+enum MHD_Result srv_native_run(srv_request *r, srv_native which, json_t *req) {
+    if (which == SRV_NATIVE_EMBED) return start_embed_req(r, req);
+    return start_req(r, req, which == SRV_NATIVE_CHAT ? INFER_CHAT : INFER_GENERATE,
+                     which == SRV_NATIVE_CHAT ? parse_chat : parse_generate);
+}

@@ -33,6 +33,31 @@
 
 typedef struct srv_request srv_request;
 
+/*
+ * An encoder re-shapes a native handler's output for a compatibility layer (OpenAI,
+ * Anthropic: api_openai.c, api_anthropic.c). A compat handler allocates one, sets
+ * r->enc and then runs a native handler (srv_native_run) or replies itself: every reply
+ * made for r then goes through it. srv_reply_error() asks error_body() for the body;
+ * srv_stream_run() takes ownership of r->enc and, in stream mode, sends frame(native
+ * chunk) bytes instead of NDJSON lines, error_frame() for an error after the first
+ * bytes and end() when the producer finishes without error; with stream=false it
+ * replies with reply(last chunk). frame/end/error_frame run on the producer thread,
+ * reply/error_body on the HTTP thread (never at the same time for one request).
+ * Any hook may be NULL (error_body NULL: the native {"error":...}). destroy (may be NULL)
+ * frees the encoder; the owner (the request, then the stream) calls it.
+ */
+typedef struct srv_encoder srv_encoder;
+struct srv_encoder {
+    const char *content_type; /* of streamed responses; NULL: application/x-ndjson */
+    char *(*frame)(srv_encoder *e, json_t *chunk);  /* steals chunk; malloc'd bytes or NULL */
+    char *(*end)(srv_encoder *e);                   /* malloc'd or NULL */
+    char *(*error_frame)(srv_encoder *e, unsigned status, const char *msg);
+    json_t *(*reply)(srv_encoder *e, json_t *last); /* steals last; returns the reply */
+    json_t *(*error_body)(srv_encoder *e, unsigned status, const char *msg);
+    void (*destroy)(srv_encoder *e);
+};
+void srv_encoder_free(srv_encoder *e); /* accepts NULL */
+
 struct sched; /* server/sched.h */
 
 struct hl_server {
@@ -67,6 +92,7 @@ struct srv_request {
     char cors_origin[512]; /* echoed in Access-Control-Allow-Origin when non-empty */
     int status; /* for the log */
     uint64_t start_ns;
+    srv_encoder *enc; /* compat layers (see srv_encoder); owned until a stream takes it */
     /* blob upload */
     store_blob_writer *blob;
     char blob_digest[STORE_DIGEST_LEN];
@@ -115,6 +141,9 @@ void srv_stream_send(srv_stream *s, json_t *obj); /* steals obj */
 void srv_stream_fail(srv_stream *s, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 bool srv_stream_cancelled(const srv_stream *s);
+/* Whether a compat encoder reads this stream: native handlers then add the private
+ * fields the encoders use ("_cached_tokens", "_prompt_tokens") to their chunks. */
+bool srv_stream_encoded(const srv_stream *s);
 hl_server *srv_stream_server(const srv_stream *s);
 /* Convenience: sends {"status": text}. */
 void srv_stream_status(srv_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -134,6 +163,18 @@ enum MHD_Result srv_handle_generate(srv_request *r);
 enum MHD_Result srv_handle_chat(srv_request *r);
 enum MHD_Result srv_handle_embed(srv_request *r);
 enum MHD_Result srv_handle_embeddings(srv_request *r);
+/* Runs a native handler on an already parsed request object (stolen): the compat
+ * layers translate their requests into native ones and call this with r->enc set. */
+typedef enum srv_native { SRV_NATIVE_GENERATE, SRV_NATIVE_CHAT, SRV_NATIVE_EMBED } srv_native;
+enum MHD_Result srv_native_run(srv_request *r, srv_native which, json_t *req);
+/* OpenAI (api_openai.c) and Anthropic (api_anthropic.c) compatibility. */
+enum MHD_Result srv_handle_oai_chat(srv_request *r);
+enum MHD_Result srv_handle_oai_completions(srv_request *r);
+enum MHD_Result srv_handle_oai_models(srv_request *r);
+enum MHD_Result srv_handle_oai_model(srv_request *r);
+enum MHD_Result srv_handle_oai_embeddings(srv_request *r);
+enum MHD_Result srv_handle_anth_messages(srv_request *r);
+enum MHD_Result srv_handle_anth_count_tokens(srv_request *r);
 
 /* The "details" object of tags/show/ps from a model's config. */
 json_t *srv_model_details(json_t *config);

@@ -163,12 +163,18 @@ enum MHD_Result srv_reply_json(srv_request *r, unsigned status, json_t *obj) {
     return ret;
 }
 
+void srv_encoder_free(srv_encoder *e) {
+    if (e && e->destroy) e->destroy(e);
+}
+
 enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (r->enc && r->enc->error_body)
+        return srv_reply_json(r, status, r->enc->error_body(r->enc, status, msg));
     return srv_reply_json(r, status, json_pack("{s:s}", "error", msg));
 }
 
@@ -296,6 +302,13 @@ static const srv_route k_routes[] = {
     {"/api/chat", false, "POST", srv_handle_chat, false},
     {"/api/embed", false, "POST", srv_handle_embed, false},
     {"/api/embeddings", false, "POST", srv_handle_embeddings, false},
+    {"/v1/chat/completions", false, "POST", srv_handle_oai_chat, false},
+    {"/v1/completions", false, "POST", srv_handle_oai_completions, false},
+    {"/v1/models", false, "GET", srv_handle_oai_models, false},
+    {"/v1/models/", true, "GET", srv_handle_oai_model, false},
+    {"/v1/embeddings", false, "POST", srv_handle_oai_embeddings, false},
+    {"/v1/messages", false, "POST", srv_handle_anth_messages, false},
+    {"/v1/messages/count_tokens", false, "POST", srv_handle_anth_count_tokens, false},
 };
 
 static const srv_route *find_route(const hl_server *srv, const char *path) {
@@ -472,6 +485,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         fprintf(stderr, "[hearth] %3d | %10.3fms | %s \"%s\"\n", r->status,
                 (double)(hl_time_ns() - r->start_ns) / 1e6, r->method, r->path);
     store_blob_writer_abort(r->blob);
+    srv_encoder_free(r->enc);
     free(r->body);
     free(r);
     *con_cls = NULL;

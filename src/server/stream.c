@@ -1,4 +1,5 @@
-/* stream.c - NDJSON responses fed by a producer thread (see internal.h). */
+/* stream.c - NDJSON (or, through a compat encoder, SSE) responses fed by a producer
+ * thread (see internal.h). */
 #define _GNU_SOURCE
 #include "server/internal.h"
 
@@ -35,6 +36,7 @@ struct srv_stream {
     srv_producer fn;
     void *ctx;
     void (*ctx_free)(void *);
+    srv_encoder *enc; /* owned; NULL for native NDJSON */
 };
 
 static void stream_release(srv_stream *s) {
@@ -48,6 +50,7 @@ static void stream_release(srv_stream *s) {
         c = n;
     }
     json_decref(s->last);
+    srv_encoder_free(s->enc);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -59,14 +62,16 @@ bool srv_stream_cancelled(const srv_stream *s) {
 
 hl_server *srv_stream_server(const srv_stream *s) { return s->srv; }
 
-/* Appends a line (lock held). */
-static void push_line_locked(srv_stream *s, const char *text) {
+bool srv_stream_encoded(const srv_stream *s) { return s->enc != NULL; }
+
+/* Appends bytes, plus a newline for NDJSON lines (lock held). */
+static void push_bytes_locked(srv_stream *s, const char *text, bool newline) {
     size_t len = strlen(text);
     chunk *c = malloc(sizeof *c + len + 1);
     if (!c) return;
     memcpy(c->data, text, len);
-    c->data[len] = '\n';
-    c->len = len + 1;
+    if (newline) c->data[len++] = '\n';
+    c->len = len;
     c->next = NULL;
     if (s->tail)
         s->tail->next = c;
@@ -76,12 +81,28 @@ static void push_line_locked(srv_stream *s, const char *text) {
     pthread_cond_broadcast(&s->cv);
 }
 
+static void push_line_locked(srv_stream *s, const char *text) { push_bytes_locked(s, text, true); }
+
 void srv_stream_send(srv_stream *s, json_t *obj) {
     if (!obj) return;
     pthread_mutex_lock(&s->lock);
     if (s->failed) {
         pthread_mutex_unlock(&s->lock);
         json_decref(obj);
+        return;
+    }
+    if (s->stream_mode && s->enc) {
+        /* the encoder's state belongs to this (the producer) thread */
+        pthread_mutex_unlock(&s->lock);
+        char *text = s->enc->frame ? s->enc->frame(s->enc, obj) : NULL;
+        if (!s->enc->frame) json_decref(obj);
+        pthread_mutex_lock(&s->lock);
+        if (text && *text && !s->failed) {
+            s->n_sent++;
+            push_bytes_locked(s, text, false);
+        }
+        free(text);
+        pthread_mutex_unlock(&s->lock);
         return;
     }
     s->n_sent++;
@@ -115,7 +136,13 @@ void srv_stream_fail(srv_stream *s, unsigned status, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(s->fail_msg, sizeof s->fail_msg, fmt, ap);
         va_end(ap);
-        if (s->stream_mode && s->n_sent > 0) {
+        if (s->stream_mode && s->n_sent > 0 && s->enc) {
+            char *text = s->enc->error_frame
+                             ? s->enc->error_frame(s->enc, s->fail_status, s->fail_msg)
+                             : NULL;
+            if (text) push_bytes_locked(s, text, false);
+            free(text);
+        } else if (s->stream_mode && s->n_sent > 0) {
             json_t *e = json_pack("{s:s}", "error", s->fail_msg);
             char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
             json_decref(e);
@@ -132,7 +159,12 @@ static void *producer_main(void *arg) {
     hl_server *srv = s->srv;
     s->fn(s, s->ctx);
     if (s->ctx_free) s->ctx_free(s->ctx);
+    char *end = NULL;
+    if (s->stream_mode && s->enc && s->enc->end && !s->failed && !srv_stream_cancelled(s))
+        end = s->enc->end(s->enc);
     pthread_mutex_lock(&s->lock);
+    if (end && !s->failed) push_bytes_locked(s, end, false);
+    free(end);
     s->done = true;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->lock);
@@ -221,6 +253,8 @@ enum MHD_Result srv_stream_run(srv_request *r, bool stream, srv_producer fn, voi
     s->fn = fn;
     s->ctx = ctx;
     s->ctx_free = ctx_free;
+    s->enc = r->enc; /* the stream outlives the request when the client leaves */
+    r->enc = NULL;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     s->fd = ci ? ci->connect_fd : -1;
@@ -257,12 +291,15 @@ enum MHD_Result srv_stream_run(srv_request *r, bool stream, srv_producer fn, voi
         char msg[sizeof s->fail_msg];
         memcpy(msg, s->fail_msg, sizeof msg);
         pthread_mutex_unlock(&s->lock);
+        json_t *body = s->enc && s->enc->error_body ? s->enc->error_body(s->enc, st, msg) : NULL;
         stream_release(s);
+        if (body) return srv_reply_json(r, st, body);
         return srv_reply_error(r, st, "%s", msg);
     }
     if (!stream) {
         json_t *last = s->last ? json_incref(s->last) : json_object();
         pthread_mutex_unlock(&s->lock);
+        if (s->enc && s->enc->reply) last = s->enc->reply(s->enc, last);
         stream_release(s);
         return srv_reply_json(r, 200, last);
     }
@@ -273,7 +310,10 @@ enum MHD_Result srv_stream_run(srv_request *r, bool stream, srv_producer fn, voi
         reader_free(s);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, "Content-Type", "application/x-ndjson");
+    MHD_add_response_header(resp, "Content-Type", s->enc && s->enc->content_type
+                                                      ? s->enc->content_type
+                                                      : "application/x-ndjson");
+    if (s->enc && s->enc->content_type) MHD_add_response_header(resp, "Cache-Control", "no-cache");
     srv_add_cors(r, resp);
     enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);

@@ -1,0 +1,53 @@
+/*
+ * compat.h - what the OpenAI (api_openai.c) and Anthropic (api_anthropic.c) layers
+ * share: Server-Sent Events framing, ids, request-field readers that report errors in
+ * the caller's wording, and Claude Code's billing-header filter.
+ *
+ * Both layers work like Ollama's middleware (spec sections 3 and 4): a request is
+ * translated into a native /api/chat, /api/generate or /api/embed request, run by the
+ * native handler (srv_native_run) and its output re-encoded by an srv_encoder
+ * (internal.h) into the layer's response objects, SSE frames and error shapes.
+ *
+ * Ownership: every char * / json_t * returned is new (malloc'd / a new reference) and
+ * belongs to the caller.
+ */
+#ifndef HL_SERVER_COMPAT_H
+#define HL_SERVER_COMPAT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "server/internal.h"
+
+/* "data: <compact json>\n\n" (steals obj). */
+char *compat_sse_data(json_t *obj);
+/* "event: <name>\ndata: <compact json>\n\n" (steals obj). */
+char *compat_sse_event(const char *name, json_t *obj);
+/* Concatenates a and b (either may be NULL); frees both. */
+char *compat_cat(char *a, char *b);
+
+/* n random lowercase hex digits into out (out has room for n + 1). */
+void compat_random_hex(char *out, size_t n);
+
+/* Type name for messages ("string", "number", "object", ...). */
+const char *compat_kind(const json_t *v);
+
+/* Claude Code puts a line `x-anthropic-billing-header: ...` in its system prompt that
+ * changes on every request; keeping it would make every prompt differ near its start
+ * and defeat the prefix (KV) cache. Returns text without any line that starts with
+ * that header name (case-insensitive), the line's newline included. */
+char *compat_strip_billing_header(const char *text);
+#define COMPAT_BILLING_HEADER "x-anthropic-billing-header:"
+
+/* Reads a number field: absent/null -> false (out untouched); a number -> true;
+ * anything else -> sets *bad. */
+bool compat_number(const json_t *obj, const char *key, double *out, bool *bad);
+
+/* Attach a layer's encoder to r (replacing any): from then on r's errors, streams and
+ * replies take that layer's shape. The handlers use them; tests drive them with their
+ * own producers. False: out of memory. */
+bool compat_attach_openai_chat(srv_request *r);
+bool compat_attach_anthropic(srv_request *r);
+
+#endif
