@@ -218,3 +218,5 @@ hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, h
     free(hidden);
     return st;
 }
+
+bool engine_alive(const engine *e) { return e != NULL; }

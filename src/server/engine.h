@@ -94,4 +94,8 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
  * info.pooling says; not normalised. */
 hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, hl_err *err);
 
+/* False once the engine cannot serve any more (its runner process exited): the loaded-
+ * model manager then unloads it and the next request loads the model afresh. */
+bool engine_alive(const engine *e);
+
 #endif

@@ -3,24 +3,29 @@
 #include "server/sched.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/file.h"
 #include "server/internal.h"
 #include "server/options.h"
 
-#define SCHED_MAX_LOADED 1
+#define SCHED_MAX_SLOTS 64
+#define SCHED_DEFAULT_MAX_LOADED 3
 
 struct sched {
     pthread_mutex_t lock;
-    pthread_cond_t cv; /* refs dropped, a model unloaded, or the reaper has work */
-    sched_model *loaded[SCHED_MAX_LOADED];
+    pthread_cond_t cv; /* refs dropped, a model (un)loaded, or the reaper has work */
+    sched_model *loaded[SCHED_MAX_SLOTS];
     int n_loaded;
-    int n_switching; /* requests waiting for another model to be swapped in */
+    int max_loaded;       /* models resident at once */
+    uint64_t mem_budget;  /* bytes for all resident models; 0: from free RAM at each load */
+    bool loading;         /* one load at a time */
     bool stopping;
     pthread_t reaper;
     bool reaper_started;
@@ -78,7 +83,12 @@ static void *reaper_main(void *arg) {
         int64_t now = wall_ns(), next = INT64_MAX;
         for (int i = 0; i < s->n_loaded;) {
             sched_model *m = s->loaded[i];
-            if (m->refs == 0 && (m->unload_when_idle || m->expires_at_ns <= now)) {
+            if (m->loading) {
+                i++;
+                continue;
+            }
+            if (m->refs == 0 && (m->unload_when_idle || m->expires_at_ns <= now ||
+                                 !engine_alive(m->eng))) {
                 remove_at(s, i);
                 continue;
             }
@@ -96,9 +106,60 @@ static void *reaper_main(void *arg) {
     return NULL;
 }
 
+static int env_int(const char *a, const char *b, int dflt) {
+    const char *names[] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        if (!v || !*v) continue;
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (end != v && !*end && n >= 0 && n < 1000000) return (int)n;
+    }
+    return dflt;
+}
+
+/* "123", "64M", "1.5G" (binary units) -> bytes; 0 when absent or malformed. */
+static uint64_t env_bytes(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    char *end;
+    double n = strtod(v, &end);
+    if (end == v || !(n > 0)) return 0;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B' || *end == 'b') end++;
+    if (*end == 'B') end++;
+    if (*end) return 0;
+    double b = n * mul;
+    return b >= 1.8e19 ? UINT64_MAX : (uint64_t)b;
+}
+
+/* MemAvailable from /proc/meminfo (0 when unknown). */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
 hl_status sched_create(sched **out, hl_err *err) {
     sched *s = calloc(1, sizeof *s);
     if (!s) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    /* Ollama's default is 3 per GPU; hearth runs on the CPU: 3 */
+    s->max_loaded = env_int("HEARTH_MAX_LOADED_MODELS", "OLLAMA_MAX_LOADED_MODELS",
+                            SCHED_DEFAULT_MAX_LOADED);
+    if (s->max_loaded <= 0) s->max_loaded = SCHED_DEFAULT_MAX_LOADED;
+    if (s->max_loaded > SCHED_MAX_SLOTS) s->max_loaded = SCHED_MAX_SLOTS;
+    s->mem_budget = env_bytes("HEARTH_MAX_MEMORY");
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -120,6 +181,8 @@ void sched_destroy(sched *s) {
     pthread_mutex_lock(&s->lock);
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
+    /* a load in flight finishes (engine_open is bounded by its load timeout) */
+    while (s->loading) pthread_cond_wait(&s->cv, &s->lock);
     pthread_mutex_unlock(&s->lock);
     if (s->reaper_started) pthread_join(s->reaper, NULL);
     while (s->n_loaded > 0) remove_at(s, s->n_loaded - 1);
@@ -133,8 +196,10 @@ static bool same_cfg(const engine_config *a, const engine_config *b) {
            a->n_threads == b->n_threads;
 }
 
-static bool reusable_cfg(const sched_model *m, const store_model *sm, const engine_config *cfg) {
-    return !m->unload_when_idle && same_cfg(&m->cfg, cfg) && strcmp(m->model_path, sm->model_path) == 0;
+/* Whether a request for sm with cfg may share m (lock held; m not loading). */
+static bool reusable(const sched_model *m, const store_model *sm, const engine_config *cfg) {
+    return !m->unload_when_idle && same_cfg(&m->cfg, cfg) &&
+           strcmp(m->model_path, sm->model_path) == 0 && engine_alive(m->eng);
 }
 
 static sched_model *find_locked(sched *s, const store_name *n) {
@@ -143,14 +208,65 @@ static sched_model *find_locked(sched *s, const store_name *n) {
     return NULL;
 }
 
+static void remove_model(sched *s, sched_model *m) {
+    for (int i = 0; i < s->n_loaded; i++)
+        if (s->loaded[i] == m) {
+            remove_at(s, i);
+            return;
+        }
+}
+
+/* Memory a model holds (measured) or will need (predicted while loading). */
+static uint64_t model_bytes(const sched_model *m) {
+    if (m->loading || !m->eng) return m->predicted_bytes;
+    engine_info info;
+    engine_get_info(m->eng, &info);
+    return info.mem_bytes > m->predicted_bytes ? info.mem_bytes : m->predicted_bytes;
+}
+
+/* Fitting (spec 5.4 in spirit, for the CPU): the weights file plus the KV cache of the
+ * context must fit in what the budget leaves. */
+static uint64_t predict_bytes(const store_model *sm, const engine_config *cfg) {
+    uint64_t file = 0;
+    struct stat st;
+    if (stat(sm->model_path, &st) == 0 && st.st_size > 0) file = (uint64_t)st.st_size;
+    (void)cfg; /* the KV pool grows on demand; its budget is shared, not reserved */
+    return file;
+}
+
+static bool fits(const sched *s, uint64_t need) {
+    uint64_t used = 0;
+    for (int i = 0; i < s->n_loaded; i++) used += model_bytes(s->loaded[i]);
+    if (s->mem_budget) return used + need <= s->mem_budget;
+    /* runners are processes: what they hold is already gone from MemAvailable */
+    uint64_t avail = mem_available();
+    return avail == 0 || need <= avail / 10 * 9;
+}
+
+/* The model to make room with: idle first, shortest keep_alive first, then by name
+ * (spec 5.3 findRunnerToUnload); NULL when nothing is loaded. *idle says which kind. */
+static sched_model *pick_victim(sched *s, bool *idle) {
+    sched_model *best = NULL;
+    for (int pass = 0; pass < 2 && !best; pass++)
+        for (int i = 0; i < s->n_loaded; i++) {
+            sched_model *m = s->loaded[i];
+            if (m->loading || (pass == 0 && m->refs > 0)) continue;
+            if (!best || m->keep_alive_ns < best->keep_alive_ns ||
+                (m->keep_alive_ns == best->keep_alive_ns && strcmp(m->name, best->name) < 0))
+                best = m;
+        }
+    *idle = best && best->refs == 0;
+    return best;
+}
+
 hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cfg,
                         int64_t keep_alive_ns, bool (*cancelled)(void *), void *ud,
                         sched_model **out, uint64_t *load_ns, hl_err *err) {
     uint64_t t0 = hl_time_ns();
     if (!sm->model_path)
         return hl_fail(err, HL_ERR_INVALID, "model \"%s\" has no model file", sm->name.model);
+    uint64_t need = predict_bytes(sm, cfg);
     pthread_mutex_lock(&s->lock);
-    bool switching = false; /* this request is counted in n_switching */
     hl_status st = HL_OK;
     for (;;) {
         if (s->stopping) {
@@ -158,34 +274,40 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
             break;
         }
         sched_model *m = find_locked(s, &sm->name);
-        bool resident = m && reusable_cfg(m, sm, cfg);
-        /* fairness: while a request waits to swap another model in, new users of the
-         * resident one wait too, so that it drains */
-        if (resident && (switching || s->n_switching == 0)) {
-            if (switching) s->n_switching--;
-            m->refs++;
-            if (keep_alive_ns != SCHED_KEEP_UNSET) m->keep_alive_ns = keep_alive_ns;
-            pthread_mutex_unlock(&s->lock);
-            *out = m;
-            *load_ns = hl_time_ns() - t0;
-            return HL_OK;
-        }
-        if (!resident) {
-            /* make room: unload idle models that are in the way */
-            for (int i = 0; i < s->n_loaded;) {
-                sched_model *o = s->loaded[i];
-                bool in_way = o == m || s->n_loaded >= SCHED_MAX_LOADED;
-                if (in_way && o->refs == 0) {
-                    remove_at(s, i);
-                    continue;
-                }
-                i++;
+        if (m && !m->loading) {
+            if (reusable(m, sm, cfg)) {
+                m->refs++;
+                if (keep_alive_ns != SCHED_KEEP_UNSET) m->keep_alive_ns = keep_alive_ns;
+                pthread_mutex_unlock(&s->lock);
+                *out = m;
+                *load_ns = hl_time_ns() - t0;
+                return HL_OK;
             }
-            if (s->n_loaded < SCHED_MAX_LOADED && !find_locked(s, &sm->name)) break;
-            if (!switching) s->n_switching++;
-            switching = true;
+            /* other options, a dead runner or draining: reload once it is idle; new
+             * users wait meanwhile, so that it drains */
+            if (m->refs == 0) {
+                remove_model(s, m);
+                continue;
+            }
+            m->unload_when_idle = true;
+        } else if (!m && !s->loading) {
+            bool made_room = false;
+            while (s->n_loaded > 0 && (s->n_loaded >= s->max_loaded || !fits(s, need))) {
+                bool idle;
+                sched_model *v = pick_victim(s, &idle);
+                if (!v) break;
+                if (!idle) {
+                    v->unload_when_idle = true; /* evicted once its requests finish */
+                    break;
+                }
+                remove_model(s, v);
+                made_room = true;
+            }
+            (void)made_room;
+            /* nothing loaded: best effort, as Ollama loads the first model whatever fits */
+            if (s->n_loaded == 0 || (s->n_loaded < s->max_loaded && fits(s, need))) break;
         }
-        /* wait for a busy model to be released */
+        /* wait: a load in progress, or a busy model to be released */
         if (cancelled && cancelled(ud)) {
             st = hl_fail(err, HL_ERR_CANCELLED, "request canceled");
             break;
@@ -199,13 +321,12 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
         }
         pthread_cond_timedwait(&s->cv, &s->lock, &ts);
     }
-    if (switching) s->n_switching--;
     if (st) {
-        pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->lock);
         return st;
     }
-    /* load (under the lock: one load at a time; the weights are mmapped, so it is quick) */
+    /* load outside the lock (a runner process takes a while); the placeholder holds its
+     * place in the budget and makes other requests for it wait */
     sched_model *m = calloc(1, sizeof *m);
     if (!m) st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
     if (!st) {
@@ -215,22 +336,36 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
         m->model_path = strdup(sm->model_path);
         m->details = srv_model_details(sm->config);
         m->cfg = *cfg;
+        m->predicted_bytes = need;
+        m->loading = true;
+        m->refs = 1;
+        m->keep_alive_ns = keep_alive_ns != SCHED_KEEP_UNSET ? keep_alive_ns
+                                                             : sched_default_keep_alive();
         if (!m->model_path || !m->details) st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
     }
-    if (!st) st = engine_open(sm->model_path, cfg, &m->eng, err);
     if (st) {
-        if (m) {
-            m->eng = NULL;
-            model_unload(m);
-        }
+        if (m) model_unload(m);
         pthread_mutex_unlock(&s->lock);
         return st;
     }
-    engine_get_info(m->eng, &m->info);
-    m->refs = 1;
-    m->keep_alive_ns = keep_alive_ns != SCHED_KEEP_UNSET ? keep_alive_ns
-                                                         : sched_default_keep_alive();
     s->loaded[s->n_loaded++] = m;
+    s->loading = true;
+    pthread_mutex_unlock(&s->lock);
+    engine *eng = NULL;
+    st = engine_open(sm->model_path, cfg, &eng, err);
+    pthread_mutex_lock(&s->lock);
+    s->loading = false;
+    if (st) {
+        m->loading = false;
+        m->eng = NULL;
+        remove_model(s, m); /* broadcasts */
+        pthread_mutex_unlock(&s->lock);
+        return st;
+    }
+    m->eng = eng;
+    engine_get_info(m->eng, &m->info);
+    m->loading = false;
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->lock);
     *out = m;
     *load_ns = hl_time_ns() - t0;
@@ -270,8 +405,8 @@ json_t *sched_ps(sched *s) {
     json_t *arr = json_array();
     int64_t now = wall_ns();
     pthread_mutex_lock(&s->lock);
-    /* newest expiry first; with one model there is nothing to sort yet */
-    sched_model *order[SCHED_MAX_LOADED];
+    /* newest expiry first */
+    sched_model *order[SCHED_MAX_SLOTS];
     int n = s->n_loaded;
     for (int i = 0; i < n; i++) order[i] = s->loaded[i];
     for (int i = 1; i < n; i++)
@@ -282,6 +417,7 @@ json_t *sched_ps(sched *s) {
         }
     for (int i = 0; i < n; i++) {
         sched_model *m = order[i];
+        if (m->loading) continue; /* listed once it is up */
         engine_get_info(m->eng, &m->info);
         int64_t exp = m->refs > 0 ? expiry_from(now, m->keep_alive_ns) : m->expires_at_ns;
         if (m->unload_when_idle) exp = now;

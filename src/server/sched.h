@@ -10,10 +10,18 @@
  * model; absent (SCHED_KEEP_UNSET) keeps the remembered value (at load: the default,
  * $HEARTH_KEEP_ALIVE / $OLLAMA_KEEP_ALIVE, else 5m).
  *
- * Residency policy: one model at a time for now (max_loaded = 1). A request for another
- * model, or for the same model with different load options (num_ctx, num_batch,
- * num_thread), waits until the resident one is idle, unloads it and loads its own. The
- * bookkeeping is a list so that several models under a memory budget can come next.
+ * Residency (spec 5.3/5.4): several models stay loaded at once, at most
+ * $HEARTH_MAX_LOADED_MODELS ($OLLAMA_MAX_LOADED_MODELS, default 3) and within a memory
+ * budget: $HEARTH_MAX_MEMORY bytes ("512M", "2G") for all resident models, else 90% of
+ * MemAvailable for the new one. A model is predicted to need its file size; a loaded
+ * one counts what its engine measures. A model that does not fit makes room by
+ * unloading idle models, shortest keep_alive first (then by name); when every model is
+ * busy, the shortest-keep_alive one is marked to unload once idle (new requests for it
+ * wait and reload it afterwards) and the request waits (cancellable) for it. With
+ * nothing loaded a model always loads (best effort). Loads run one at a time, outside
+ * the lock: requests for loaded models go on meanwhile. A request for a loaded model
+ * with other load options (num_ctx, num_batch, num_thread), or whose engine died (a
+ * runner process crashed), waits until it is idle, unloads it and loads anew.
  *
  * Ownership: the sched owns every sched_model and its engine; a sched_model pointer is
  * valid from sched_acquire until the matching sched_release. Thread-safe.
@@ -48,6 +56,8 @@ typedef struct sched_model {
     int64_t keep_alive_ns;
     int64_t expires_at_ns; /* wall clock; meaningful when refs == 0 */
     bool unload_when_idle;
+    bool loading;            /* engine_open in progress (eng is NULL) */
+    uint64_t predicted_bytes; /* the fitting estimate made before loading */
 } sched_model;
 
 hl_status sched_create(sched **out, hl_err *err);
