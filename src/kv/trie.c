@@ -253,6 +253,7 @@ hl_status kv_prefix_add_lane(kv_prefix *pc, kv_cache *caches, kv_lane **out, hl_
 }
 
 void kv_lane_reset(kv_prefix *pc, kv_lane *lane) {
+    if (!lane) lane = &pc->lane0;
     if (lane->in_session) return;
     for (int32_t i = 0; i < pc->n_caches; i++)
         if (cache_live(pc, i)) lane->caches[i].ops->free_state(lane->caches[i].self);
@@ -679,6 +680,7 @@ hl_status kv_prefix_begin(kv_prefix *pc, const int32_t *inputs, int32_t n, kv_se
 hl_status kv_prefix_begin_lane(kv_prefix *pc, kv_lane *ln, const int32_t *inputs, int32_t n,
                                kv_session *s, hl_err *err) {
     *s = (kv_session){0};
+    if (!ln) ln = &pc->lane0;
     if (n <= 0) return hl_fail(err, HL_ERR_INVALID, "empty prompt");
     if (ln->in_session)
         return hl_fail(err, HL_ERR_INVALID, "the prefix cache already has an open request");

@@ -183,6 +183,7 @@ hl_status kv_prefix_begin(kv_prefix *pc, const int32_t *inputs, int32_t n, kv_se
  * owned by the prefix cache (freed by kv_prefix_destroy); their caches are borrowed.
  * Still not thread-safe: one thread (or a lock) drives the prefix cache. */
 hl_status kv_prefix_add_lane(kv_prefix *pc, kv_cache *caches, kv_lane **out, hl_err *err);
+/* lane NULL: the first lane (the config's caches), as kv_prefix_begin. */
 hl_status kv_prefix_begin_lane(kv_prefix *pc, kv_lane *lane, const int32_t *inputs, int32_t n,
                                kv_session *s, hl_err *err);
 /* Drops the lane's live state and path (back to the root), so it pins no node: for a
