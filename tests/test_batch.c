@@ -135,3 +135,336 @@ TEST(batch_forward_mixed_sequences_match_each_alone) {
         model_free(m);
     }
 }
+
+/* ---- the concurrent runner ---- */
+
+static model *g_model; /* per test process (tests run in forked children) */
+
+static model *batch_model(void) {
+    if (!g_model) g_model = load_synth_type(HL_TYPE_Q8_0);
+    return g_model;
+}
+
+static runner *batch_runner(int n_parallel, int max_queue, int ack_wait_us, size_t budget) {
+    runner_config cfg = {.n_threads = 1, .block_tokens = 8, .prefill_chunk = 16,
+                         .kv_budget_bytes = budget ? budget : (size_t)64 << 20,
+                         .n_parallel = n_parallel, .max_queue = max_queue,
+                         .batch_tokens = 32, .ack_wait_us = ack_wait_us};
+    runner *r = NULL;
+    if (runner_create(batch_model(), &cfg, &r, NULL) != HL_OK) return NULL;
+    return r;
+}
+
+/* An event log shared by the requests of a test (tags in emission order). */
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_log[8192];
+static int g_log_n;
+
+static void log_event(char tag) {
+    pthread_mutex_lock(&g_log_mu);
+    if (g_log_n < (int)sizeof g_log - 1) g_log[g_log_n++] = tag;
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+typedef struct job_run {
+    runner *r;
+    const int32_t *prompt;
+    int n, num_predict;
+    sampler_opts so;
+    int32_t toks[256];
+    int n_tok, n_done, n_error, n_progress;
+    char msg[512];
+    hl_status st;
+    runner_stats stats;
+    atomic_bool flag;
+    bool use_flag;
+    int flag_at;   /* > 0: set the flag after that many tokens */
+    int refuse_at; /* > 0: emit returns false at that token */
+    char tag;      /* logged per token ('\0': no log); progress logs 'P' */
+    atomic_int *gate; /* non-NULL: the first token waits until it is 0 */
+    atomic_int tokens_seen;
+    int max_active;
+} job_run;
+
+static bool run_emit(void *user, const runner_event *ev) {
+    job_run *j = user;
+    if (ev->kind == RUNNER_EV_TOKEN) {
+        if (j->n_tok < 256) j->toks[j->n_tok] = ev->token;
+        j->n_tok++;
+        atomic_fetch_add(&j->tokens_seen, 1);
+        if (j->tag) log_event(j->tag);
+        runner_load l = runner_get_load(j->r);
+        if (l.active > j->max_active) j->max_active = l.active;
+        if (j->gate && j->n_tok == 1)
+            while (atomic_load(j->gate)) sched_yield();
+        if (j->flag_at && j->n_tok == j->flag_at) atomic_store(&j->flag, true);
+        if (j->refuse_at && j->n_tok == j->refuse_at) return false;
+    } else if (ev->kind == RUNNER_EV_DONE) {
+        j->n_done++;
+    } else {
+        j->n_error++;
+        snprintf(j->msg, sizeof j->msg, "%s", ev->message ? ev->message : "");
+    }
+    return true;
+}
+
+static bool run_progress(void *user, int32_t processed, int32_t total) {
+    job_run *j = user;
+    (void)processed;
+    (void)total;
+    j->n_progress++;
+    if (j->tag) log_event('P');
+    return true;
+}
+
+static void *run_thread(void *arg) {
+    job_run *j = arg;
+    runner_request req = {.tokens = j->prompt, .n_tokens = j->n, .num_predict = j->num_predict,
+                          .sampling = j->so, .emit = run_emit, .progress = run_progress,
+                          .user = j, .cancel = j->use_flag ? &j->flag : NULL};
+    hl_err err = {0};
+    j->st = runner_generate(j->r, &req, &j->stats, &err);
+    if (j->st && !j->msg[0]) snprintf(j->msg, sizeof j->msg, "%s", err.msg);
+    return NULL;
+}
+
+static void job_init(job_run *j, runner *r, const int32_t *prompt, int n, int num_predict) {
+    memset(j, 0, sizeof *j);
+    j->r = r;
+    j->prompt = prompt;
+    j->n = n;
+    j->num_predict = num_predict;
+    j->so = (sampler_opts){.temperature = 0, .repeat_last_n = 0};
+    atomic_init(&j->flag, false);
+    atomic_init(&j->tokens_seen, 0);
+}
+
+static void run_all(job_run *jobs, int n) {
+    pthread_t th[64];
+    for (int i = 0; i < n; i++) pthread_create(&th[i], NULL, run_thread, &jobs[i]);
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+}
+
+/* Runs each job alone on a one-slot runner (the reference), returning its tokens. */
+static bool run_alone(job_run *jobs, int n, int32_t ref[][256], int *ref_n) {
+    runner *solo = batch_runner(1, 0, 0, 0);
+    if (!solo) return false;
+    for (int i = 0; i < n; i++) {
+        job_run j;
+        job_init(&j, solo, jobs[i].prompt, jobs[i].n, jobs[i].num_predict);
+        j.so = jobs[i].so;
+        run_thread(&j);
+        if (j.st) return false;
+        memcpy(ref[i], j.toks, sizeof j.toks);
+        ref_n[i] = j.n_tok;
+    }
+    runner_destroy(solo);
+    return true;
+}
+
+static int32_t g_prompts[16][256];
+
+TEST(batch_concurrent_greedy_requests_match_each_alone) {
+    CHECK(batch_model());
+    enum { N = 6 };
+    runner *r = batch_runner(4, 0, 0, 0);
+    CHECK(r);
+    CHECK_EQ_INT(runner_n_parallel(r), 4);
+    job_run jobs[N];
+    for (int i = 0; i < N; i++) {
+        fill_prompt(g_prompts[i], 20 + 10 * i, 100 + i);
+        job_init(&jobs[i], r, g_prompts[i], 20 + 10 * i, 12 + i);
+    }
+    int32_t ref[N][256];
+    int ref_n[N];
+    CHECK(run_alone(jobs, N, ref, ref_n));
+    run_all(jobs, N);
+    int max_active = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(jobs[i].st, NULL);
+        CHECK_EQ_INT(jobs[i].n_done, 1);
+        CHECK_EQ_INT(jobs[i].n_tok, ref_n[i]);
+        CHECK_EQ_INT(jobs[i].stats.eval_count, jobs[i].n_tok);
+        CHECK_EQ_INT(jobs[i].stats.prompt_eval_count, jobs[i].n);
+        for (int k = 0; k < ref_n[i]; k++) CHECK_EQ_INT(jobs[i].toks[k], ref[i][k]);
+        if (jobs[i].max_active > max_active) max_active = jobs[i].max_active;
+    }
+    CHECK(max_active >= 2); /* they did run together */
+    runner_load l = runner_get_load(r);
+    CHECK_EQ_INT(l.active, 0);
+    CHECK_EQ_INT(l.queued, 0);
+    CHECK_EQ_INT(sampler_n_slots(runner_sampler(r)), 0);
+    CHECK_OK(kv_trie_check(runner_prefix_cache(r), NULL), NULL);
+    runner_destroy(r);
+}
+
+TEST(batch_seeded_sampling_is_the_same_alone_and_batched) {
+    CHECK(batch_model());
+    enum { N = 4 };
+    runner *r = batch_runner(4, 0, 0, 0);
+    CHECK(r);
+    job_run jobs[N];
+    for (int i = 0; i < N; i++) {
+        fill_prompt(g_prompts[i], 15 + 7 * i, 200 + i);
+        job_init(&jobs[i], r, g_prompts[i], 15 + 7 * i, 16);
+        jobs[i].so = sampler_opts_defaults();
+        jobs[i].so.seed = 42 + i;
+        jobs[i].so.temperature = 1.5f; /* a flat distribution: draws matter */
+        jobs[i].so.top_k = 0;
+        jobs[i].so.top_p = 1;
+        if (i == 3) jobs[i].so.repeat_penalty = 1.3f; /* mixed options: per-slot path */
+    }
+    int32_t ref[N][256];
+    int ref_n[N];
+    CHECK(run_alone(jobs, N, ref, ref_n));
+    run_all(jobs, N);
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(jobs[i].st, NULL);
+        CHECK_EQ_INT(jobs[i].n_tok, ref_n[i]);
+        for (int k = 0; k < ref_n[i]; k++) CHECK_EQ_INT(jobs[i].toks[k], ref[i][k]);
+    }
+    runner_destroy(r);
+}
+
+TEST(batch_long_prompt_interleaves_with_decoding) {
+    CHECK(batch_model());
+    /* ack_wait -1: every step waits for every callback, so the log is in step order */
+    runner *r = batch_runner(3, 0, -1, 0);
+    CHECK(r);
+    job_run jobs[3];
+    fill_prompt(g_prompts[0], 10, 300);
+    fill_prompt(g_prompts[1], 12, 301);
+    fill_prompt(g_prompts[2], 220, 302);
+    job_init(&jobs[0], r, g_prompts[0], 10, 80);
+    job_init(&jobs[1], r, g_prompts[1], 12, 80);
+    job_init(&jobs[2], r, g_prompts[2], 220, 3);
+    jobs[0].tag = 'a';
+    jobs[1].tag = 'b';
+    jobs[2].tag = 'L';
+    int32_t ref[3][256];
+    int ref_n[3];
+    CHECK(run_alone(jobs, 3, ref, ref_n));
+    g_log_n = 0;
+    pthread_t th[3];
+    pthread_create(&th[0], NULL, run_thread, &jobs[0]);
+    pthread_create(&th[1], NULL, run_thread, &jobs[1]);
+    while (atomic_load(&jobs[0].tokens_seen) < 2 || atomic_load(&jobs[1].tokens_seen) < 2)
+        sched_yield();
+    pthread_create(&th[2], NULL, run_thread, &jobs[2]);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(jobs[i].st, NULL);
+        CHECK_EQ_INT(jobs[i].n_tok, ref_n[i]);
+        for (int k = 0; k < ref_n[i]; k++) CHECK_EQ_INT(jobs[i].toks[k], ref[i][k]);
+    }
+    /* 219 prompt tokens: 13 chunks of 16, 208-216 (cut at the len-4 snapshot), 216-219 */
+    CHECK_EQ_INT(jobs[2].n_progress, 15);
+    g_log[g_log_n] = '\0';
+    const char *first = strchr(g_log, 'P'), *last = strrchr(g_log, 'P');
+    CHECK(first && last);
+    int a = 0, b = 0;
+    for (const char *p = first; p < last; p++) a += *p == 'a', b += *p == 'b';
+    /* both streams decoded one token per step while the prompt was prefilled */
+    CHECK_MSG(a >= 13 && b >= 13, "tokens during the prefill: a %d, b %d; log %s", a, b, g_log);
+    runner_destroy(r);
+}
+
+TEST(batch_full_queue_answers_busy) {
+    CHECK(batch_model());
+    runner *r = batch_runner(1, 2, 0, 0);
+    CHECK(r);
+    job_run jobs[3];
+    atomic_int gate;
+    atomic_init(&gate, 1);
+    for (int i = 0; i < 3; i++) {
+        fill_prompt(g_prompts[i], 10, 400 + i);
+        job_init(&jobs[i], r, g_prompts[i], 10, 4);
+    }
+    jobs[0].gate = &gate; /* holds the only slot in its first callback */
+    pthread_t th[3];
+    pthread_create(&th[0], NULL, run_thread, &jobs[0]);
+    while (atomic_load(&jobs[0].tokens_seen) < 1) sched_yield();
+    pthread_create(&th[1], NULL, run_thread, &jobs[1]);
+    pthread_create(&th[2], NULL, run_thread, &jobs[2]);
+    while (runner_get_load(r).queued < 2) sched_yield();
+    job_run d;
+    fill_prompt(g_prompts[3], 10, 403);
+    job_init(&d, r, g_prompts[3], 10, 4);
+    run_thread(&d);
+    CHECK(d.st == HL_ERR_BUSY);
+    CHECK_STR(d.msg, "server busy, please try again.  maximum pending requests exceeded");
+    CHECK_EQ_INT(d.n_error, 1);
+    CHECK_EQ_INT(d.n_tok, 0);
+    CHECK_STR(hl_status_str(HL_ERR_BUSY), "busy");
+    atomic_store(&gate, 0);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(jobs[i].st, NULL);
+        CHECK_EQ_INT(jobs[i].n_tok, 4);
+    }
+    /* room again */
+    run_thread(&d);
+    CHECK_OK(d.st, NULL);
+    runner_destroy(r);
+}
+
+TEST(batch_parallel_and_queue_from_the_environment) {
+    CHECK(batch_model());
+    setenv("HEARTH_NUM_PARALLEL", "3", 1);
+    setenv("HEARTH_MAX_QUEUE", "1", 1);
+    runner_config cfg = {.n_threads = 1};
+    runner *r = NULL;
+    CHECK_OK(runner_create(batch_model(), &cfg, &r, NULL), NULL);
+    CHECK_EQ_INT(runner_n_parallel(r), 3);
+    runner_destroy(r);
+    unsetenv("HEARTH_NUM_PARALLEL");
+    unsetenv("HEARTH_MAX_QUEUE");
+    CHECK_OK(runner_create(batch_model(), &cfg, &r, NULL), NULL);
+    CHECK_EQ_INT(runner_n_parallel(r), RUNNER_NUM_PARALLEL);
+    runner_destroy(r);
+}
+
+TEST(batch_cancel_one_of_several) {
+    CHECK(batch_model());
+    enum { N = 4 };
+    runner *r = batch_runner(4, 0, 0, 0);
+    CHECK(r);
+    job_run jobs[N];
+    for (int i = 0; i < N; i++) {
+        fill_prompt(g_prompts[i], 30 + i, 500 + i);
+        job_init(&jobs[i], r, g_prompts[i], 30 + i, 20);
+    }
+    int32_t ref[N][256];
+    int ref_n[N];
+    CHECK(run_alone(jobs, N, ref, ref_n));
+    jobs[1].use_flag = true;
+    jobs[1].flag_at = 3; /* another thread's flag, set after the third token */
+    jobs[2].refuse_at = 5; /* the client goes away at the fifth token */
+    run_all(jobs, N);
+    CHECK(jobs[1].st == HL_ERR_CANCELLED);
+    CHECK_EQ_INT(jobs[1].n_tok, 3);
+    CHECK_STR(jobs[1].msg, "request cancelled");
+    CHECK(jobs[2].st == HL_ERR_CANCELLED);
+    CHECK_EQ_INT(jobs[2].n_tok, 5);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(jobs[i].n_done + jobs[i].n_error, 1);
+        for (int k = 0; k < jobs[i].n_tok; k++) CHECK_EQ_INT(jobs[i].toks[k], ref[i][k]);
+        if (i == 0 || i == 3) {
+            CHECK_OK(jobs[i].st, NULL);
+            CHECK_EQ_INT(jobs[i].n_tok, ref_n[i]);
+        }
+    }
+    CHECK_EQ_INT(sampler_n_slots(runner_sampler(r)), 0);
+    CHECK_OK(kv_trie_check(runner_prefix_cache(r), NULL), NULL);
+    /* the cancelled request's computed tokens are in the cache */
+    int32_t next[64];
+    memcpy(next, g_prompts[1], 31 * sizeof(int32_t));
+    memcpy(next + 31, jobs[1].toks, 2 * sizeof(int32_t));
+    next[33] = jobs[1].toks[2] == 5 ? 6 : 5;
+    job_run again;
+    job_init(&again, r, next, 34, 2);
+    run_thread(&again);
+    CHECK_OK(again.st, NULL);
+    CHECK_EQ_INT(again.stats.cached_tokens, 33);
+    runner_destroy(r);
+}
