@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "kv/kvcache.h"
 #include "kv/trie.h"
 #include "model_synth.h"
 #include "runner/runner.h"
@@ -466,5 +467,182 @@ TEST(batch_cancel_one_of_several) {
     run_thread(&again);
     CHECK_OK(again.st, NULL);
     CHECK_EQ_INT(again.stats.cached_tokens, 33);
+    runner_destroy(r);
+}
+
+/* Every block alive is held by trie snapshots only, exactly as many times as they name it
+ * (no live table or leaked reference): the pool is back to its idle baseline. */
+typedef struct block_ref {
+    kv_block *b;
+    int n;
+} block_ref;
+
+static int collect_refs(const kv_node *n, block_ref *refs, int n_refs, int cap) {
+    if (n->snaps && n->snaps[0]) {
+        const kv_block_snap *s = n->snaps[0];
+        for (int32_t i = 0; i < s->n; i++) {
+            int k = 0;
+            while (k < n_refs && refs[k].b != s->blocks[i]) k++;
+            if (k == n_refs) {
+                if (n_refs == cap) return -1;
+                refs[n_refs++] = (block_ref){s->blocks[i], 0};
+            }
+            refs[k].n++;
+        }
+    }
+    for (int32_t i = 0; i < n->n_children && n_refs >= 0; i++)
+        n_refs = collect_refs(n->children[i], refs, n_refs, cap);
+    return n_refs;
+}
+
+static bool pool_at_baseline(runner *r, char *why, size_t why_len) {
+    static block_ref refs[4096];
+    int n = collect_refs(kv_prefix_root(runner_prefix_cache(r)), refs, 0, 4096);
+    if (n < 0) return snprintf(why, why_len, "too many blocks"), false;
+    kv_pool_stats ps = kv_pool_get_stats(runner_kv_pool(r));
+    if ((size_t)n != ps.n_blocks)
+        return snprintf(why, why_len, "%zu blocks alive, the trie holds %d", ps.n_blocks, n), false;
+    for (int i = 0; i < n; i++)
+        if (kv_block_refs(refs[i].b) != refs[i].n)
+            return snprintf(why, why_len, "a block has %d references, the trie holds %d",
+                            kv_block_refs(refs[i].b), refs[i].n),
+                   false;
+    return true;
+}
+
+TEST(batch_shared_system_prompt_hits_the_cache_and_shares_blocks) {
+    CHECK(batch_model());
+    enum { N = 4, SYS = 60, Q = 10 };
+    runner *r = batch_runner(4, 0, 0, 0);
+    CHECK(r);
+    static int32_t conv[N + 1][SYS + Q];
+    for (int i = 0; i <= N; i++) {
+        fill_prompt(conv[i], SYS, 600);
+        fill_prompt(conv[i] + SYS, Q, 601 + i);
+        conv[i][SYS] = 10 + i; /* the questions differ from their first token */
+    }
+    job_run warm;
+    job_init(&warm, r, conv[0], SYS + Q, 4);
+    run_thread(&warm);
+    CHECK_OK(warm.st, NULL);
+    size_t blocks_warm = kv_pool_get_stats(runner_kv_pool(r)).n_blocks;
+    CHECK_EQ_INT(blocks_warm, (SYS + Q + 3 + 7) / 8);
+    job_run jobs[N];
+    for (int i = 0; i < N; i++) job_init(&jobs[i], r, conv[i + 1], SYS + Q, 4);
+    int32_t ref[N][256];
+    int ref_n[N];
+    CHECK(run_alone(jobs, N, ref, ref_n));
+    run_all(jobs, N);
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(jobs[i].st, NULL);
+        CHECK_EQ_INT(jobs[i].stats.cached_tokens, SYS);
+        for (int k = 0; k < ref_n[i]; k++) CHECK_EQ_INT(jobs[i].toks[k], ref[i][k]);
+    }
+    /* each conversation owns only the blocks from the one where it diverged (56..72):
+     * 3 blocks, not the 10 of a private copy */
+    kv_pool_stats ps = kv_pool_get_stats(runner_kv_pool(r));
+    CHECK_EQ_INT(ps.n_blocks, blocks_warm + N * 3);
+    CHECK(ps.n_cow >= N);
+    char why[128];
+    CHECK_MSG(pool_at_baseline(r, why, sizeof why), "%s", why);
+    CHECK_OK(kv_trie_check(runner_prefix_cache(r), NULL), NULL);
+    runner_destroy(r);
+}
+
+/* ---- stress ---- */
+
+typedef struct stress_arg {
+    runner *r;
+    int id;
+    int n_ok, n_cancelled, n_other;
+    char other[256];
+} stress_arg;
+
+static void *stress_thread(void *arg) {
+    stress_arg *a = arg;
+    uint32_t x = 977u * (uint32_t)a->id + 13;
+    int32_t prompt[160];
+    for (int k = 0; k < 8; k++) {
+        x = x * 1103515245u + 12345u;
+        /* a few shared prefixes so conversations branch off each other */
+        int n = 5 + (int)((x >> 8) % 120);
+        fill_prompt(prompt, n, 700 + (int)((x >> 20) % 3));
+        int tail = (int)((x >> 4) % 8);
+        if (tail > n) tail = n;
+        fill_prompt(prompt + n - tail, tail, 800 + a->id * 8 + k);
+        job_run j;
+        job_init(&j, a->r, prompt, n, 1 + (int)((x >> 12) % 20));
+        switch ((x >> 16) % 5) {
+        case 0: j.use_flag = true, j.flag_at = 1 + (int)(x % 4); break;
+        case 1: j.refuse_at = 1 + (int)(x % 4); break;
+        case 2: j.use_flag = true, atomic_store(&j.flag, true); break; /* before it starts */
+        default: break;
+        }
+        if ((x >> 24) % 4 == 0) {
+            j.so = sampler_opts_defaults();
+            j.so.seed = a->id;
+        }
+        run_thread(&j);
+        if (j.n_done + j.n_error != 1) a->n_other++;
+        if (j.st == HL_OK) a->n_ok++;
+        else if (j.st == HL_ERR_CANCELLED) a->n_cancelled++;
+        else {
+            a->n_other++;
+            snprintf(a->other, sizeof a->other, "%s", j.msg);
+        }
+    }
+    return NULL;
+}
+
+TEST(batch_stress_random_cancellation_leaves_consistent_state) {
+    CHECK(batch_model());
+    /* a tight KV budget: paging and eviction run while sequences are live */
+    runner *probe = batch_runner(1, 0, 0, 0);
+    CHECK(probe);
+    size_t bb = kv_pool_get_stats(runner_kv_pool(probe)).block_bytes;
+    runner_destroy(probe);
+    runner *r = batch_runner(4, 0, 0, 60 * bb);
+    CHECK(r);
+    stress_arg args[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) {
+        args[i] = (stress_arg){.r = r, .id = i};
+        pthread_create(&th[i], NULL, stress_thread, &args[i]);
+    }
+    int ok = 0, cancelled = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_MSG(args[i].n_other == 0, "thread %d: unexpected result: %s", i, args[i].other);
+        ok += args[i].n_ok;
+        cancelled += args[i].n_cancelled;
+    }
+    CHECK_EQ_INT(ok + cancelled, 64);
+    CHECK(ok > 0 && cancelled > 0);
+    kv_pool_stats ps = kv_pool_get_stats(runner_kv_pool(r));
+    CHECK(ps.n_paged_out > 0 || kv_prefix_evictions(runner_prefix_cache(r)) > 0);
+    printf("    stress: %d ok, %d cancelled, %llu steps, %llu paged out, %llu evicted\n", ok,
+           cancelled, (unsigned long long)runner_get_load(r).steps,
+           (unsigned long long)ps.n_paged_out,
+           (unsigned long long)kv_prefix_evictions(runner_prefix_cache(r)));
+    runner_load l = runner_get_load(r);
+    CHECK_EQ_INT(l.active, 0);
+    CHECK_EQ_INT(l.queued, 0);
+    CHECK_EQ_INT(sampler_n_slots(runner_sampler(r)), 0);
+    CHECK_OK(kv_trie_check(runner_prefix_cache(r), NULL), NULL);
+    char why[128];
+    CHECK_MSG(pool_at_baseline(r, why, sizeof why), "%s", why);
+    /* and it still computes what a fresh runner computes */
+    int32_t p[50];
+    fill_prompt(p, 50, 700);
+    job_run a, b;
+    job_init(&a, r, p, 50, 6);
+    run_thread(&a);
+    runner *fresh = batch_runner(1, 0, 0, 0);
+    job_init(&b, fresh, p, 50, 6);
+    run_thread(&b);
+    CHECK_OK(a.st, NULL);
+    CHECK_OK(b.st, NULL);
+    for (int k = 0; k < 6; k++) CHECK_EQ_INT(a.toks[k], b.toks[k]);
+    runner_destroy(fresh);
     runner_destroy(r);
 }
