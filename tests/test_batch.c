@@ -180,6 +180,7 @@ typedef struct job_run {
     atomic_bool flag;
     bool use_flag;
     int flag_at;   /* > 0: set the flag after that many tokens */
+    const int32_t *stop; /* one extra stop token, or NULL */
     int refuse_at; /* > 0: emit returns false at that token */
     char tag;      /* logged per token ('\0': no log); progress logs 'P' */
     atomic_int *gate; /* non-NULL: the first token waits until it is 0 */
@@ -222,7 +223,8 @@ static void *run_thread(void *arg) {
     job_run *j = arg;
     runner_request req = {.tokens = j->prompt, .n_tokens = j->n, .num_predict = j->num_predict,
                           .sampling = j->so, .emit = run_emit, .progress = run_progress,
-                          .user = j, .cancel = j->use_flag ? &j->flag : NULL};
+                          .user = j, .cancel = j->use_flag ? &j->flag : NULL,
+                          .stop_tokens = j->stop, .n_stop_tokens = j->stop ? 1 : 0};
     hl_err err = {0};
     j->st = runner_generate(j->r, &req, &j->stats, &err);
     if (j->st && !j->msg[0]) snprintf(j->msg, sizeof j->msg, "%s", err.msg);
@@ -645,4 +647,85 @@ TEST(batch_stress_random_cancellation_leaves_consistent_state) {
     for (int k = 0; k < 6; k++) CHECK_EQ_INT(a.toks[k], b.toks[k]);
     runner_destroy(fresh);
     runner_destroy(r);
+}
+
+/* ---- errors ---- */
+
+/* The F32 model with token 60's embedding set to NaN: a sequence that contains it gets
+ * logits with no finite value (a sampler error), the others are untouched. */
+static model *load_poisoned(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/poison.gguf", test_tmpdir());
+    synth_cfg c = {.arch = "llama", .n_vocab = V, .n_embd = 64, .n_layer = 2, .n_ff = 96,
+                   .n_head = 4, .n_head_kv = 2, .rope_base = 10000, .wtype = HL_TYPE_F32,
+                   .seed = 11};
+    synth_model *s = synth_build(&c, path);
+    if (!s) return NULL;
+    synth_free(s);
+    gguf_file *f;
+    if (gguf_open(path, &f, NULL)) return NULL;
+    const gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
+    long off = t ? (long)(gguf_data_offset(f) + t->offset + 60 * 64 * sizeof(float)) : -1;
+    gguf_close(f);
+    FILE *fp = fopen(path, "r+b");
+    if (off < 0 || !fp) return NULL;
+    float nan[64];
+    for (int i = 0; i < 64; i++) nan[i] = NAN;
+    fseek(fp, off, SEEK_SET);
+    fwrite(nan, sizeof nan, 1, fp);
+    fclose(fp);
+    model *m = NULL;
+    if (model_load(path, NULL, &m, NULL) != HL_OK) return NULL;
+    return m;
+}
+
+TEST(batch_error_ends_only_the_affected_sequence) {
+    model *m = load_poisoned();
+    CHECK(m);
+    g_model = m;
+    enum { N = 3 };
+    static const int32_t stop = 60; /* the good ones never forward the poisoned token */
+    job_run jobs[N];
+    for (int i = 0; i < N; i++) {
+        fill_prompt(g_prompts[i], 40, 900 + i);
+        for (int k = 0; k < 40; k++)
+            if (g_prompts[i][k] == 60) g_prompts[i][k] = 61;
+    }
+    g_prompts[1][25] = 60;
+    int32_t ref[N][256];
+    int ref_n[N];
+    runner *solo = batch_runner(1, 0, 0, 0);
+    CHECK(solo);
+    for (int i = 0; i < N; i++) {
+        job_init(&jobs[i], solo, g_prompts[i], 40, 10);
+        jobs[i].stop = &stop;
+        run_thread(&jobs[i]);
+        CHECK(jobs[i].st == (i == 1 ? HL_ERR_INVALID : HL_OK));
+        memcpy(ref[i], jobs[i].toks, sizeof jobs[i].toks);
+        ref_n[i] = jobs[i].n_tok;
+    }
+    runner_destroy(solo);
+    runner *r = batch_runner(4, 0, -1, 0); /* -1: all three share every step */
+    CHECK(r);
+    for (int i = 0; i < N; i++) {
+        job_init(&jobs[i], r, g_prompts[i], 40, 10);
+        jobs[i].stop = &stop;
+    }
+    run_all(jobs, N);
+    CHECK(jobs[1].st == HL_ERR_INVALID);
+    CHECK_MSG(strstr(jobs[1].msg, "finite") != NULL, "message: %s", jobs[1].msg);
+    CHECK_EQ_INT(jobs[1].n_error, 1);
+    CHECK_EQ_INT(jobs[1].n_tok, 0);
+    for (int i = 0; i < N; i += 2) {
+        CHECK_OK(jobs[i].st, NULL);
+        CHECK_EQ_INT(jobs[i].n_tok, ref_n[i]);
+        for (int k = 0; k < ref_n[i]; k++) CHECK_EQ_INT(jobs[i].toks[k], ref[i][k]);
+    }
+    CHECK_EQ_INT(sampler_n_slots(runner_sampler(r)), 0);
+    CHECK_OK(kv_trie_check(runner_prefix_cache(r), NULL), NULL);
+    char why[128];
+    CHECK_MSG(pool_at_baseline(r, why, sizeof why), "%s", why);
+    runner_destroy(r);
+    model_free(m);
+    g_model = NULL;
 }
