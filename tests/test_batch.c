@@ -183,6 +183,7 @@ typedef struct job_run {
     const int32_t *stop; /* one extra stop token, or NULL */
     int refuse_at; /* > 0: emit returns false at that token */
     char tag;      /* logged per token ('\0': no log); progress logs 'P' */
+    bool hook;     /* logits_hook forces token 3 + (tokens streamed so far) % 5 */
     atomic_int *gate; /* non-NULL: the first token waits until it is 0 */
     atomic_int tokens_seen;
     int max_active;
@@ -219,12 +220,20 @@ static bool run_progress(void *user, int32_t processed, int32_t total) {
     return true;
 }
 
+/* Reads n_tok, which run_emit writes on the calling thread, without a lock. */
+static void force_hook(void *user, float *logits, int32_t n_vocab) {
+    job_run *j = user;
+    const int32_t want = 3 + j->n_tok % 5;
+    for (int32_t i = 0; i < n_vocab; i++) logits[i] = i == want ? 1.0f : -INFINITY;
+}
+
 static void *run_thread(void *arg) {
     job_run *j = arg;
     runner_request req = {.tokens = j->prompt, .n_tokens = j->n, .num_predict = j->num_predict,
                           .sampling = j->so, .emit = run_emit, .progress = run_progress,
                           .user = j, .cancel = j->use_flag ? &j->flag : NULL,
-                          .stop_tokens = j->stop, .n_stop_tokens = j->stop ? 1 : 0};
+                          .stop_tokens = j->stop, .n_stop_tokens = j->stop ? 1 : 0,
+                          .logits_hook = j->hook ? force_hook : NULL};
     hl_err err = {0};
     j->st = runner_generate(j->r, &req, &j->stats, &err);
     if (j->st && !j->msg[0]) snprintf(j->msg, sizeof j->msg, "%s", err.msg);
@@ -298,6 +307,30 @@ TEST(batch_concurrent_greedy_requests_match_each_alone) {
     CHECK_EQ_INT(l.queued, 0);
     CHECK_EQ_INT(sampler_n_slots(runner_sampler(r)), 0);
     CHECK_OK(kv_trie_check(runner_prefix_cache(r), NULL), NULL);
+    runner_destroy(r);
+}
+
+TEST(batch_logits_hook_applies_to_its_own_sequence_only) {
+    CHECK(batch_model());
+    enum { N = 3 };
+    runner *r = batch_runner(4, 0, 0, 0);
+    CHECK(r);
+    job_run jobs[N];
+    for (int i = 0; i < N; i++) {
+        fill_prompt(g_prompts[i], 20 + i, 150 + i);
+        job_init(&jobs[i], r, g_prompts[i], 20 + i, 12);
+    }
+    int32_t ref[N][256];
+    int ref_n[N];
+    CHECK(run_alone(jobs, N, ref, ref_n));
+    jobs[1].hook = true;
+    run_all(jobs, N);
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(jobs[i].st, NULL);
+        CHECK_EQ_INT(jobs[i].n_tok, 12);
+        for (int k = 0; k < 12; k++)
+            CHECK_EQ_INT(jobs[i].toks[k], i == 1 ? 3 + k % 5 : ref[i][k]);
+    }
     runner_destroy(r);
 }
 

@@ -558,6 +558,11 @@ static void step(runner *r) {
     }
     if (n_sample == 0) return;
 
+    /* the rows are this step's scratch: hooks edit them in place */
+    for (int32_t k = 0; k < n_sample; k++) {
+        const runner_request *req = r->seqs[r->slots[k]].job->req;
+        if (req->logits_hook) req->logits_hook(req->user, r->logits + (size_t)k * n_vocab, n_vocab);
+    }
     /* one sampler call for every sequence that produced logits */
     st = sampler_sample(r->smp, r->slots, n_sample, r->logits, (size_t)n_vocab, r->outs, &e);
     if (st) { /* find the bad rows: sample one at a time, failing only those */
@@ -691,7 +696,8 @@ runner_memory runner_get_memory(const runner *r) {
         .weights = model_weight_bytes(r->m),
         .kv = ps.ram_bytes,
         .kv_disk = ps.disk_bytes,
-        .scratch = model_ctx_scratch_bytes(r->ctx),
+        .scratch = model_ctx_scratch_bytes(r->ctx) +
+                   (size_t)r->n_parallel * (size_t)model_get_hparams(r->m)->n_vocab * sizeof(float),
     };
     m.total = m.weights + m.kv + m.scratch;
     return m;

@@ -37,16 +37,19 @@
  * produced logits. Results do not depend on the batch a sequence ran in (the forward
  * pass and the sampler are batch invariant): greedy or seeded runs give the same tokens
  * alone or together.
- * Callbacks run on the calling thread (never on the batch thread), in order, and a
- * sequence advances only after its callbacks for the previous step have returned, so a
- * flag set or false returned from a callback takes effect before anything else is
- * computed for that request (as with serial requests). A step waits up to ack_wait_us
- * for the callbacks of the other sequences, then leaves the slow ones for the next step.
+ * Callbacks: emit and progress run on the calling thread, in order; a sequence advances
+ * only after its callbacks for the previous step have returned, so a flag set or false
+ * returned from a callback takes effect before anything else is computed for that
+ * request (as with serial requests). A step waits up to ack_wait_us for the callbacks
+ * of the other sequences, then leaves the slow ones for the next step. logits_hook runs
+ * on the batch thread (keep it short: the whole batch waits), but never at the same time
+ * as that request's emit/progress, so it may read state they update without a lock.
  * Cancellation or an error ends only the affected request; its slot, blocks and trie
  * lane are released and its tokens recorded in the trie, whatever happened.
  *
- * Ownership: runner_create borrows the model (it must outlive the runner) and owns the
- * KV pool, trie, sampler and compute context; runner_destroy frees them.
+ * Ownership: runner_create borrows the model (it must outlive the runner), owns the KV
+ * pool, trie, sampler and compute context, and starts the batch thread; runner_destroy
+ * stops it and frees everything (no runner_generate may be in flight then).
  */
 #ifndef HL_RUNNER_H
 #define HL_RUNNER_H
@@ -129,7 +132,10 @@ typedef struct runner_request {
     atomic_bool *cancel;          /* may be NULL */
     runner_emit_fn emit;          /* may be NULL */
     runner_progress_fn progress;  /* may be NULL */
-    void *user;                   /* passed to emit and progress */
+    /* May be NULL. Called with a copy of each logits row before it is sampled; it may
+     * change it (e.g. set tokens a response format forbids to -inf). */
+    void (*logits_hook)(void *user, float *logits, int32_t n_vocab);
+    void *user;                   /* passed to emit, progress and logits_hook */
 } runner_request;
 
 typedef struct runner runner;
