@@ -264,12 +264,16 @@ int main(int argc, char **argv) {
     double base = 0;
     for (size_t c = 0; c < sizeof conc / sizeof conc[0]; c++) {
         double rates[RUNS];
+        runner_load l0 = runner_get_load(r);
         for (int k = 0; k < RUNS; k++) rates[k] = one_run(r, conc[c]);
+        runner_load l1 = runner_get_load(r);
         qsort(rates, RUNS, sizeof *rates, cmp_double);
         double med = rates[RUNS / 2];
         if (c == 0) base = med;
-        printf("%d concurrent: %7.1f tokens/s aggregate (runs %.1f .. %.1f)  %.2fx vs 1\n",
-               conc[c], med, rates[0], rates[RUNS - 1], base > 0 ? med / base : 0);
+        printf("%d concurrent: %7.1f tokens/s aggregate (runs %.1f .. %.1f)  %.2fx vs 1;  "
+               "%.2f decode tokens per forward pass\n",
+               conc[c], med, rates[0], rates[RUNS - 1], base > 0 ? med / base : 0,
+               (double)(RUNS * conc[c] * N_GEN) / (double)(l1.steps - l0.steps));
     }
     {
         model_ctx *c;

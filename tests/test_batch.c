@@ -502,6 +502,18 @@ TEST(batch_cancel_one_of_several) {
     run_thread(&again);
     CHECK_OK(again.st, NULL);
     CHECK_EQ_INT(again.stats.cached_tokens, 33);
+    /* cancelled before it starts: nothing runs, and its stats are its own */
+    job_run early;
+    job_init(&early, r, g_prompts[2], 20, 5);
+    early.use_flag = true;
+    atomic_store(&early.flag, true);
+    run_thread(&early);
+    CHECK(early.st == HL_ERR_CANCELLED);
+    CHECK_EQ_INT(early.n_tok, 0);
+    CHECK_EQ_INT(early.n_progress, 0);
+    CHECK_EQ_INT(early.stats.eval_count, 0);
+    CHECK_EQ_INT(early.stats.prompt_eval_count, 20);
+    CHECK_EQ_INT(early.stats.cached_tokens, 0);
     runner_destroy(r);
 }
 

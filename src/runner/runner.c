@@ -310,9 +310,6 @@ static void seq_start(runner *r, seq *s) {
     const runner_request *req = s->job->req;
     const int32_t n = req->n_tokens;
     hl_err e = {0};
-    s->rs = (runner_stats){.prompt_eval_count = n, .done_reason = RUNNER_DONE_LENGTH};
-    s->t_start = hl_time_ns();
-    s->t_eval = 0;
     pthread_mutex_lock(&r->kv_mu);
     hl_status st = kv_prefix_begin_lane(r->pc, s->lane, req->tokens, n, &s->sess, &e);
     if (!st) {
@@ -371,6 +368,10 @@ static bool gather(runner *r) {
             s->job = j;
             s->phase = SEQ_NEW;
             s->admitted = r->n_admitted++;
+            s->rs = (runner_stats){.prompt_eval_count = j->req->n_tokens,
+                                   .done_reason = RUNNER_DONE_LENGTH};
+            s->t_start = hl_time_ns();
+            s->t_eval = 0;
         }
         bool any_ready = false, any_waiting = false;
         for (int32_t i = 0; i < r->n_parallel; i++) {
