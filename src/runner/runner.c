@@ -34,6 +34,7 @@ typedef struct job {
     struct job *next;  /* queue link */
     /* batch thread -> caller (under mu); a sequence with an event pending does not step */
     bool has_progress, has_token, finished;
+    uint64_t posted_at; /* the step that posted the pending event */
     int32_t processed;
     sampler_out so;
     hl_status status;
@@ -398,7 +399,8 @@ static bool gather(runner *r) {
             continue;
         }
         if (any_waiting) {
-            /* give the callers of the last step a moment, so their sequences join this one */
+            /* give the callers of the last step a moment, so their sequences join this one
+             * (callers already late before it are not waited for again) */
             if (r->ack_wait_ns < 0) {
                 pthread_cond_wait(&r->loop_cv, &r->mu);
                 continue;
@@ -409,8 +411,12 @@ static bool gather(runner *r) {
             bool timed_out = false;
             for (;;) {
                 bool waiting = false;
-                for (int32_t i = 0; i < r->n_parallel; i++)
-                    if (seq_waiting(&r->seqs[i]) && !job_cancelled(r->seqs[i].job)) waiting = true;
+                for (int32_t i = 0; i < r->n_parallel; i++) {
+                    const seq *s = &r->seqs[i];
+                    if (seq_waiting(s) && s->job->posted_at == r->n_steps &&
+                        !job_cancelled(s->job))
+                        waiting = true;
+                }
                 if (!waiting || r->stop || timed_out) break;
                 timed_out = pthread_cond_timedwait(&r->loop_cv, &r->mu, &dl) == ETIMEDOUT;
             }
@@ -431,6 +437,7 @@ static void post_progress(runner *r, seq *s) {
     if (!s->job->req->progress) return;
     pthread_mutex_lock(&r->mu);
     s->job->has_progress = true;
+    s->job->posted_at = r->n_steps;
     s->job->processed = s->done;
     pthread_cond_signal(&s->job->cv);
     pthread_mutex_unlock(&r->mu);
@@ -440,6 +447,7 @@ static void post_token(runner *r, seq *s, const sampler_out *so) {
     if (!s->job->req->emit) return;
     pthread_mutex_lock(&r->mu);
     s->job->has_token = true;
+    s->job->posted_at = r->n_steps;
     s->job->so = *so;
     pthread_cond_signal(&s->job->cv);
     pthread_mutex_unlock(&r->mu);
