@@ -7,7 +7,9 @@
  * is measured over the window in which all requests of a run are decoding: from the
  * moment the last of them streamed its first token to the moment the first of them
  * finished, tokens streamed in between / window. Each figure is the median of RUNS
- * runs. The model (8 layers, 1024 embedding, 16/4 heads, Q8_0) is written with the GGUF
+ * runs; the concurrency levels take turns (1, 2, 4, 8, 1, 2, ...) so that the load of a
+ * shared machine changes all of them alike. The forward pass alone (model_eval_batch
+ * with 1..8 single-token sequences) is measured the same way, as the ceiling. The model (8 layers, 1024 embedding, 16/4 heads, Q8_0) is written with the GGUF
  * writer into a temporary file, removed once loaded. The machine may be shared: the
  * load average is printed before and after.
  */
@@ -25,7 +27,7 @@
 
 enum {
     N_VOCAB = 2048, N_EMBD = 1024, N_LAYER = 8, N_FF = 2816, N_HEAD = 16, N_HEAD_KV = 4,
-    PROMPT = 32, N_GEN = 40, RUNS = 3, MAX_CONC = 8,
+    PROMPT = 32, N_GEN = 40, RUNS = 5, MAX_CONC = 8,
 };
 
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
@@ -185,38 +187,44 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The forward pass alone: tokens/s of model_eval_batch with n single-token decode entries
- * (sequences of CTX_LEN cached positions), median of 5 passes: what the runner can reach. */
-enum { CTX_LEN = 64 };
-static double raw_rate(const model *m, model_ctx *c, int n) {
+/* The forward pass alone: model_eval_batch with n single-token decode entries over
+ * sequences of CTX_LEN cached positions (what the runner can reach at best). */
+enum { CTX_LEN = 64, RAW_PASSES = 15 };
+typedef struct raw_bench {
+    kv_pool *pool;
+    kv_table t[MAX_CONC];
+    int32_t tok[MAX_CONC];
+} raw_bench;
+
+static bool raw_init(raw_bench *b, const model *m) {
     const model_hparams *hp = model_get_hparams(m);
     kv_pool_config pc = {.layout = {hp->n_layer, hp->n_head_kv, hp->head_dim_k, hp->head_dim_v, 32},
                          .budget_bytes = (size_t)1 << 30};
-    kv_pool *pool;
-    if (kv_pool_create(&pc, &pool, NULL)) return -1;
-    kv_table t[MAX_CONC];
-    model_batch_entry e[MAX_CONC];
-    int32_t tok[MAX_CONC];
+    if (kv_pool_create(&pc, &b->pool, NULL)) return false;
+    for (int i = 0; i < MAX_CONC; i++) {
+        kv_table_init(&b->t[i], b->pool);
+        if (kv_table_reserve(&b->t[i], CTX_LEN + 1, NULL)) return false;
+        kv_table_commit(&b->t[i], CTX_LEN); /* the rows' contents do not matter for timing */
+        b->tok[i] = 3 + i;
+    }
+    return true;
+}
+
+static void raw_free(raw_bench *b) {
+    for (int i = 0; i < MAX_CONC; i++) kv_table_free(&b->t[i]);
+    kv_pool_destroy(b->pool);
+}
+
+/* Tokens/s of one pass with n sequences (each writes position CTX_LEN, again and again). */
+static double raw_pass(raw_bench *b, model_ctx *c, int n) {
     static float logits[MAX_CONC * N_VOCAB];
-    double rate[5];
-    for (int i = 0; i < n; i++) {
-        kv_table_init(&t[i], pool);
-        kv_table_reserve(&t[i], CTX_LEN + 8, NULL);
-        kv_table_commit(&t[i], CTX_LEN); /* the rows' contents do not matter for timing */
-        tok[i] = 3 + i;
-    }
-    for (int k = 0; k < 5; k++) {
-        for (int i = 0; i < n; i++)
-            e[i] = (model_batch_entry){.kv = {t[i].data, t[i].n_blocks, 32, t[i].len},
-                                       .tokens = &tok[i], .n_tokens = 1, .want_logits = true};
-        uint64_t t0 = hl_time_ns();
-        model_eval_batch(c, e, n, logits, NULL);
-        rate[k] = n / ((double)(hl_time_ns() - t0) / 1e9);
-    }
-    for (int i = 0; i < n; i++) kv_table_free(&t[i]);
-    kv_pool_destroy(pool);
-    qsort(rate, 5, sizeof *rate, cmp_double);
-    return rate[2];
+    model_batch_entry e[MAX_CONC];
+    for (int i = 0; i < n; i++)
+        e[i] = (model_batch_entry){.kv = {b->t[i].data, b->t[i].n_blocks, 32, b->t[i].len},
+                                   .tokens = &b->tok[i], .n_tokens = 1, .want_logits = true};
+    uint64_t t0 = hl_time_ns();
+    if (model_eval_batch(c, e, n, logits, NULL)) return -1;
+    return n / ((double)(hl_time_ns() - t0) / 1e9);
 }
 
 static void print_load(const char *when) {
@@ -260,30 +268,44 @@ int main(int argc, char **argv) {
            N_GEN, RUNS);
     print_load("before");
     one_run(r, 1); /* warm-up: page the weights in */
-    const int conc[] = {1, 2, 4, 8};
+    /* the levels take turns, round after round, so load changes hit them alike */
+    enum { N_LEVELS = 4 };
+    const int conc[N_LEVELS] = {1, 2, 4, 8};
+    double rates[N_LEVELS][RUNS];
+    uint64_t steps[N_LEVELS] = {0};
+    for (int k = 0; k < RUNS; k++)
+        for (int c = 0; c < N_LEVELS; c++) {
+            runner_load l0 = runner_get_load(r);
+            rates[c][k] = one_run(r, conc[c]);
+            steps[c] += runner_get_load(r).steps - l0.steps;
+        }
     double base = 0;
-    for (size_t c = 0; c < sizeof conc / sizeof conc[0]; c++) {
-        double rates[RUNS];
-        runner_load l0 = runner_get_load(r);
-        for (int k = 0; k < RUNS; k++) rates[k] = one_run(r, conc[c]);
-        runner_load l1 = runner_get_load(r);
-        qsort(rates, RUNS, sizeof *rates, cmp_double);
-        double med = rates[RUNS / 2];
+    for (int c = 0; c < N_LEVELS; c++) {
+        qsort(rates[c], RUNS, sizeof rates[c][0], cmp_double);
+        double med = rates[c][RUNS / 2];
         if (c == 0) base = med;
         printf("%d concurrent: %7.1f tokens/s aggregate (runs %.1f .. %.1f)  %.2fx vs 1;  "
                "%.2f decode tokens per forward pass\n",
-               conc[c], med, rates[0], rates[RUNS - 1], base > 0 ? med / base : 0,
-               (double)(RUNS * conc[c] * N_GEN) / (double)(l1.steps - l0.steps));
+               conc[c], med, rates[c][0], rates[c][RUNS - 1], base > 0 ? med / base : 0,
+               (double)(RUNS * conc[c] * N_GEN) / (double)steps[c]);
     }
     {
         model_ctx *c;
-        if (model_ctx_create(m, n_threads, MAX_CONC, &c, &err) == HL_OK) {
-            double raw1 = raw_rate(m, c, 1);
-            printf("forward pass alone (model_eval_batch, %d cached positions):\n", CTX_LEN);
-            for (size_t k = 0; k < sizeof conc / sizeof conc[0]; k++) {
-                double x = raw_rate(m, c, conc[k]);
-                printf("%d in one pass: %7.1f tokens/s  %.2fx vs 1\n", conc[k], x, x / raw1);
+        raw_bench rb;
+        if (model_ctx_create(m, n_threads, MAX_CONC, &c, &err) == HL_OK && raw_init(&rb, m)) {
+            double raw[N_LEVELS][RAW_PASSES];
+            for (int k = 0; k < RAW_PASSES; k++)
+                for (int l = 0; l < N_LEVELS; l++) raw[l][k] = raw_pass(&rb, c, conc[l]);
+            printf("forward pass alone (model_eval_batch, %d cached positions, median of %d):\n",
+                   CTX_LEN, RAW_PASSES);
+            double raw1 = 0;
+            for (int l = 0; l < N_LEVELS; l++) {
+                qsort(raw[l], RAW_PASSES, sizeof raw[l][0], cmp_double);
+                double x = raw[l][RAW_PASSES / 2];
+                if (l == 0) raw1 = x;
+                printf("%d in one pass: %7.1f tokens/s  %.2fx vs 1\n", conc[l], x, x / raw1);
             }
+            raw_free(&rb);
             model_ctx_free(c);
         }
     }
