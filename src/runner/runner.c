@@ -166,7 +166,14 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     if (!st) {
         bool mu = pthread_mutex_init(&r->mu, NULL) == 0;
         bool kv = pthread_mutex_init(&r->kv_mu, NULL) == 0;
-        bool cv = pthread_cond_init(&r->loop_cv, NULL) == 0;
+        /* the ack wait is a timed wait: on the monotonic clock, immune to clock changes */
+        pthread_condattr_t ca;
+        bool cv = pthread_condattr_init(&ca) == 0;
+        if (cv) {
+            cv = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+                 pthread_cond_init(&r->loop_cv, &ca) == 0;
+            pthread_condattr_destroy(&ca);
+        }
         r->locks_ready = mu && kv && cv;
         if (!r->locks_ready) {
             if (mu) pthread_mutex_destroy(&r->mu);
@@ -406,7 +413,7 @@ static bool gather(runner *r) {
                 continue;
             }
             struct timespec dl;
-            clock_gettime(CLOCK_REALTIME, &dl);
+            clock_gettime(CLOCK_MONOTONIC, &dl);
             add_ns(&dl, r->ack_wait_ns);
             bool timed_out = false;
             for (;;) {
