@@ -1,6 +1,8 @@
 #include "test.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/file.h"
 #include "base/pool.h"
@@ -107,4 +109,107 @@ TEST(base_file_reads_gzip) {
     CHECK(len > 1000000);
     CHECK(buf[0] == '{');
     free(buf);
+}
+
+/* ---- pool stress: spin and sleep paths, the boundary between them, teardown ---- */
+
+typedef struct stress_ctx {
+    int n;           /* plain ints: the pool's hand-off must order them */
+    int seen[16];
+    unsigned round;
+    unsigned stamp[16];
+} stress_ctx;
+
+static void stress_work(void *ctx, int ith, int nth) {
+    stress_ctx *c = ctx;
+    c->seen[ith]++;
+    c->stamp[ith] = c->round; /* reads the caller's write from before the run */
+    if (nth != c->n) c->seen[ith] += 1000;
+}
+
+static bool stress_rounds(hl_pool *p, int n_threads, int rounds, int max_sleep_us) {
+    stress_ctx c;
+    memset(&c, 0, sizeof c);
+    c.n = n_threads;
+    uint32_t rng = 12345;
+    for (int r = 0; r < rounds; r++) {
+        c.round = (unsigned)r + 1;
+        hl_pool_run(p, stress_work, &c);
+        for (int i = 0; i < n_threads; i++)
+            if (c.seen[i] != r + 1 || c.stamp[i] != (unsigned)r + 1) return false;
+        if (max_sleep_us > 0) {
+            rng = rng * 1103515245u + 12345u;
+            const unsigned us = (rng >> 16) % (unsigned)max_sleep_us;
+            if (us > 0) usleep(us);
+        }
+    }
+    return true;
+}
+
+static void set_spin(const char *us) {
+    if (us)
+        setenv("HEARTH_POOL_SPIN_US", us, 1);
+    else
+        unsetenv("HEARTH_POOL_SPIN_US");
+}
+
+TEST(base_pool_stress_spin_and_sleep) {
+    /* spin 0: every wait sleeps; default: back-to-back runs stay in the spin; 50 us with
+     * random gaps up to 150 us: waits end on either side of the budget */
+    const char *spins[] = {"0", NULL, "50"};
+    const int gaps[] = {0, 0, 150};
+    const int rounds[] = {3000, 20000, 1500};
+    for (int k = 0; k < 3; k++) {
+        set_spin(spins[k]);
+        for (int nt = 2; nt <= 5; nt += 3) {
+            hl_pool *p = NULL;
+            hl_err err;
+            CHECK_OK(hl_pool_create(nt, &p, &err), &err);
+            CHECK_MSG(stress_rounds(p, nt, rounds[k], gaps[k]), "spin %s, %d threads",
+                      spins[k] ? spins[k] : "default", nt);
+            hl_pool_destroy(p);
+        }
+    }
+    set_spin(NULL);
+}
+
+TEST(base_pool_create_destroy_churn) {
+    /* tear down right after creation (workers may not have started waiting yet), after
+     * one run (workers spinning), and after they went to sleep */
+    set_spin("20");
+    for (int i = 0; i < 60; i++) {
+        hl_pool *p = NULL;
+        hl_err err;
+        CHECK_OK(hl_pool_create(2 + i % 3, &p, &err), &err);
+        if (i % 3 >= 1) CHECK(stress_rounds(p, 2 + i % 3, 3, 0));
+        if (i % 3 == 2) usleep(200);
+        hl_pool_destroy(p);
+    }
+    set_spin(NULL);
+}
+
+typedef struct caller_arg {
+    hl_pool *pool;
+    int n;
+    bool ok;
+} caller_arg;
+
+static void *caller_thread(void *arg) {
+    caller_arg *a = arg;
+    a->ok = stress_rounds(a->pool, a->n, 500, 0);
+    return NULL;
+}
+
+TEST(base_pool_caller_may_change_between_runs) {
+    hl_pool *p = NULL;
+    hl_err err;
+    CHECK_OK(hl_pool_create(3, &p, &err), &err);
+    for (int k = 0; k < 4; k++) { /* one caller at a time, each on a new thread */
+        caller_arg a = {p, 3, false};
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, caller_thread, &a) == 0);
+        pthread_join(t, NULL);
+        CHECK(a.ok);
+    }
+    hl_pool_destroy(p);
 }

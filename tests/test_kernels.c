@@ -26,11 +26,12 @@ static const hl_type g_weight_types[] = {
 };
 #define N_WEIGHT_TYPES (sizeof g_weight_types / sizeof g_weight_types[0])
 
-/* A random weight row: quantized random floats where a quantizer exists, else random
- * bytes with sane fp16 scales (K-quants: every bit pattern of the quants is valid). */
+/* A random weight row: quantized random floats for the 32-element types, random bytes
+ * with sane fp16 scales for the K-quants (every bit pattern of their quants and scales
+ * is valid, and random bytes reach patterns a quantizer rarely writes). */
 static void random_weights(hl_type t, void *dst, int64_t n) {
     const hl_type_traits *tr = hl_type_traits_get(t);
-    if (tr->can_quantize) {
+    if (tr->can_quantize && tr->block_size != QK_K) {
         float *x = malloc((size_t)n * sizeof *x);
         for (int64_t i = 0; i < n; i++) x[i] = frand();
         hl_quantize_row(t, x, dst, n);
@@ -256,6 +257,11 @@ TEST(kernels_simd_small_ops_match_ref) {
         simd.swiglu(a, x, y, n);
         ref->swiglu(b, x, y, n);
         for (int i = 0; i < n; i++) CHECK_NEAR(a[i], b[i], 1e-6 * (fabsf(b[i]) + 1e-3f));
+        memcpy(a, y, (size_t)n * sizeof *a);
+        memcpy(b, y, (size_t)n * sizeof *b);
+        simd.axpy(a, 0.37f, x, n);
+        ref->axpy(b, 0.37f, x, n);
+        for (int i = 0; i < n; i++) CHECK_NEAR(a[i], b[i], 1e-6 * (fabsf(b[i]) + 1e-3f));
         const float ss = simd.sum_squares(x, n), sr = ref->sum_squares(x, n);
         CHECK_NEAR(ss, sr, 1e-6 * sr);
     }
@@ -414,4 +420,56 @@ TEST(kernels_swiglu_vs_naive) {
     for (int i = 0; i < 19; i++)
         CHECK_NEAR(out[i], (double)g[i] / (1 + exp(-(double)g[i])) * u[i], 1e-5);
     CHECK(isfinite(out[0]));
+}
+
+/* kern_matmul_many: every item's output equals a separate kern_matmul exactly, for mixed
+ * weight types sharing an activation type, row counts that split unevenly across
+ * threads, decode and prefill; mixed activation types fall back to separate calls. */
+TEST(kernels_matmul_many_equals_separate) {
+    hl_pool *pool = NULL;
+    hl_err err;
+    CHECK_OK(hl_pool_create(3, &pool, &err), &err);
+    const int64_t cols = 512;
+    const struct { hl_type t; int64_t rows; } spec[3][3] = {
+        {{HL_TYPE_Q4_K, 37}, {HL_TYPE_Q6_K, 16}, {HL_TYPE_Q4_K, 5}},
+        {{HL_TYPE_Q8_0, 40}, {HL_TYPE_Q4_0, 9}, {HL_TYPE_Q8_0, 1}},
+        {{HL_TYPE_Q8_0, 20}, {HL_TYPE_Q4_K, 19}, {HL_TYPE_F16, 3}}, /* fallback */
+    };
+    static float x[7 * 512], got[7 * 64], want[7 * 64];
+    for (int i = 0; i < 7 * 512; i++) x[i] = frand();
+    for (int g = 0; g < 3; g++) {
+        for (int64_t n_tok = 1; n_tok <= 7; n_tok += 6) {
+            kern_matmul_item items[3];
+            void *w[3];
+            size_t scratch_size = 0;
+            for (int k = 0; k < 3; k++) {
+                const hl_type t = spec[g][k].t;
+                w[k] = malloc(hl_row_size(t, cols) * (size_t)spec[g][k].rows);
+                for (int64_t r = 0; r < spec[g][k].rows; r++)
+                    random_weights(t, (uint8_t *)w[k] + (size_t)r * hl_row_size(t, cols), cols);
+                const size_t s = kern_matmul_scratch_size(t, cols, n_tok);
+                if (s > scratch_size) scratch_size = s;
+            }
+            void *scratch = malloc(scratch_size + 1);
+            int64_t off = 0;
+            for (int k = 0; k < 3; k++) {
+                items[k] = (kern_matmul_item){spec[g][k].t, w[k], spec[g][k].rows, got + off};
+                off += spec[g][k].rows * n_tok;
+            }
+            memset(got, 0, sizeof got);
+            kern_matmul_many(pool, items, 3, cols, x, n_tok, scratch);
+            off = 0;
+            for (int k = 0; k < 3; k++) {
+                kern_matmul(pool, spec[g][k].t, w[k], spec[g][k].rows, cols, x, n_tok,
+                            want + off, scratch);
+                for (int64_t i = 0; i < spec[g][k].rows * n_tok; i++)
+                    CHECK_MSG(got[off + i] == want[off + i], "group %d item %d tok %lld: %g vs %g",
+                              g, k, (long long)n_tok, got[off + i], want[off + i]);
+                off += spec[g][k].rows * n_tok;
+            }
+            for (int k = 0; k < 3; k++) free(w[k]);
+            free(scratch);
+        }
+    }
+    hl_pool_destroy(pool);
 }

@@ -109,11 +109,12 @@ TEST(quant_traits_caps) {
     for (size_t i = 0; i < sizeof deq / sizeof deq[0]; i++)
         CHECK_MSG(hl_type_traits_get(deq[i])->can_dequantize, "%s", hl_type_name(deq[i]));
     const hl_type q[] = {HL_TYPE_F16,  HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1, HL_TYPE_Q5_0,
-                         HL_TYPE_Q5_1, HL_TYPE_Q8_0, HL_TYPE_Q8_1, HL_TYPE_Q8_K};
+                         HL_TYPE_Q5_1, HL_TYPE_Q8_0, HL_TYPE_Q8_1, HL_TYPE_Q8_K, HL_TYPE_Q2_K,
+                         HL_TYPE_Q3_K, HL_TYPE_Q4_K, HL_TYPE_Q5_K, HL_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
         CHECK_MSG(hl_type_traits_get(q[i])->can_quantize, "%s", hl_type_name(q[i]));
     CHECK(!hl_type_traits_get(HL_TYPE_I32)->can_dequantize);
-    CHECK(!hl_type_traits_get(HL_TYPE_Q4_K)->can_quantize);
+    CHECK(!hl_type_traits_get(HL_TYPE_I32)->can_quantize);
     /* every weight type's activation type must be quantizable */
     for (uint32_t t = 0; t < HL_TYPE_COUNT; t++) {
         const hl_type_traits *tr = hl_type_traits_get(t);

@@ -17,6 +17,7 @@
 #include "net/host.h"
 
 int cli_generate(int argc, char **argv);
+int cli_quantize(int argc, char **argv);
 
 /* Runs the command named argv[1] if it is a model-management command; returns false
  * otherwise. */

@@ -500,6 +500,16 @@ gguf_type gguf_kv_type(const gguf_file *f, int64_t i) {
     return f->kv[i].type;
 }
 
+const void *gguf_kv_scalar(const gguf_file *f, int64_t i) {
+    if (i < 0 || i >= f->n_kv || gguf_type_size(f->kv[i].type) == 0) return NULL;
+    return f->kv[i].value;
+}
+
+gguf_str gguf_kv_str(const gguf_file *f, int64_t i) {
+    if (i < 0 || i >= f->n_kv || f->kv[i].type != GGUF_TYPE_STRING) return (gguf_str){NULL, 0};
+    return (gguf_str){(const char *)f->kv[i].value, f->kv[i].len};
+}
+
 static const gguf_kv *kv_get(const gguf_file *f, const char *key) {
     int64_t i = gguf_find_key(f, key);
     return i < 0 ? NULL : &f->kv[i];

@@ -82,6 +82,11 @@ int64_t gguf_n_kv(const gguf_file *f);
 int64_t gguf_find_key(const gguf_file *f, const char *key); /* index, or -1 */
 gguf_str gguf_kv_key(const gguf_file *f, int64_t i);
 gguf_type gguf_kv_type(const gguf_file *f, int64_t i);
+/* The little-endian bytes (gguf_type_size() of them) of a fixed-size scalar value, by
+ * index; NULL for STRING, ARRAY or an index out of range. For copying metadata. */
+const void *gguf_kv_scalar(const gguf_file *f, int64_t i);
+/* A STRING value by index ({NULL, 0} if not a string). */
+gguf_str gguf_kv_str(const gguf_file *f, int64_t i);
 
 /* Typed getters by key. Return false when the key is absent or has a type that
  * cannot be converted losslessly (any integer type converts to a wider or equal

@@ -8,6 +8,7 @@
  * and hl_quantize_row produce (Q8 never stores -128; Q4 values are small).
  */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/kern_internal.h"
@@ -307,26 +308,38 @@ ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
         q4_K_scales_mins(x[i].scales, sc, mn);
         const float dx = fp16_to_f32(x[i].d), dminx = fp16_to_f32(x[i].dmin);
         /* each 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high) */
-        __m256i lo[4], hi[4];
+        __m256i lo[4], hi[4], scv[8];
         for (int j = 0; j < 4; j++) {
             const __m256i q4 = load256(x[i].qs + 32 * j);
             lo[j] = _mm256_and_si256(q4, low4);
             hi[j] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
         }
+        /* the 8 scales as int16 in both halves; pshufb broadcasts scale k (bytes 2k, 2k+1) */
+        uint64_t sc8;
+        memcpy(&sc8, sc, 8);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(
+            _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+        for (int k = 0; k < 8; k++)
+            scv[k] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * k)));
+        /* mins as 16 int16, each twice: bsums 2j and 2j+1 cover sub-block j; one madd
+         * per token then gives sum(mn[j] * bsums of j) exactly, as the scalar loop did */
+        uint64_t mn8;
+        memcpy(&mn8, mn, 8);
+        const __m128i mnb = _mm_cvtsi64_si128((long long)mn8);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
         for (int t = 0; t < nt; t++) {
             const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
-            int summ = 0;
-            for (int j = 0; j < 8; j++) summ += mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+            const int summ = hsum_epi32(_mm256_madd_epi16(load256(y->bsums), mins16));
             acc_min[t] += y->d * dminx * (float)summ;
             __m256i sumi = _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {
                 const __m256i y0 = load256(y->qs + 64 * j);
                 const __m256i y1 = load256(y->qs + 64 * j + 32);
                 /* unsigned nibbles: maddubs needs no sign trick (15*127*2 fits int16) */
-                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], y0),
-                                                     _mm256_set1_epi16(sc[2 * j]));
-                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], y1),
-                                                     _mm256_set1_epi16(sc[2 * j + 1]));
+                const __m256i p0 =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], y0), scv[2 * j]);
+                const __m256i p1 =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], y1), scv[2 * j + 1]);
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
             }
             const __m256 d = _mm256_set1_ps(y->d * dx);
@@ -629,6 +642,14 @@ static void swiglu(float *out, const float *gate, const float *up, int64_t n) {
     }
 }
 
+static void axpy(float *y, float a, const float *x, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]); /* fused like the vector lanes */
+}
+
 void kern_avx2_fill(kern_table *t) {
     t->name = "avx2";
     t->vec_dot[HL_TYPE_F32] = dot_f32;
@@ -653,4 +674,5 @@ void kern_avx2_fill(kern_table *t) {
     t->sum_squares = sum_squares;
     t->exp_shift_sum = exp_shift_sum;
     t->swiglu = swiglu;
+    t->axpy = axpy;
 }

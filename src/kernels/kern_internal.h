@@ -34,6 +34,7 @@ typedef struct kern_table {
     float (*sum_squares)(const float *x, int64_t n);
     float (*exp_shift_sum)(float *x, int64_t n, float shift); /* x = exp(x - shift) */
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
+    void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a * x */
 } kern_table;
 
 const kern_table *kern_table_ref(void);

@@ -275,6 +275,10 @@ static void swiglu(float *out, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+static void axpy(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
 static const kern_table g_ref = {
     .name = "ref",
     .vec_dot =
@@ -296,6 +300,7 @@ static const kern_table g_ref = {
     .sum_squares = sum_squares,
     .exp_shift_sum = exp_shift_sum,
     .swiglu = swiglu,
+    .axpy = axpy,
     .quantize =
         {
             [HL_TYPE_Q8_0] = quantize_q8_0,

@@ -101,10 +101,7 @@ static void quantize_worker(void *ctx, int ith, int nth) {
                     j->n_cols);
 }
 
-static void matmul_worker(void *ctx, int ith, int nth) {
-    const matmul_job *j = ctx;
-    int64_t r0, r1;
-    range_split(j->n_rows, KERN_ROW_ALIGN, ith, nth, &r0, &r1);
+static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += KERN_TOK_TILE) {
         const int64_t t1 = t0 + KERN_TOK_TILE < j->n_tok ? t0 + KERN_TOK_TILE : j->n_tok;
         for (int64_t r = r0; r < r1; r++) {
@@ -125,22 +122,27 @@ static void matmul_worker(void *ctx, int ith, int nth) {
     }
 }
 
-void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int64_t n_cols,
-                 const float *x, int64_t n_tok, float *out, void *scratch) {
-    const kern_table *tab = kern_table_active();
-    const hl_type_traits *tr = hl_type_traits_get(type);
-    if (!tr || !tr->can_matmul || n_rows <= 0 || n_tok <= 0) return;
+static void matmul_worker(void *ctx, int ith, int nth) {
+    const matmul_job *j = ctx;
+    int64_t r0, r1;
+    range_split(j->n_rows, KERN_ROW_ALIGN, ith, nth, &r0, &r1);
+    matmul_rows(j, r0, r1);
+}
+
+static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *it,
+                                 int64_t n_cols, const float *x, int64_t n_tok, void *scratch) {
+    const hl_type_traits *tr = hl_type_traits_get(it->type);
     matmul_job j = {
-        .dot = tab->vec_dot[type],
-        .dot4 = tab->vec_dot4[type],
+        .dot = tab->vec_dot[it->type],
+        .dot4 = tab->vec_dot4[it->type],
         .quantize = tab->quantize[tr->vec_dot_type],
-        .w = w,
-        .w_row_bytes = hl_row_size(type, n_cols),
-        .n_rows = n_rows,
+        .w = it->w,
+        .w_row_bytes = hl_row_size(it->type, n_cols),
+        .n_rows = it->n_rows,
         .n_cols = n_cols,
         .x = x,
         .n_tok = n_tok,
-        .out = out,
+        .out = it->out,
     };
     if (tr->vec_dot_type == HL_TYPE_F32) {
         j.xq = (const uint8_t *)x;
@@ -148,13 +150,73 @@ void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int
     } else {
         j.xq = scratch;
         j.xq_row_bytes = hl_row_size(tr->vec_dot_type, n_cols);
-        /* one token's quantization is too short to be worth waking the pool */
-        if (n_tok == 1)
-            quantize_worker(&j, 0, 1);
-        else
-            hl_pool_run(pool, quantize_worker, &j);
     }
+    return j;
+}
+
+/* Fills the job's scratch with x in the activation type (nothing for f32). */
+static void quantize_activations(hl_pool *pool, matmul_job *j) {
+    if (j->xq == (const uint8_t *)j->x) return;
+    /* one token's quantization is too short to be worth waking the pool */
+    if (j->n_tok == 1)
+        quantize_worker(j, 0, 1);
+    else
+        hl_pool_run(pool, quantize_worker, j);
+}
+
+void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int64_t n_cols,
+                 const float *x, int64_t n_tok, float *out, void *scratch) {
+    const hl_type_traits *tr = hl_type_traits_get(type);
+    if (!tr || !tr->can_matmul || n_rows <= 0 || n_tok <= 0) return;
+    const kern_matmul_item it = {type, w, n_rows, out};
+    matmul_job j = matmul_job_for(kern_table_active(), &it, n_cols, x, n_tok, scratch);
+    quantize_activations(pool, &j);
     hl_pool_run(pool, matmul_worker, &j);
+}
+
+typedef struct many_job {
+    matmul_job items[KERN_MATMUL_MAX_ITEMS];
+    int n_items;
+    int64_t total_rows;
+} many_job;
+
+/* Each thread takes a range of the items' rows laid end to end. Per row the work is
+ * matmul_worker's, so outputs equal separate kern_matmul calls bit for bit. */
+static void many_worker(void *ctx, int ith, int nth) {
+    const many_job *m = ctx;
+    int64_t r0, r1;
+    range_split(m->total_rows, KERN_ROW_ALIGN, ith, nth, &r0, &r1);
+    int64_t base = 0;
+    for (int k = 0; k < m->n_items && base < r1; base += m->items[k].n_rows, k++) {
+        const matmul_job *j = &m->items[k];
+        const int64_t lo = r0 > base ? r0 - base : 0;
+        const int64_t hi = r1 - base < j->n_rows ? r1 - base : j->n_rows;
+        if (lo < hi) matmul_rows(j, lo, hi);
+    }
+}
+
+void kern_matmul_many(hl_pool *pool, const kern_matmul_item *items, int n_items, int64_t n_cols,
+                      const float *x, int64_t n_tok, void *scratch) {
+    const kern_table *tab = kern_table_active();
+    bool same = n_items >= 1 && n_items <= KERN_MATMUL_MAX_ITEMS;
+    for (int k = 0; same && k < n_items; k++) {
+        const hl_type_traits *tr = hl_type_traits_get(items[k].type);
+        same = tr && tr->can_matmul && items[k].n_rows > 0 &&
+               tr->vec_dot_type == hl_type_traits_get(items[0].type)->vec_dot_type;
+    }
+    if (!same || n_tok <= 0) {
+        for (int k = 0; k < n_items; k++)
+            kern_matmul(pool, items[k].type, items[k].w, items[k].n_rows, n_cols, x, n_tok,
+                        items[k].out, scratch);
+        return;
+    }
+    many_job m = {.n_items = n_items};
+    for (int k = 0; k < n_items; k++) {
+        m.items[k] = matmul_job_for(tab, &items[k], n_cols, x, n_tok, scratch);
+        m.total_rows += items[k].n_rows;
+    }
+    quantize_activations(pool, &m.items[0]); /* the items share x's quantized rows */
+    hl_pool_run(pool, many_worker, &m);
 }
 
 void kern_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
@@ -185,4 +247,12 @@ void kern_softmax(float *x, int64_t n) {
 
 void kern_swiglu(float *out, const float *gate, const float *up, int64_t n) {
     if (n > 0) kern_table_active()->swiglu(out, gate, up, n);
+}
+
+void kern_axpy(float *y, float a, const float *x, int64_t n) {
+    if (n > 0) kern_table_active()->axpy(y, a, x, n);
+}
+
+float kern_exp_shift_sum(float *x, int64_t n, float shift) {
+    return n > 0 ? kern_table_active()->exp_shift_sum(x, n, shift) : 0.0f;
 }

@@ -39,10 +39,29 @@ size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok);
 void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int64_t n_cols,
                  const float *x, int64_t n_tok, float *out, void *scratch);
 
+/* Several matmuls over the same activations x (n_tok x n_cols), e.g. Wq/Wk/Wv or
+ * Wgate/Wup: x is quantized once and one pool run covers the rows of all of them, so a
+ * decoded token pays one hand-off instead of n. Each item's output is exactly what
+ * kern_matmul would give. Items whose weight types have different activation types fall
+ * back to separate kern_matmul calls. scratch: kern_matmul_scratch_size() of any item. */
+typedef struct kern_matmul_item {
+    hl_type type;
+    const void *w;
+    int64_t n_rows;
+    float *out; /* n_tok x n_rows */
+} kern_matmul_item;
+enum { KERN_MATMUL_MAX_ITEMS = 4 };
+void kern_matmul_many(hl_pool *pool, const kern_matmul_item *items, int n_items, int64_t n_cols,
+                      const float *x, int64_t n_tok, void *scratch);
+
 /* Small f32 ops. */
 void kern_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps);
 void kern_softmax(float *x, int64_t n);
 /* out[i] = silu(gate[i]) * up[i] */
 void kern_swiglu(float *out, const float *gate, const float *up, int64_t n);
+/* y[i] += a * x[i] (attention's weighted sum of values). */
+void kern_axpy(float *y, float a, const float *x, int64_t n);
+/* x[i] = exp(x[i] - shift); returns the sum (attention's online softmax). */
+float kern_exp_shift_sum(float *x, int64_t n, float shift);
 
 #endif

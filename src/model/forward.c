@@ -240,6 +240,18 @@ static void matmul(model_ctx *c, const model_weight *w, const float *x, int32_t 
                 c->mm_scratch);
 }
 
+/* perf: matmuls sharing their input (Wq/Wk/Wv, Wgate/Wup) in one pool run, the input
+ * quantized once; outputs are exactly those of separate matmul() calls. */
+static void matmul2(model_ctx *c, const model_weight *a, float *out_a, const model_weight *b,
+                    float *out_b, const model_weight *w3, float *out_3, const float *x,
+                    int32_t n_tok) {
+    const kern_matmul_item items[3] = {{(hl_type)a->type, a->data, a->n_rows, out_a},
+                                       {(hl_type)b->type, b->data, b->n_rows, out_b},
+                                       {w3 ? (hl_type)w3->type : HL_TYPE_F32,
+                                        w3 ? w3->data : NULL, w3 ? w3->n_rows : 0, out_3}};
+    kern_matmul_many(c->pool, items, w3 ? 3 : 2, a->n_cols, x, n_tok, c->mm_scratch);
+}
+
 static void embed(const model *m, int32_t id, float *out) {
     const model_weight *w = &m->tok_embd;
     size_t row = hl_row_size(w->type, w->n_cols);
@@ -333,12 +345,9 @@ static void attn_one(const attn_job *j, int32_t t, int32_t h) {
             for (int32_t d = 0; d < hdv; d++) out[d] *= r;
             run_max = block_max;
         }
-        for (int32_t i = 0; i < nb; i++) {
-            const float p = expf(score[i] - run_max);
-            const float *vr = V + (int64_t)i * hdv;
-            run_sum += p;
-            for (int32_t d = 0; d < hdv; d++) out[d] += p * vr[d];
-        }
+        /* perf: vector exp over the block and a SIMD axpy per key */
+        run_sum += kern_exp_shift_sum(score, nb, run_max);
+        for (int32_t i = 0; i < nb; i++) kern_axpy(out, score[i], V + (int64_t)i * hdv, hdv);
     }
     const float inv = 1.0f / run_sum;
     for (int32_t d = 0; d < hdv; d++) out[d] *= inv;
@@ -391,9 +400,7 @@ static void forward_batch(model_ctx *c, int32_t n_tok, const int32_t *rows, int3
         /* attention */
         for (int32_t t = 0; t < n_tok; t++)
             kern_rmsnorm(c->xb + t * E, c->x + t * E, ly->attn_norm, E, hp->rms_eps);
-        matmul(c, &ly->wq, c->xb, n_tok, c->q);
-        matmul(c, &ly->wk, c->xb, n_tok, c->k);
-        matmul(c, &ly->wv, c->xb, n_tok, c->v);
+        matmul2(c, &ly->wq, c->q, &ly->wk, c->k, &ly->wv, c->v, c->xb, n_tok);
         add_bias(c->q, ly->bq, n_tok, ly->wq.n_rows);
         add_bias(c->k, ly->bk, n_tok, ly->wk.n_rows);
         add_bias(c->v, ly->bv, n_tok, ly->wv.n_rows);
@@ -410,8 +417,7 @@ static void forward_batch(model_ctx *c, int32_t n_tok, const int32_t *rows, int3
         /* feed-forward */
         for (int32_t t = 0; t < n_tok; t++)
             kern_rmsnorm(c->xb + t * E, c->x + t * E, ly->ffn_norm, E, hp->rms_eps);
-        matmul(c, &ly->w_gate, c->xb, n_tok, c->gate);
-        matmul(c, &ly->w_up, c->xb, n_tok, c->up);
+        matmul2(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb, n_tok);
         kern_swiglu(c->gate, c->gate, c->up, (int64_t)n_tok * hp->n_ff);
         matmul(c, &ly->w_down, c->gate, n_tok, c->proj);
         for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->proj[i];

@@ -4,13 +4,15 @@
  *
  * Dequantization follows ggml's float operation order exactly (e.g. Q4_K computes
  * d1 = d * sc once, then d1 * q - m1), so weights decode bit-exactly as ggml does.
- * Quantization is round-to-nearest as ggml's *_ref quantizers are. These are the
+ * Quantization is round-to-nearest as ggml's *_ref quantizers are; the K-quants'
+ * scale searches are in quant_k.c. These are the
  * slow, obviously-correct paths every SIMD kernel is tested against.
  */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
+#include "tensor/quant_k.h"
 #include "tensor/types.h"
 
 #define FP16(h) hl_fp16_to_fp32(h)
@@ -424,6 +426,11 @@ void hl_quantize_row(hl_type type, const float *src, void *dst, int64_t n) {
     case HL_TYPE_Q8_0: quant_q8_0(src, dst, nb); break;
     case HL_TYPE_Q8_1: quant_q8_1(src, dst, nb); break;
     case HL_TYPE_Q8_K: quant_q8_K(src, dst, nb); break;
+    case HL_TYPE_Q2_K: hl_quant_q2_K(src, dst, nb); break;
+    case HL_TYPE_Q3_K: hl_quant_q3_K(src, dst, nb); break;
+    case HL_TYPE_Q4_K: hl_quant_q4_K(src, dst, nb); break;
+    case HL_TYPE_Q5_K: hl_quant_q5_K(src, dst, nb); break;
+    case HL_TYPE_Q6_K: hl_quant_q6_K(src, dst, nb); break;
     default: break; /* can_quantize is false: callers check the traits */
     }
 }

@@ -1,0 +1,399 @@
+/*
+ * bench_model.c - end-to-end CPU inference speed on a TinyLlama-1.1B-shaped model
+ * (22 layers, 2048 embd, 32 heads, 4 KV heads, 5632 ff, 32000 vocab) with random
+ * weights: prefill tokens/s at 512 tokens, decode tokens/s over 128 tokens (from an
+ * empty context, like llama-bench's pp512/tg128), the machine's streaming read
+ * bandwidth, the bytes a decoded token reads (weights + KV), and decode as a
+ * percentage of the bandwidth bound (bandwidth / bytes per token).
+ *
+ *   bench_model [--type Q8_0,Q4_K_M] [--threads 2] [--runs 5] [--model FILE.gguf]
+ *               [--prefill 512] [--decode 128] [--dir build/bench]
+ * Environment: HEARTH_BENCH_TYPES, HEARTH_BENCH_THREADS, HEARTH_BENCH_RUNS.
+ *
+ * The model file is generated with hearth's GGUF writer and quantizer into
+ * DIR/synth-tinyllama-TYPE.gguf (kept and reused; delete it to regenerate). Each
+ * tensor's rows are drawn from a bank of 64 random rows quantized with the real
+ * quantizer (types per llama.cpp's mix rules via quant_plan), so generation takes
+ * seconds, not the minutes the K-quant scale search needs for 1.1B weights; speed
+ * does not depend on the values. Figures are medians over --runs runs; the bandwidth
+ * is the best of several passes (a stricter bound than the median). The machine is
+ * shared, so CPU time per token is printed too.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/pool.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "quant/quantize.h"
+
+enum {
+    N_LAYER = 22, N_EMBD = 2048, N_HEAD = 32, N_HEAD_KV = 4, N_FF = 5632, N_VOCAB = 32000,
+    HEAD_DIM = N_EMBD / N_HEAD, BANK_ROWS = 64, MAX_RUNS = 32
+};
+
+static double now_s(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static uint64_t rng_next(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+static float rng_unit(void) { return (float)(rng_next() >> 40) / 16777216.0f * 2.0f - 1.0f; }
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- synthetic model ---------------------------------------------------------------- */
+
+typedef struct tdesc {
+    char name[64];
+    uint32_t n_dims;
+    int64_t ne0, ne1;
+} tdesc;
+
+static int tinyllama_tensors(tdesc *t) {
+    int n = 0;
+#define T(nd, a, b, ...)                                                                  \
+    do {                                                                                  \
+        snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__);                               \
+        t[n].n_dims = nd;                                                                 \
+        t[n].ne0 = a;                                                                     \
+        t[n].ne1 = b;                                                                     \
+        n++;                                                                              \
+    } while (0)
+    T(2, N_EMBD, N_VOCAB, "token_embd.weight");
+    for (int l = 0; l < N_LAYER; l++) {
+        T(1, N_EMBD, 1, "blk.%d.attn_norm.weight", l);
+        T(2, N_EMBD, N_EMBD, "blk.%d.attn_q.weight", l);
+        T(2, N_EMBD, N_HEAD_KV * HEAD_DIM, "blk.%d.attn_k.weight", l);
+        T(2, N_EMBD, N_HEAD_KV * HEAD_DIM, "blk.%d.attn_v.weight", l);
+        T(2, N_EMBD, N_EMBD, "blk.%d.attn_output.weight", l);
+        T(1, N_EMBD, 1, "blk.%d.ffn_norm.weight", l);
+        T(2, N_EMBD, N_FF, "blk.%d.ffn_gate.weight", l);
+        T(2, N_EMBD, N_FF, "blk.%d.ffn_up.weight", l);
+        T(2, N_FF, N_EMBD, "blk.%d.ffn_down.weight", l);
+    }
+    T(1, N_EMBD, 1, "output_norm.weight");
+    T(2, N_EMBD, N_VOCAB, "output.weight");
+#undef T
+    return n;
+}
+
+static void set_vocab(gguf_writer *w) {
+    char **toks = malloc(N_VOCAB * sizeof *toks);
+    char *buf = malloc((size_t)N_VOCAB * 16);
+    float *scores = malloc(N_VOCAB * sizeof *scores);
+    int32_t *types = malloc(N_VOCAB * sizeof *types);
+    for (int i = 0; i < N_VOCAB; i++) {
+        toks[i] = buf + (size_t)i * 16;
+        if (i == 0) snprintf(toks[i], 16, "<unk>");
+        else if (i == 1) snprintf(toks[i], 16, "<s>");
+        else if (i == 2) snprintf(toks[i], 16, "</s>");
+        else snprintf(toks[i], 16, "\xe2\x96\x81w%d", i);
+        scores[i] = (float)-i;
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : 1;
+    }
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, N_VOCAB);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, N_VOCAB);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, N_VOCAB);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    free(toks);
+    free(buf);
+    free(scores);
+    free(types);
+}
+
+static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *pool, hl_err *err) {
+    tdesc t[3 + N_LAYER * 9];
+    const int n = tinyllama_tensors(t);
+    quant_tensor_info info[3 + N_LAYER * 9];
+    hl_type types[3 + N_LAYER * 9];
+    for (int i = 0; i < n; i++)
+        info[i] = (quant_tensor_info){t[i].name, t[i].n_dims, {t[i].ne0, t[i].ne1, 1, 1},
+                                      HL_TYPE_F32};
+    quant_plan(ftype, info, n, N_HEAD / N_HEAD_KV, types);
+
+    gguf_writer *w = gguf_writer_create();
+    if (!w) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    gguf_writer_set_str(w, "general.name", "synthetic TinyLlama-1.1B shape (hearth bench)");
+    gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
+    gguf_writer_set_u32(w, "general.quantization_version", 2);
+    gguf_writer_set_u32(w, "llama.context_length", 2048);
+    gguf_writer_set_u32(w, "llama.embedding_length", N_EMBD);
+    gguf_writer_set_u32(w, "llama.block_count", N_LAYER);
+    gguf_writer_set_u32(w, "llama.feed_forward_length", N_FF);
+    gguf_writer_set_u32(w, "llama.attention.head_count", N_HEAD);
+    gguf_writer_set_u32(w, "llama.attention.head_count_kv", N_HEAD_KV);
+    gguf_writer_set_u32(w, "llama.rope.dimension_count", HEAD_DIM);
+    gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
+    set_vocab(w);
+
+    float *bank_f = malloc(sizeof(float) * BANK_ROWS * N_FF);
+    uint8_t *bank_q = malloc(hl_row_size(HL_TYPE_F32, N_FF) * BANK_ROWS);
+    hl_status s = bank_f && bank_q ? HL_OK : hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && s == HL_OK; i++) {
+        const hl_type ty = types[i];
+        const int64_t cols = t[i].ne0, rows = t[i].ne1;
+        const size_t row_bytes = hl_row_size(ty, cols);
+        if (t[i].n_dims == 1) {
+            for (int64_t c = 0; c < cols; c++) bank_f[c] = 1.0f + 0.1f * rng_unit();
+            s = gguf_writer_add_tensor(w, t[i].name, HL_TYPE_F32, 1, &t[i].ne0, bank_f,
+                                       (uint64_t)cols * 4, err);
+            continue;
+        }
+        /* random rows scaled like trained weights (std ~ 1/sqrt(cols)) */
+        const float scale = 1.7f / sqrtf((float)cols);
+        for (int64_t k = 0; k < BANK_ROWS * cols; k++) bank_f[k] = scale * rng_unit();
+        quant_rows(pool, ty, bank_f, bank_q, BANK_ROWS, cols);
+        uint8_t *data = malloc(row_bytes * (size_t)rows);
+        if (!data) {
+            s = hl_fail(err, HL_ERR_NOMEM, "out of memory for %s", t[i].name);
+            break;
+        }
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(data + (size_t)r * row_bytes, bank_q + (rng_next() % BANK_ROWS) * row_bytes,
+                   row_bytes);
+        const int64_t ne[2] = {cols, rows};
+        s = gguf_writer_add_tensor(w, t[i].name, ty, 2, ne, data, row_bytes * (uint64_t)rows,
+                                   err);
+        free(data);
+    }
+    free(bank_f);
+    free(bank_q);
+    if (s == HL_OK) s = gguf_writer_write_file(w, path, err);
+    gguf_writer_destroy(w);
+    return s;
+}
+
+/* ---- bandwidth ---------------------------------------------------------------------- */
+
+typedef uint64_t v4u64 __attribute__((vector_size(32)));
+
+typedef struct bw_job {
+    const v4u64 *buf;
+    size_t n;       /* vectors */
+    v4u64 sink[64]; /* per thread, keeps the loads alive */
+} bw_job;
+
+static void bw_worker(void *ctx, int ith, int nth) {
+    bw_job *j = ctx;
+    const size_t lo = j->n * (size_t)ith / (size_t)nth, hi = j->n * (size_t)(ith + 1) / (size_t)nth;
+    v4u64 a = {0}, b = {0}, c = {0}, d = {0};
+    size_t i = lo;
+    for (; i + 4 <= hi; i += 4) {
+        a += j->buf[i];
+        b += j->buf[i + 1];
+        c += j->buf[i + 2];
+        d += j->buf[i + 3];
+    }
+    j->sink[ith & 63] = a + b + c + d;
+}
+
+/* Streaming read of a 1 GiB buffer by the pool's threads; best of `passes`, bytes/s. */
+static double read_bandwidth(hl_pool *pool, int passes, double *median_out) {
+    const size_t bytes = (size_t)1 << 30;
+    v4u64 *buf = aligned_alloc(64, bytes);
+    if (!buf) return 0;
+    memset(buf, 1, bytes);
+    bw_job j = {.buf = buf, .n = bytes / sizeof(v4u64)};
+    double best = 0, all[MAX_RUNS];
+    if (passes > MAX_RUNS) passes = MAX_RUNS;
+    hl_pool_run(pool, bw_worker, &j); /* warm-up */
+    for (int p = 0; p < passes; p++) {
+        const double t0 = now_s(CLOCK_MONOTONIC);
+        hl_pool_run(pool, bw_worker, &j);
+        const double bw = (double)bytes / (now_s(CLOCK_MONOTONIC) - t0);
+        all[p] = bw;
+        if (bw > best) best = bw;
+    }
+    *median_out = median(all, passes);
+    free(buf);
+    return best;
+}
+
+/* ---- measurement -------------------------------------------------------------------- */
+
+/* Bytes one decoded token reads: every weight once (token_embd: one row), plus K and V
+ * of every cached position, averaged over a decode of n_decode tokens from empty. */
+static void bytes_per_token(const char *path, int n_decode, double *weights, double *kv) {
+    gguf_file *f;
+    hl_err err;
+    *weights = 0;
+    if (gguf_open(path, &f, &err) != HL_OK) return;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (gguf_str_eq(t->name, "token_embd.weight"))
+            *weights += (double)hl_row_size(t->type, t->ne[0]);
+        else
+            *weights += (double)t->n_bytes;
+    }
+    gguf_close(f);
+    const double per_pos = (double)N_LAYER * N_HEAD_KV * HEAD_DIM * 2 * sizeof(float);
+    *kv = per_pos * (n_decode + 1) / 2.0;
+}
+
+typedef struct result {
+    double pp, tg, pp_cpu_ms, tg_cpu_ms; /* medians; cpu ms per token */
+} result;
+
+static hl_status measure(const char *path, int threads, int runs, int n_prefill, int n_decode,
+                         result *r, hl_err *err) {
+    model *m = NULL;
+    model_kv *kv = NULL;
+    model_ctx *c = NULL;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_prefill + n_decode));
+    hl_status s = toks ? HL_OK : hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    if (s == HL_OK) s = model_load(path, NULL, &m, err);
+    if (s == HL_OK) s = model_kv_create(m, n_prefill + n_decode + 8, &kv, err);
+    if (s == HL_OK) s = model_ctx_create(m, threads, n_prefill, &c, err);
+    for (int i = 0; s == HL_OK && i < n_prefill + n_decode; i++)
+        toks[i] = 3 + (int32_t)(rng_next() % (N_VOCAB - 3));
+    double pp[MAX_RUNS], tg[MAX_RUNS], ppc[MAX_RUNS], tgc[MAX_RUNS];
+    /* one untimed decode step and prefill warm the page cache and the pool */
+    if (s == HL_OK) s = model_eval(c, kv, toks, n_prefill < 32 ? n_prefill : 32, NULL, err);
+    for (int run = 0; s == HL_OK && run < runs; run++) {
+        s = model_kv_truncate(kv, 0, err);
+        double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+        if (s == HL_OK) s = model_eval(c, kv, toks, n_prefill, NULL, err);
+        pp[run] = n_prefill / (now_s(CLOCK_MONOTONIC) - t0);
+        ppc[run] = (now_s(CLOCK_PROCESS_CPUTIME_ID) - c0) * 1e3 / n_prefill;
+        if (s == HL_OK) s = model_kv_truncate(kv, 0, err);
+        t0 = now_s(CLOCK_MONOTONIC);
+        c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+        for (int i = 0; s == HL_OK && i < n_decode; i++)
+            s = model_eval(c, kv, toks + n_prefill + i, 1, NULL, err);
+        tg[run] = n_decode / (now_s(CLOCK_MONOTONIC) - t0);
+        tgc[run] = (now_s(CLOCK_PROCESS_CPUTIME_ID) - c0) * 1e3 / n_decode;
+        fprintf(stderr, "  run %d: prefill %.1f tok/s, decode %.2f tok/s\n", run + 1, pp[run],
+                tg[run]);
+    }
+    if (s == HL_OK) {
+        r->pp = median(pp, runs);
+        r->tg = median(tg, runs);
+        r->pp_cpu_ms = median(ppc, runs);
+        r->tg_cpu_ms = median(tgc, runs);
+    }
+    model_ctx_free(c);
+    model_kv_free(kv);
+    model_free(m);
+    free(toks);
+    return s;
+}
+
+static const char *arg_or_env(int argc, char **argv, const char *flag, const char *env,
+                              const char *dflt) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], flag) == 0) return argv[i + 1];
+    const char *e = getenv(env);
+    return e && *e ? e : dflt;
+}
+
+int main(int argc, char **argv) {
+    const char *types_arg = arg_or_env(argc, argv, "--type", "HEARTH_BENCH_TYPES", "Q8_0,Q4_K_M");
+    const int threads = atoi(arg_or_env(argc, argv, "--threads", "HEARTH_BENCH_THREADS", "2"));
+    int runs = atoi(arg_or_env(argc, argv, "--runs", "HEARTH_BENCH_RUNS", "5"));
+    const int n_prefill = atoi(arg_or_env(argc, argv, "--prefill", "HEARTH_BENCH_PREFILL", "512"));
+    const int n_decode = atoi(arg_or_env(argc, argv, "--decode", "HEARTH_BENCH_DECODE", "128"));
+    const char *dir = arg_or_env(argc, argv, "--dir", "HEARTH_BENCH_DIR", "build/bench");
+    const char *model_arg = arg_or_env(argc, argv, "--model", "HEARTH_BENCH_MODEL", NULL);
+    if (runs < 1) runs = 1;
+    if (runs > MAX_RUNS) runs = MAX_RUNS;
+    if (threads < 1 || n_prefill < 1 || n_decode < 1) {
+        fprintf(stderr, "bench_model: bad --threads/--prefill/--decode\n");
+        return 2;
+    }
+    hl_pool *pool;
+    hl_err err = {0};
+    if (hl_pool_create(threads, &pool, &err) != HL_OK) {
+        fprintf(stderr, "bench_model: %s\n", err.msg);
+        return 1;
+    }
+    double load[3] = {0};
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fscanf(la, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
+        fclose(la);
+    }
+    double bw_median = 0;
+    const double bw = read_bandwidth(pool, 7, &bw_median);
+    printf("bench_model: kernels %s, %d threads, %d runs (medians), load average %.2f\n",
+           kern_variant(), threads, runs, load[0]);
+    printf("read bandwidth: %.2f GB/s best, %.2f GB/s median (%d threads, 1 GiB buffer)\n",
+           bw / 1e9, bw_median / 1e9, threads);
+
+    char list[256];
+    snprintf(list, sizeof list, "%s", types_arg);
+    int rc = 0;
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
+         name = strtok_r(NULL, ",", &save)) {
+        char path[1024];
+        quant_ftype ft = QUANT_FTYPE_F32;
+        if (model_arg) {
+            snprintf(path, sizeof path, "%s", model_arg);
+        } else {
+            if (!quant_ftype_parse(name, &ft)) {
+                fprintf(stderr, "bench_model: unknown type '%s' (%s)\n", name,
+                        quant_ftype_names());
+                rc = 2;
+                break;
+            }
+            mkdir(dir, 0755);
+            snprintf(path, sizeof path, "%s/synth-tinyllama-%s.gguf", dir, quant_ftype_name(ft));
+            struct stat stt;
+            if (stat(path, &stt) != 0) {
+                fprintf(stderr, "generating %s ...\n", path);
+                const double t0 = now_s(CLOCK_MONOTONIC);
+                if (generate_model(path, ft, pool, &err) != HL_OK) {
+                    fprintf(stderr, "bench_model: %s\n", err.msg);
+                    rc = 1;
+                    break;
+                }
+                fprintf(stderr, "generated in %.1f s\n", now_s(CLOCK_MONOTONIC) - t0);
+            }
+        }
+        result r;
+        if (measure(path, threads, runs, n_prefill, n_decode, &r, &err) != HL_OK) {
+            fprintf(stderr, "bench_model: %s: %s\n", path, err.msg);
+            rc = 1;
+            break;
+        }
+        double wbytes = 0, kvbytes = 0;
+        bytes_per_token(path, n_decode, &wbytes, &kvbytes);
+        const double bound = bw / (wbytes + kvbytes);
+        printf("%-8s prefill %4d: %7.2f tok/s (%.1f cpu-ms/tok) | decode %3d: %6.2f tok/s "
+               "(%.1f cpu-ms/tok) | %.0f MB/token (weights %.0f + KV %.1f) | bound %.2f tok/s "
+               "| decode = %.0f%% of bound\n",
+               model_arg ? "model" : quant_ftype_name(ft), n_prefill, r.pp, r.pp_cpu_ms, n_decode,
+               r.tg, r.tg_cpu_ms, (wbytes + kvbytes) / 1e6, wbytes / 1e6, kvbytes / 1e6, bound,
+               100.0 * r.tg / bound);
+        fflush(stdout);
+        if (model_arg) break;
+    }
+    hl_pool_destroy(pool);
+    return rc;
+}
