@@ -8,7 +8,9 @@
  * moment the last of them streamed its first token to the moment the first of them
  * finished, tokens streamed in between / window. Each figure is the median of RUNS
  * runs; the concurrency levels take turns (1, 2, 4, 8, 1, 2, ...) so that the load of a
- * shared machine changes all of them alike. The forward pass alone (model_eval_batch
+ * shared machine changes all of them alike. cpu-ms/token is the process CPU time
+ * (every thread) per token over the same window: what a token costs, whatever else
+ * runs on the machine. The forward pass alone (model_eval_batch
  * with 1..8 single-token sequences) is measured the same way, as the ceiling. The model (8 layers, 1024 embedding, 16/4 heads, Q8_0) is written with the GGUF
  * writer into a temporary file, removed once loaded. The machine may be shared: the
  * load average is printed before and after.
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/file.h"
@@ -124,8 +127,17 @@ typedef struct run_state {
     int n_conc, n_started, n_finished;
     long tokens;
     uint64_t t0, t1;
+    double c0, c1; /* process CPU seconds at t0, t1 */
     long n0, n1;
 } run_state;
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double g_cpu_ms_per_tok; /* of the last run's window */
 
 typedef struct req_state {
     run_state *run;
@@ -142,10 +154,12 @@ static bool on_event(void *user, const runner_event *ev) {
         s->tokens++;
         if (q->n_tok++ == 0 && ++s->n_started == s->n_conc) {
             s->t0 = hl_time_ns();
+            s->c0 = cpu_s();
             s->n0 = s->tokens;
         }
     } else if (s->n_finished++ == 0) {
         s->t1 = hl_time_ns();
+        s->c1 = cpu_s();
         s->n1 = s->tokens;
     }
     pthread_mutex_unlock(&s->mu);
@@ -179,6 +193,7 @@ static double one_run(runner *r, int n) {
     for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
     pthread_mutex_destroy(&s.mu);
     if (!s.t0 || s.t1 <= s.t0 || s.n1 <= s.n0) return -1;
+    g_cpu_ms_per_tok = (s.c1 - s.c0) * 1e3 / (double)(s.n1 - s.n0);
     return (double)(s.n1 - s.n0) / ((double)(s.t1 - s.t0) / 1e9);
 }
 
@@ -271,22 +286,25 @@ int main(int argc, char **argv) {
     /* the levels take turns, round after round, so load changes hit them alike */
     enum { N_LEVELS = 4 };
     const int conc[N_LEVELS] = {1, 2, 4, 8};
-    double rates[N_LEVELS][RUNS];
+    double rates[N_LEVELS][RUNS], cpu[N_LEVELS][RUNS];
     uint64_t steps[N_LEVELS] = {0};
     for (int k = 0; k < RUNS; k++)
         for (int c = 0; c < N_LEVELS; c++) {
             runner_load l0 = runner_get_load(r);
             rates[c][k] = one_run(r, conc[c]);
+            cpu[c][k] = g_cpu_ms_per_tok;
             steps[c] += runner_get_load(r).steps - l0.steps;
         }
-    double base = 0;
+    double base = 0, cpu_base = 0;
     for (int c = 0; c < N_LEVELS; c++) {
         qsort(rates[c], RUNS, sizeof rates[c][0], cmp_double);
-        double med = rates[c][RUNS / 2];
-        if (c == 0) base = med;
+        qsort(cpu[c], RUNS, sizeof cpu[c][0], cmp_double);
+        double med = rates[c][RUNS / 2], cmed = cpu[c][RUNS / 2];
+        if (c == 0) base = med, cpu_base = cmed;
         printf("%d concurrent: %7.1f tokens/s aggregate (runs %.1f .. %.1f)  %.2fx vs 1;  "
-               "%.2f decode tokens per forward pass\n",
-               conc[c], med, rates[c][0], rates[c][RUNS - 1], base > 0 ? med / base : 0,
+               "%.2f cpu-ms/token (%.2fx less);  %.2f decode tokens per forward pass\n",
+               conc[c], med, rates[c][0], rates[c][RUNS - 1], base > 0 ? med / base : 0, cmed,
+               cmed > 0 ? cpu_base / cmed : 0,
                (double)(RUNS * conc[c] * N_GEN) / (double)steps[c]);
     }
     {
