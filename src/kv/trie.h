@@ -1,6 +1,7 @@
 /*
  * trie.h - the prefix cache shared across conversations: a compressed trie over token
- * ids whose nodes hold cache snapshots, with the live caches of the one active path.
+ * ids whose nodes hold cache snapshots, and the live caches of each running sequence
+ * (a lane: its caches and the path of nodes they hold; see "several live sequences").
  *
  * Behaviour follows Ollama's MLX runner prefix cache (research/mlxrunner-internals.md
  * section 2, seed era): a request matches its longest cached prefix (findBestMatch),
