@@ -239,6 +239,14 @@ static int32_t find_len(env *e, const int32_t *t, int n) {
     return m;
 }
 
+static int32_t find_len_pc(kv_prefix *pc, const int32_t *t, int n) {
+    kv_path p = {0};
+    int32_t m = -1;
+    kv_trie_find_best_match(kv_prefix_root(pc), t, n, &p, &m, NULL);
+    kv_path_free(&p);
+    return m;
+}
+
 static bool cache_holds(const env *e, const int32_t *t, int n) {
     for (int i = 0; i < e->n; i++) {
         if (e->fc[i].off != n) return false;
@@ -781,4 +789,101 @@ TEST(kv_trie_snapshots_are_not_leaked) {
     e->pc = NULL;
     CHECK_EQ_INT(e->open_snaps, 0);
     free(e);
+}
+
+/* ---- lanes: several live sequences over one trie ---- */
+
+static bool g_evict_all;
+static bool evict_flag(void *ctx, const kv_prefix *pc) {
+    (void)ctx;
+    (void)pc;
+    return g_evict_all;
+}
+
+static bool on_path(const kv_path *p, const kv_node *n) {
+    for (int32_t i = 0; i < p->n; i++)
+        if (p->nodes[i] == n) return true;
+    return false;
+}
+
+TEST(kv_trie_lanes_run_sequences_side_by_side) {
+    int open_snaps = 0;
+    fake_cache fc[3];
+    kv_cache caches[3];
+    for (int i = 0; i < 3; i++) {
+        fc[i] = (fake_cache){.kind = FK_KV, .open_snaps = &open_snaps};
+        caches[i] = (kv_cache){&fk_ops, &fc[i]};
+    }
+    kv_prefix_config cfg = {.caches = &caches[0], .n_caches = 1, .over_budget = evict_flag,
+                            .page_out_on_close = true};
+    kv_prefix *pc;
+    CHECK_OK(kv_prefix_create(&cfg, &pc, NULL), NULL);
+    kv_lane *l1, *l2;
+    CHECK_OK(kv_prefix_add_lane(pc, &caches[1], &l1, NULL), NULL);
+    CHECK_OK(kv_prefix_add_lane(pc, &caches[2], &l2, NULL), NULL);
+    kv_cache wrong = {NULL, &fc[2]};
+    kv_lane *bad;
+    hl_err err;
+    CHECK(kv_prefix_add_lane(pc, &wrong, &bad, &err) == HL_ERR_INVALID);
+
+    /* a shared prefix recorded by lane 0 */
+    int32_t sys[12], a[16], b[16];
+    for (int i = 0; i < 12; i++) sys[i] = 100 + i;
+    memcpy(a, sys, sizeof sys);
+    memcpy(b, sys, sizeof sys);
+    for (int i = 12; i < 16; i++) a[i] = 200 + i, b[i] = 300 + i;
+    kv_session s0, s1, s2;
+    CHECK_OK(kv_prefix_begin_lane(pc, NULL, sys, 12, &s0, NULL), NULL);
+    for (int i = 0; i < 12; i++) fc[0].toks[fc[0].off++] = sys[i];
+    CHECK_OK(kv_session_close(&s0, NULL), NULL);
+    kv_lane_reset(pc, NULL);
+    CHECK_EQ_INT(fc[0].off, 0);
+
+    /* two lanes open at once, each restoring the prefix into its own cache */
+    CHECK_OK(kv_prefix_begin_lane(pc, l1, a, 16, &s1, NULL), NULL);
+    CHECK_OK(kv_prefix_begin_lane(pc, l2, b, 16, &s2, NULL), NULL);
+    CHECK(kv_prefix_begin_lane(pc, l1, a, 16, &s0, &err) == HL_ERR_INVALID); /* one per lane */
+    CHECK_EQ_INT(s1.prefix, 12);
+    CHECK_EQ_INT(s2.prefix, 12);
+    for (int i = 0; i < 12; i++) CHECK(fc[1].toks[i] == sys[i] && fc[2].toks[i] == sys[i]);
+    /* interleaved computation; lane 1 reaches a snapshot point and branches the trie */
+    kv_session_request_snapshot(&s1, 14, true);
+    for (int i = 12; i < 16; i++) {
+        fc[1].toks[fc[1].off++] = a[i];
+        fc[2].toks[fc[2].off++] = b[i];
+        if (fc[1].off == 14) CHECK_OK(kv_session_snapshot(&s1, NULL), NULL);
+    }
+    /* eviction while both are live spares every node on their paths */
+    g_evict_all = true;
+    kv_prefix_evict(pc);
+    g_evict_all = false;
+    const kv_path *p1 = kv_lane_active(l1), *p2 = kv_lane_active(l2);
+    CHECK_EQ_INT(p1->n, 3); /* root, the shared prefix [0,12), lane 1's [12,14) */
+    CHECK_EQ_INT(p2->n, 2); /* root, the shared prefix */
+    CHECK(p1->nodes[1] == p2->nodes[1]);
+    CHECK_EQ_INT(p1->nodes[1]->end, 12);
+    CHECK_EQ_INT(p1->nodes[2]->end, 14);
+    CHECK(on_path(p1, p2->nodes[1]));
+    /* exactly the nodes on live paths are left, still linked into the trie */
+    CHECK_EQ_INT(kv_prefix_count_nodes(pc), 3);
+    CHECK(p1->nodes[2]->parent == p1->nodes[1] && p1->nodes[1]->parent == kv_prefix_root(pc));
+    CHECK_OK(kv_trie_check(pc, NULL), NULL);
+    /* lane 2 closes while lane 1 is still open: its node is not extended in place */
+    CHECK_OK(kv_session_close(&s2, NULL), NULL);
+    kv_lane_reset(pc, l2);
+    CHECK_OK(kv_session_close(&s1, NULL), NULL);
+    kv_lane_reset(pc, l1);
+    CHECK_OK(kv_trie_check(pc, NULL), NULL);
+    /* both conversations are found in full, and restore exactly */
+    CHECK_EQ_INT(find_len_pc(pc, a, 16), 16);
+    CHECK_EQ_INT(find_len_pc(pc, b, 16), 16);
+    int32_t a2[18];
+    memcpy(a2, a, sizeof a);
+    a2[16] = 1, a2[17] = 2;
+    CHECK_OK(kv_prefix_begin_lane(pc, l2, a2, 18, &s2, NULL), NULL);
+    CHECK_EQ_INT(s2.prefix, 16);
+    for (int i = 0; i < 16; i++) CHECK_EQ_INT(fc[2].toks[i], a[i]);
+    CHECK_OK(kv_session_close(&s2, NULL), NULL);
+    kv_prefix_destroy(pc);
+    CHECK_EQ_INT(open_snaps, 0);
 }

@@ -44,6 +44,7 @@ const char *hl_status_str(hl_status code) {
     case HL_ERR_CANCELLED: return "cancelled";
     case HL_ERR_KV_FULL: return "KV cache full";
     case HL_ERR_TIMEOUT: return "timed out";
+    case HL_ERR_BUSY: return "busy";
     }
     return "unknown error";
 }

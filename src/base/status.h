@@ -21,6 +21,7 @@ typedef enum hl_status {
     HL_ERR_CANCELLED = -6,
     HL_ERR_KV_FULL = -7,
     HL_ERR_TIMEOUT = -8,
+    HL_ERR_BUSY = -9,        /* too many pending requests; try again later (HTTP 503) */
 } hl_status;
 
 #define HL_ERR_MSG_LEN 512

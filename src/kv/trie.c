@@ -10,6 +10,13 @@
 
 #include "base/file.h"
 
+/* One set of live caches and the path of nodes they hold. */
+struct kv_lane {
+    kv_cache *caches;
+    kv_path active;
+    bool in_session;
+};
+
 struct kv_prefix {
     kv_cache *caches;
     int32_t n_caches;
@@ -20,10 +27,11 @@ struct kv_prefix {
     void *clock_ctx;
     bool page_out_on_close;
     kv_node *root;
-    kv_path active;
+    kv_lane lane0; /* the config's caches */
+    kv_lane **lanes; /* lane0, then the added ones */
+    int32_t n_lanes, cap_lanes;
     size_t snap_bytes;
     uint64_t n_evicted;
-    bool in_session;
 };
 
 /* ---- small helpers ---- */
@@ -57,19 +65,30 @@ uint64_t kv_prefix_now(const kv_prefix *pc) {
 
 static bool cache_live(const kv_prefix *pc, int32_t i) { return pc->caches[i].ops != NULL; }
 
-static int32_t cache_offset(const kv_prefix *pc, int32_t i) {
-    return pc->caches[i].ops->offset(pc->caches[i].self);
+static int32_t cache_offset(const kv_lane *ln, int32_t i) {
+    return ln->caches[i].ops->offset(ln->caches[i].self);
 }
 
-int32_t kv_prefix_cache_offset(const kv_prefix *pc) {
+static int32_t lane_offset(const kv_prefix *pc, const kv_lane *ln) {
     int32_t m = -1;
     for (int32_t i = 0; i < pc->n_caches; i++) {
         if (!cache_live(pc, i)) continue;
-        int32_t o = cache_offset(pc, i);
+        int32_t o = cache_offset(ln, i);
         if (m < 0 || o < m) m = o;
     }
     return m < 0 ? 0 : m;
 }
+
+int32_t kv_prefix_cache_offset(const kv_prefix *pc) { return lane_offset(pc, &pc->lane0); }
+
+/* Whether a lane other than `except` holds node on its path (nodes there must stay). */
+static bool on_other_path(const kv_prefix *pc, const kv_node *n, const kv_lane *except) {
+    for (int32_t l = 0; l < pc->n_lanes; l++)
+        if (pc->lanes[l] != except && path_contains(&pc->lanes[l]->active, n)) return true;
+    return false;
+}
+
+static kv_node *lane_frontier(const kv_lane *ln) { return ln->active.nodes[ln->active.n - 1]; }
 
 static size_t node_bytes(const kv_prefix *pc, const kv_node *n) {
     size_t b = 0;
@@ -174,7 +193,13 @@ hl_status kv_prefix_create(const kv_prefix_config *cfg, kv_prefix **out, hl_err 
     pc->clock_ctx = cfg->clock_ctx;
     pc->page_out_on_close = cfg->page_out_on_close;
     pc->root = node_new(NULL, NULL, 0, 0);
-    if (!pc->root || !path_push(&pc->active, pc->root)) {
+    pc->lane0.caches = cfg->caches;
+    pc->lanes = malloc(4 * sizeof *pc->lanes);
+    if (pc->lanes) {
+        pc->lanes[pc->n_lanes++] = &pc->lane0;
+        pc->cap_lanes = 4;
+    }
+    if (!pc->root || !pc->lanes || !path_push(&pc->lane0.active, pc->root)) {
         kv_prefix_destroy(pc);
         return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     }
@@ -191,12 +216,50 @@ static void subtree_free(kv_prefix *pc, kv_node *n) {
 void kv_prefix_destroy(kv_prefix *pc) {
     if (!pc) return;
     if (pc->root) subtree_free(pc, pc->root);
-    kv_path_free(&pc->active);
+    for (int32_t l = 0; l < pc->n_lanes; l++) {
+        kv_path_free(&pc->lanes[l]->active);
+        if (pc->lanes[l] != &pc->lane0) free(pc->lanes[l]);
+    }
+    if (!pc->lanes) kv_path_free(&pc->lane0.active);
+    free(pc->lanes);
     free(pc);
 }
 
 kv_node *kv_prefix_root(const kv_prefix *pc) { return pc->root; }
-const kv_path *kv_prefix_active(const kv_prefix *pc) { return &pc->active; }
+const kv_path *kv_prefix_active(const kv_prefix *pc) { return &pc->lane0.active; }
+const kv_path *kv_lane_active(const kv_lane *lane) { return &lane->active; }
+
+hl_status kv_prefix_add_lane(kv_prefix *pc, kv_cache *caches, kv_lane **out, hl_err *err) {
+    *out = NULL;
+    if (pc->n_caches > 0 && !caches) return hl_fail(err, HL_ERR_INVALID, "a lane needs its caches");
+    for (int32_t i = 0; i < pc->n_caches; i++)
+        if (caches[i].ops != pc->caches[i].ops)
+            return hl_fail(err, HL_ERR_INVALID, "lane cache %d is not of the prefix cache's kind", i);
+    if (pc->n_lanes == pc->cap_lanes) {
+        kv_lane **l = realloc(pc->lanes, (size_t)pc->cap_lanes * 2 * sizeof *l);
+        if (!l) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+        pc->lanes = l;
+        pc->cap_lanes *= 2;
+    }
+    kv_lane *ln = calloc(1, sizeof *ln);
+    if (!ln || !path_push(&ln->active, pc->root)) {
+        free(ln);
+        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
+    ln->caches = caches;
+    pc->lanes[pc->n_lanes++] = ln;
+    *out = ln;
+    return HL_OK;
+}
+
+void kv_lane_reset(kv_prefix *pc, kv_lane *lane) {
+    if (!lane) lane = &pc->lane0;
+    if (lane->in_session) return;
+    for (int32_t i = 0; i < pc->n_caches; i++)
+        if (cache_live(pc, i)) lane->caches[i].ops->free_state(lane->caches[i].self);
+    lane->active.n = 1; /* the root */
+    lane->active.nodes[0] = pc->root;
+}
 size_t kv_prefix_snapshot_bytes(const kv_prefix *pc) { return pc->snap_bytes; }
 
 static size_t count_nodes(const kv_node *n) {
@@ -292,14 +355,17 @@ hl_status kv_trie_split(kv_prefix *pc, kv_node *node, int32_t at, kv_node **pare
     for (int32_t i = 0; i < gp->n_children; i++)
         if (gp->children[i] == node) gp->children[i] = p;
     node->parent = p;
-    for (int32_t i = 0; i < pc->active.n; i++)
-        if (pc->active.nodes[i] == node) {
-            if (!path_push(&pc->active, NULL)) break; /* grow; keeps the path valid on OOM */
-            memmove(&pc->active.nodes[i + 1], &pc->active.nodes[i],
-                    (size_t)(pc->active.n - 1 - i) * sizeof(kv_node *));
-            pc->active.nodes[i] = p;
-            break;
-        }
+    for (int32_t l = 0; l < pc->n_lanes; l++) {
+        kv_path *act = &pc->lanes[l]->active;
+        for (int32_t i = 0; i < act->n; i++)
+            if (act->nodes[i] == node) {
+                if (!path_push(act, NULL)) break; /* grow; keeps the path valid on OOM */
+                memmove(&act->nodes[i + 1], &act->nodes[i],
+                        (size_t)(act->n - 1 - i) * sizeof(kv_node *));
+                act->nodes[i] = p;
+                break;
+            }
+    }
     if (parent_out) *parent_out = p;
     return HL_OK;
 }
@@ -349,13 +415,16 @@ hl_status kv_trie_merge_with_child(kv_prefix *pc, kv_node *node, hl_err *err) {
     node->n_children = c->n_children;
     node->cap_children = c->cap_children;
     for (int32_t i = 0; i < node->n_children; i++) node->children[i]->parent = node;
-    for (int32_t i = 0; i < pc->active.n; i++)
-        if (pc->active.nodes[i] == c) {
-            memmove(&pc->active.nodes[i], &pc->active.nodes[i + 1],
-                    (size_t)(pc->active.n - i - 1) * sizeof(kv_node *));
-            pc->active.n--;
-            break;
-        }
+    for (int32_t l = 0; l < pc->n_lanes; l++) {
+        kv_path *act = &pc->lanes[l]->active;
+        for (int32_t i = 0; i < act->n; i++)
+            if (act->nodes[i] == c) {
+                memmove(&act->nodes[i], &act->nodes[i + 1],
+                        (size_t)(act->n - i - 1) * sizeof(kv_node *));
+                act->n--;
+                break;
+            }
+    }
     c->children = NULL;
     c->n_children = 0;
     c->parent = NULL;
@@ -422,7 +491,7 @@ static bool over_budget(kv_prefix *pc) {
 
 static void pick_victim(kv_prefix *pc, kv_node *n, kv_node **best, size_t *best_bytes) {
     for (int32_t i = 0; i < n->n_children; i++) pick_victim(pc, n->children[i], best, best_bytes);
-    if (n == pc->root || n->n_children > 1 || path_contains(&pc->active, n)) return;
+    if (n == pc->root || n->n_children > 1 || on_other_path(pc, n, NULL)) return;
     size_t bytes = node_bytes(pc, n);
     kv_node *b = *best;
     if (!b || n->last_used < b->last_used ||
@@ -448,40 +517,42 @@ void kv_prefix_evict(kv_prefix *pc) {
 
 /* ---- switching the live caches to a path ---- */
 
-static void **take_snapshots(kv_prefix *pc, int32_t from) {
+static void **take_snapshots(kv_prefix *pc, kv_lane *ln, int32_t from) {
     void **snaps = calloc((size_t)(pc->n_caches ? pc->n_caches : 1), sizeof(void *));
     if (!snaps) return NULL;
     for (int32_t i = 0; i < pc->n_caches; i++)
-        if (cache_live(pc, i)) snaps[i] = pc->caches[i].ops->snapshot(pc->caches[i].self, from);
+        if (cache_live(pc, i)) snaps[i] = ln->caches[i].ops->snapshot(ln->caches[i].self, from);
     return snaps;
 }
 
-static bool caches_at(const kv_prefix *pc, int32_t off) {
+static bool caches_at(const kv_prefix *pc, const kv_lane *ln, int32_t off) {
     for (int32_t i = 0; i < pc->n_caches; i++)
-        if (cache_live(pc, i) && cache_offset(pc, i) != off) return false;
+        if (cache_live(pc, i) && cache_offset(ln, i) != off) return false;
     return true;
 }
 
-static hl_status switch_to_path(kv_prefix *pc, const kv_path *path, int32_t matched,
+static hl_status switch_to_path(kv_prefix *pc, kv_lane *ln, const kv_path *path, int32_t matched,
                                 hl_err *err) {
+    kv_path *active = &ln->active;
+    kv_cache *caches = ln->caches;
     int32_t common = 0;
-    while (common < pc->active.n && common < path->n &&
-           pc->active.nodes[common] == path->nodes[common])
+    while (common < active->n && common < path->n &&
+           active->nodes[common] == path->nodes[common])
         common++;
-    int32_t ancestor_off = common > 0 ? pc->active.nodes[common - 1]->end : 0;
+    int32_t ancestor_off = common > 0 ? active->nodes[common - 1]->end : 0;
 
     /* Page out the old leaf; inner nodes got their snapshots when they were created. */
-    kv_node *leaf = pc->active.nodes[pc->active.n - 1];
+    kv_node *leaf = active->nodes[active->n - 1];
     if (leaf != pc->root && (!path_contains(path, leaf) || matched < leaf->end) &&
-        !has_all_snaps(pc, leaf) && caches_at(pc, leaf->end)) {
-        void **snaps = take_snapshots(pc, kv_node_start(leaf));
+        !has_all_snaps(pc, leaf) && caches_at(pc, ln, leaf->end)) {
+        void **snaps = take_snapshots(pc, ln, kv_node_start(leaf));
         if (snaps) kv_trie_set_snaps(pc, leaf, snaps);
     }
 
     int32_t rewind = ancestor_off < matched ? ancestor_off : matched;
     for (int32_t i = 0; i < pc->n_caches; i++)
-        if (cache_live(pc, i) && !pc->caches[i].ops->restore(pc->caches[i].self, NULL, rewind))
-            pc->caches[i].ops->free_state(pc->caches[i].self);
+        if (cache_live(pc, i) && !caches[i].ops->restore(caches[i].self, NULL, rewind))
+            caches[i].ops->free_state(caches[i].self);
 
     for (int32_t k = 0; k < path->n; k++) {
         kv_node *node = path->nodes[k];
@@ -490,40 +561,41 @@ static hl_status switch_to_path(kv_prefix *pc, const kv_path *path, int32_t matc
         bool failed = false;
         for (int32_t i = 0; i < pc->n_caches && !failed; i++) {
             if (!cache_live(pc, i) || !node->snaps[i]) continue;
-            if (cache_offset(pc, i) >= target) continue;
-            if (!pc->caches[i].ops->restore(pc->caches[i].self, node->snaps[i], target))
+            if (cache_offset(ln, i) >= target) continue;
+            if (!caches[i].ops->restore(caches[i].self, node->snaps[i], target))
                 failed = true;
         }
         if (failed) break;
     }
 
-    int32_t min_off = kv_prefix_cache_offset(pc);
+    int32_t min_off = lane_offset(pc, ln);
     for (int32_t i = 0; i < pc->n_caches; i++) {
-        if (!cache_live(pc, i) || cache_offset(pc, i) == min_off) continue;
-        if (!pc->caches[i].ops->restore(pc->caches[i].self, NULL, min_off)) {
+        if (!cache_live(pc, i) || cache_offset(ln, i) == min_off) continue;
+        if (!caches[i].ops->restore(caches[i].self, NULL, min_off)) {
             fprintf(stderr, "kv: failed to restore cache, freeing all caches (offset %d)\n",
                     min_off);
             for (int32_t j = 0; j < pc->n_caches; j++)
-                if (cache_live(pc, j)) pc->caches[j].ops->free_state(pc->caches[j].self);
+                if (cache_live(pc, j)) caches[j].ops->free_state(caches[j].self);
             min_off = 0;
             break;
         }
     }
 
-    pc->active.n = 0;
+    active->n = 0;
     for (int32_t k = 0; k < path->n && path->nodes[k]->end <= min_off; k++)
-        if (!path_push(&pc->active, path->nodes[k])) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    if (pc->active.n == 0 && !path_push(&pc->active, pc->root))
+        if (!path_push(active, path->nodes[k])) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    if (active->n == 0 && !path_push(active, pc->root))
         return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    pc->active.nodes[pc->active.n - 1]->last_used = kv_prefix_now(pc);
+    active->nodes[active->n - 1]->last_used = kv_prefix_now(pc);
     kv_prefix_evict(pc);
     return HL_OK;
 }
 
 /* ---- advancing the trie along the active path ---- */
 
-static hl_status advance_path(kv_prefix *pc, kv_node *frontier, const int32_t *tokens, int32_t n,
-                              hl_err *err) {
+static hl_status advance_path(kv_prefix *pc, kv_lane *ln, kv_node *frontier,
+                              const int32_t *tokens, int32_t n, hl_err *err) {
+    kv_path *active = &ln->active;
     kv_path path = {0};
     int32_t matched = 0;
     hl_status st = kv_trie_find_best_match(frontier, tokens, n, &path, &matched, err);
@@ -539,20 +611,24 @@ static hl_status advance_path(kv_prefix *pc, kv_node *frontier, const int32_t *t
         }
     }
     for (int32_t k = 1; k < path.n; k++)
-        if (!path_push(&pc->active, path.nodes[k])) {
+        if (!path_push(active, path.nodes[k])) {
             st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
             goto done;
         }
     if (matched < n) {
-        kv_node *dest = pc->active.nodes[pc->active.n - 1];
+        kv_node *dest = active->nodes[active->n - 1];
         const int32_t *rest = tokens + matched;
         int32_t n_rest = n - matched;
-        if (dest != pc->root && dest->n_children == 0 && !dest->user) close_snaps(pc, dest);
-        if (dest == pc->root || dest->n_children > 0 || dest->user || has_any_snaps(pc, dest)) {
+        /* a node on another lane's path keeps its range: that lane's caches hold it */
+        const bool pinned = dest != pc->root && on_other_path(pc, dest, ln);
+        if (dest != pc->root && dest->n_children == 0 && !dest->user && !pinned)
+            close_snaps(pc, dest);
+        if (dest == pc->root || dest->n_children > 0 || dest->user || pinned ||
+            has_any_snaps(pc, dest)) {
             kv_node *c = NULL;
             st = kv_trie_append_child(pc, dest, rest, n_rest, &c, err);
             if (st) goto done;
-            if (!path_push(&pc->active, c)) {
+            if (!path_push(active, c)) {
                 st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
                 goto done;
             }
@@ -592,16 +668,21 @@ static hl_status stored_reserve(kv_session *s, int32_t extra, hl_err *err) {
 static void session_free(kv_session *s) {
     free(s->stored);
     free(s->pending);
-    kv_prefix *pc = s->pc;
-    if (pc) pc->in_session = false;
+    if (s->lane) s->lane->in_session = false;
     *s = (kv_session){0};
 }
 
 hl_status kv_prefix_begin(kv_prefix *pc, const int32_t *inputs, int32_t n, kv_session *s,
                           hl_err *err) {
+    return kv_prefix_begin_lane(pc, &pc->lane0, inputs, n, s, err);
+}
+
+hl_status kv_prefix_begin_lane(kv_prefix *pc, kv_lane *ln, const int32_t *inputs, int32_t n,
+                               kv_session *s, hl_err *err) {
     *s = (kv_session){0};
+    if (!ln) ln = &pc->lane0;
     if (n <= 0) return hl_fail(err, HL_ERR_INVALID, "empty prompt");
-    if (pc->in_session)
+    if (ln->in_session)
         return hl_fail(err, HL_ERR_INVALID, "the prefix cache already has an open request");
     s->pc = pc;
     hl_status st = stored_reserve(s, n, err);
@@ -618,15 +699,16 @@ hl_status kv_prefix_begin(kv_prefix *pc, const int32_t *inputs, int32_t n, kv_se
     s->matched = matched;
     if (!st && matched == n) /* hold back one token to seed generation */
         st = kv_trie_find_best_match(pc->root, inputs, n - 1, &path, &matched, err);
-    if (!st) st = switch_to_path(pc, &path, matched, err);
+    if (!st) st = switch_to_path(pc, ln, &path, matched, err);
     kv_path_free(&path);
     if (st) {
         session_free(s);
         return st;
     }
-    pc->in_session = true;
+    ln->in_session = true;
+    s->lane = ln;
     s->open = true;
-    s->prefix = kv_prefix_cache_offset(pc);
+    s->prefix = lane_offset(pc, ln);
     if (s->prefix < matched) kv_session_request_snapshot(s, matched, false);
     return HL_OK;
 }
@@ -664,14 +746,14 @@ int32_t kv_session_next_snapshot(const kv_session *s) {
     return s->n_pending > 0 ? s->pending[0].offset : -1;
 }
 
-static hl_status attach_snapshots(kv_prefix *pc, kv_node *node, hl_err *err) {
+static hl_status attach_snapshots(kv_prefix *pc, kv_lane *ln, kv_node *node, hl_err *err) {
     for (int32_t i = 0; i < pc->n_caches; i++)
-        if (cache_live(pc, i) && cache_offset(pc, i) != node->end)
+        if (cache_live(pc, i) && cache_offset(ln, i) != node->end)
             return hl_fail(err, HL_ERR_INVALID,
                            "attachSnapshots: cache offset mismatch layer %d: expected %d, got %d",
-                           i, node->end, cache_offset(pc, i));
-    if (pc->active.nodes[pc->active.n - 1] != node) return HL_OK; /* not the frontier */
-    void **snaps = take_snapshots(pc, kv_node_start(node));
+                           i, node->end, cache_offset(ln, i));
+    if (lane_frontier(ln) != node) return HL_OK; /* not the frontier */
+    void **snaps = take_snapshots(pc, ln, kv_node_start(node));
     if (!snaps) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     kv_trie_set_snaps(pc, node, snaps);
     node->last_used = kv_prefix_now(pc);
@@ -682,7 +764,8 @@ static hl_status attach_snapshots(kv_prefix *pc, kv_node *node, hl_err *err) {
 hl_status kv_session_snapshot(kv_session *s, hl_err *err) {
     if (!s->open) return HL_OK;
     kv_prefix *pc = s->pc;
-    int32_t off = kv_prefix_cache_offset(pc);
+    kv_lane *ln = s->lane;
+    int32_t off = lane_offset(pc, ln);
     bool user = false;
     int32_t used = 0;
     while (used < s->n_pending && s->pending[used].offset <= off) user |= s->pending[used++].user;
@@ -692,19 +775,20 @@ hl_status kv_session_snapshot(kv_session *s, hl_err *err) {
     if (off > s->n_stored)
         return hl_fail(err, HL_ERR_INVALID, "cache: offset %d exceeds %d stored keys", off,
                        s->n_stored);
-    kv_node *frontier = pc->active.nodes[pc->active.n - 1];
+    kv_node *frontier = lane_frontier(ln);
     if (frontier->end == off) {
         if (user) frontier->user = true;
         if (frontier != pc->root && !has_all_snaps(pc, frontier))
-            return attach_snapshots(pc, frontier, err);
+            return attach_snapshots(pc, ln, frontier, err);
         return HL_OK;
     }
     if (frontier->end > off) return HL_OK; /* snapshot skipped: cache is behind the frontier */
-    hl_status st = advance_path(pc, frontier, s->stored + frontier->end, off - frontier->end, err);
+    hl_status st =
+        advance_path(pc, ln, frontier, s->stored + frontier->end, off - frontier->end, err);
     if (st) return st;
-    kv_node *node = pc->active.nodes[pc->active.n - 1];
+    kv_node *node = lane_frontier(ln);
     if (user) node->user = true;
-    return attach_snapshots(pc, node, err);
+    return attach_snapshots(pc, ln, node, err);
 }
 
 hl_status kv_session_reserve_outputs(kv_session *s, int32_t n, hl_err *err) {
@@ -726,31 +810,32 @@ hl_status kv_session_close(kv_session *s, hl_err *err) {
         return HL_OK;
     }
     kv_prefix *pc = s->pc;
+    kv_lane *ln = s->lane;
     hl_status st = HL_OK;
-    int32_t off = kv_prefix_cache_offset(pc);
+    int32_t off = lane_offset(pc, ln);
     if (off > s->n_stored) {
         /* the caches hold tokens nobody recorded: forget them rather than lie */
         st = hl_fail(err, HL_ERR_INVALID, "cache: offset %d exceeds %d stored keys", off,
                      s->n_stored);
-        kv_node *frontier = pc->active.nodes[pc->active.n - 1];
+        kv_node *frontier = lane_frontier(ln);
         for (int32_t i = 0; i < pc->n_caches; i++)
             if (cache_live(pc, i) &&
-                !pc->caches[i].ops->restore(pc->caches[i].self, NULL, frontier->end))
-                pc->caches[i].ops->free_state(pc->caches[i].self);
-        off = kv_prefix_cache_offset(pc);
+                !ln->caches[i].ops->restore(ln->caches[i].self, NULL, frontier->end))
+                ln->caches[i].ops->free_state(ln->caches[i].self);
+        off = lane_offset(pc, ln);
     }
     if (off > 0) {
-        kv_node *frontier = pc->active.nodes[pc->active.n - 1];
+        kv_node *frontier = lane_frontier(ln);
         if (off > frontier->end) {
-            hl_status a = advance_path(pc, frontier, s->stored + frontier->end,
+            hl_status a = advance_path(pc, ln, frontier, s->stored + frontier->end,
                                        off - frontier->end, err);
             if (a && !st) st = a;
         }
-        frontier = pc->active.nodes[pc->active.n - 1];
+        frontier = lane_frontier(ln);
         frontier->last_used = kv_prefix_now(pc);
         if (pc->page_out_on_close && frontier != pc->root && frontier->end == off &&
             !has_all_snaps(pc, frontier)) {
-            void **snaps = take_snapshots(pc, kv_node_start(frontier));
+            void **snaps = take_snapshots(pc, ln, kv_node_start(frontier));
             if (snaps) kv_trie_set_snaps(pc, frontier, snaps);
         }
         kv_prefix_evict(pc);

@@ -1,6 +1,7 @@
 /*
  * trie.h - the prefix cache shared across conversations: a compressed trie over token
- * ids whose nodes hold cache snapshots, with the live caches of the one active path.
+ * ids whose nodes hold cache snapshots, and the live caches of each running sequence
+ * (a lane: its caches and the path of nodes they hold; see "several live sequences").
  *
  * Behaviour follows Ollama's MLX runner prefix cache (research/mlxrunner-internals.md
  * section 2, seed era): a request matches its longest cached prefix (findBestMatch),
@@ -22,7 +23,7 @@
  * the prefix cache owns the trie and every snapshot in it (closed through the kind's
  * snap_close). A kv_session is caller storage initialised by kv_prefix_begin and
  * released by kv_session_close, which must run on every exit path (it is what keeps
- * the trie consistent with the live caches). One session at a time per prefix cache.
+ * the trie consistent with the live caches). One session at a time per lane (below).
  * Not thread-safe.
  */
 #ifndef HL_KV_TRIE_H
@@ -152,8 +153,11 @@ typedef struct kv_pending {
     bool user;
 } kv_pending;
 
+typedef struct kv_lane kv_lane;
+
 typedef struct kv_session {
     kv_prefix *pc;
+    kv_lane *lane;
     int32_t *stored; /* inputs, then outputs */
     int32_t n_inputs, n_stored, cap_stored;
     int32_t prefix;  /* tokens the caches hold after begin: compute stored[prefix:] */
@@ -169,6 +173,24 @@ typedef struct kv_session {
  * s->prefix and the caller computes inputs[prefix:]. */
 hl_status kv_prefix_begin(kv_prefix *pc, const int32_t *inputs, int32_t n, kv_session *s,
                           hl_err *err);
+
+/* ---- several live sequences ----
+ * A lane is one set of live caches (of the config's kinds, slot by slot) with its own
+ * active path; the config's caches are the first lane (kv_prefix_begin). Each lane can
+ * have one open session, so as many sequences as lanes run at once over one trie: each
+ * matches and restores its own prefix (sharing blocks through the snapshots), and
+ * records its tokens at close. Nodes on any lane's path are never evicted, extended in
+ * place or re-snapshotted by another lane; splits keep every lane's path valid. Lanes are
+ * owned by the prefix cache (freed by kv_prefix_destroy); their caches are borrowed.
+ * Still not thread-safe: one thread (or a lock) drives the prefix cache. */
+hl_status kv_prefix_add_lane(kv_prefix *pc, kv_cache *caches, kv_lane **out, hl_err *err);
+/* lane NULL: the first lane (the config's caches), as kv_prefix_begin. */
+hl_status kv_prefix_begin_lane(kv_prefix *pc, kv_lane *lane, const int32_t *inputs, int32_t n,
+                               kv_session *s, hl_err *err);
+/* Drops the lane's live state and path (back to the root), so it pins no node: for a
+ * lane whose session closed (the trie then holds its tokens). No-op during a session. */
+void kv_lane_reset(kv_prefix *pc, kv_lane *lane);
+const kv_path *kv_lane_active(const kv_lane *lane);
 
 /* Schedules a user snapshot at offset (ignored when <= prefix or > n_inputs). */
 void kv_session_request_snapshot(kv_session *s, int32_t offset, bool user);

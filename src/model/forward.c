@@ -127,6 +127,11 @@ struct model_ctx {
     double *inv_freq;           /* [n_rot/2]; double so large positions keep their angle */
     float *head_tmp;            /* [head_dim_k] */
     float *logits;              /* [n_vocab], the last token's */
+    /* the batch being evaluated: per token its id, position and sequence; per sequence
+     * its block table (a batch has at most max_batch tokens, so as many sequences) */
+    int32_t *tok_id, *tok_pos, *tok_seq;
+    kv_blocks *seq_kv;
+    int32_t *logit_rows; /* tokens whose logits are wanted */
     void *mm_scratch;
     size_t scratch_bytes; /* everything above, as allocated */
 };
@@ -165,6 +170,11 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
     c->inv_freq = calloc((size_t)hp->n_rot / 2 + 1, sizeof *c->inv_freq);
     c->head_tmp = alloc_floats((size_t)hp->head_dim_k, 1, 1);
     c->logits = alloc_floats((size_t)hp->n_vocab, 1, 1);
+    c->tok_id = calloc(B, sizeof *c->tok_id);
+    c->tok_pos = calloc(B, sizeof *c->tok_pos);
+    c->tok_seq = calloc(B, sizeof *c->tok_seq);
+    c->seq_kv = calloc(B, sizeof *c->seq_kv);
+    c->logit_rows = calloc(B, sizeof *c->logit_rows);
     size_t scratch = weight_scratch(&m->output, max_batch);
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const model_layer *ly = &m->layers[l];
@@ -183,10 +193,11 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
                              2 * ((size_t)hp->n_rot / 2 + 1)) +
                         dk + (size_t)hp->n_vocab;
         c->scratch_bytes = floats * sizeof(float) + ((size_t)hp->n_rot / 2 + 1) * sizeof(double) +
-                           (scratch ? scratch : 1);
+                           (scratch ? scratch : 1) + B * (4 * sizeof(int32_t) + sizeof(kv_blocks));
     }
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate ||
         !c->up || !c->rope_cos || !c->rope_sin || !c->inv_freq || !c->head_tmp || !c->logits ||
+        !c->tok_id || !c->tok_pos || !c->tok_seq || !c->seq_kv || !c->logit_rows ||
         !c->mm_scratch) {
         model_ctx_free(c);
         return hl_fail(err, HL_ERR_NOMEM, "out of memory for a batch of %d tokens", max_batch);
@@ -208,11 +219,17 @@ void model_ctx_free(model_ctx *c) {
                      c->rope_cos, c->rope_sin, c->head_tmp, c->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->inv_freq);
+    free(c->tok_id);
+    free(c->tok_pos);
+    free(c->tok_seq);
+    free(c->seq_kv);
+    free(c->logit_rows);
     free(c->mm_scratch);
     free(c);
 }
 
 int model_ctx_n_threads(const model_ctx *c) { return hl_pool_n_threads(c->pool); }
+int32_t model_ctx_max_batch(const model_ctx *c) { return c->max_batch; }
 size_t model_ctx_scratch_bytes(const model_ctx *c) { return c->scratch_bytes; }
 const float *model_ctx_logits(const model_ctx *c) { return c->logits; }
 
@@ -261,11 +278,11 @@ static void head_norm(model_ctx *c, float *x, const float *w, int32_t n_tok, int
     }
 }
 
-static void rope_tables(model_ctx *c, int32_t p0, int32_t n_tok) {
+static void rope_tables(model_ctx *c, int32_t n_tok) {
     const int32_t half = c->m->hp.n_rot / 2;
     for (int32_t t = 0; t < n_tok; t++) {
         for (int32_t i = 0; i < half; i++) {
-            double theta = (double)(p0 + t) * c->inv_freq[i];
+            double theta = (double)c->tok_pos[t] * c->inv_freq[i];
             c->rope_cos[t * half + i] = (float)cos(theta);
             c->rope_sin[t * half + i] = (float)sin(theta);
         }
@@ -295,8 +312,7 @@ static void rope(const model_ctx *c, float *x, int32_t n_tok, int32_t n_heads) {
  * of the context is needed. */
 typedef struct attn_job {
     const model_ctx *c;
-    const kv_blocks *kv;
-    int32_t layer, p0, n_tok;
+    int32_t layer, n_tok;
 } attn_job;
 
 static void attn_one(const attn_job *j, int32_t t, int32_t h) {
@@ -305,7 +321,8 @@ static void attn_one(const attn_job *j, int32_t t, int32_t h) {
     const int32_t kvh = h / (hp->n_head / hp->n_head_kv);
     const float *q = j->c->q + ((int64_t)t * hp->n_head + h) * hdk;
     float *out = j->c->att + ((int64_t)t * hp->n_head + h) * hdv;
-    const int32_t n_keys = j->p0 + t + 1;
+    const kv_blocks *kv = &j->c->seq_kv[j->c->tok_seq[t]]; /* the token's own sequence */
+    const int32_t n_keys = j->c->tok_pos[t] + 1;
     const float scale = 1.0f / sqrtf((float)hdk);
     float run_max = -INFINITY, run_sum = 0.0f;
     float score[ATTN_BLOCK];
@@ -313,9 +330,9 @@ static void attn_one(const attn_job *j, int32_t t, int32_t h) {
     for (int32_t k0 = 0, nb; k0 < n_keys; k0 += nb) {
         /* a run of keys that is contiguous: inside one cache block */
         nb = n_keys - k0 < ATTN_BLOCK ? n_keys - k0 : ATTN_BLOCK;
-        if (nb > j->kv->B - k0 % j->kv->B) nb = j->kv->B - k0 % j->kv->B;
-        const float *K = kv_k_at(j->kv, hp, j->layer, kvh, k0);
-        const float *V = kv_v_at(j->kv, hp, j->layer, kvh, k0);
+        if (nb > kv->B - k0 % kv->B) nb = kv->B - k0 % kv->B;
+        const float *K = kv_k_at(kv, hp, j->layer, kvh, k0);
+        const float *V = kv_v_at(kv, hp, j->layer, kvh, k0);
         float block_max = -INFINITY;
         for (int32_t i = 0; i < nb; i++) {
             const float s = kern_vec_dot(HL_TYPE_F32, hdk, K + (int64_t)i * hdk, q) * scale;
@@ -344,32 +361,38 @@ static void attn_worker(void *ctx, int ith, int nth) {
     for (int64_t i = lo; i < hi; i++) attn_one(j, (int32_t)(i / n_head), (int32_t)(i % n_head));
 }
 
-/* Writes the batch's (already rotated) keys and values into the cache at p0... */
-static void kv_store(const kv_blocks *kv, const model_ctx *c, int32_t layer, int32_t p0,
-                     int32_t n_tok) {
+/* Writes the batch's (already rotated) keys and values into each token's sequence at its
+ * position. */
+static void kv_store(const model_ctx *c, int32_t layer, int32_t n_tok) {
     const model_hparams *hp = &c->m->hp;
     const int32_t hdk = hp->head_dim_k, hdv = hp->head_dim_v;
-    for (int32_t h = 0; h < hp->n_head_kv; h++) {
-        for (int32_t t = 0; t < n_tok; t++) {
-            memcpy(kv_k_at(kv, hp, layer, h, p0 + t), c->k + ((int64_t)t * hp->n_head_kv + h) * hdk,
+    for (int32_t t = 0; t < n_tok; t++) {
+        const kv_blocks *kv = &c->seq_kv[c->tok_seq[t]];
+        const int32_t pos = c->tok_pos[t];
+        for (int32_t h = 0; h < hp->n_head_kv; h++) {
+            memcpy(kv_k_at(kv, hp, layer, h, pos), c->k + ((int64_t)t * hp->n_head_kv + h) * hdk,
                    (size_t)hdk * sizeof(float));
-            memcpy(kv_v_at(kv, hp, layer, h, p0 + t), c->v + ((int64_t)t * hp->n_head_kv + h) * hdv,
+            memcpy(kv_v_at(kv, hp, layer, h, pos), c->v + ((int64_t)t * hp->n_head_kv + h) * hdv,
                    (size_t)hdv * sizeof(float));
         }
     }
 }
 
-/* ---- the forward pass over one chunk (n_tok <= max_batch) ---- */
-
-static void forward_chunk(model_ctx *c, kv_blocks *kv, const int32_t *tokens, int32_t n_tok,
-                          float *all_logits, bool want_last) {
+/* ---- the forward pass over one batch (n_tok <= max_batch) ----
+ *
+ * The batch is described by c->tok_id/tok_pos/tok_seq (per token) and c->seq_kv (per
+ * sequence). Every weight matmul takes all n_tok rows; attention reads each token's own
+ * sequence up to its own position. The matmul results of a row do not depend on the
+ * other rows (kernels.h), so a token gets the same result in any batch. Logits: for the
+ * n_rows tokens listed in c->logit_rows (NULL rows: every token), packed into out. */
+static void forward_batch(model_ctx *c, int32_t n_tok, const int32_t *rows, int32_t n_rows,
+                          float *out) {
     const model *m = c->m;
     const model_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
-    const int32_t p0 = kv->len;
 
-    for (int32_t t = 0; t < n_tok; t++) embed(m, tokens[t], c->x + t * E);
-    rope_tables(c, p0, n_tok);
+    for (int32_t t = 0; t < n_tok; t++) embed(m, c->tok_id[t], c->x + t * E);
+    rope_tables(c, n_tok);
 
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const model_layer *ly = &m->layers[l];
@@ -385,8 +408,8 @@ static void forward_chunk(model_ctx *c, kv_blocks *kv, const int32_t *tokens, in
         head_norm(c, c->k, ly->k_norm, n_tok, hp->n_head_kv);
         rope(c, c->q, n_tok, hp->n_head);
         rope(c, c->k, n_tok, hp->n_head_kv);
-        kv_store(kv, c, l, p0, n_tok);
-        attn_job job = {.c = c, .kv = kv, .layer = l, .p0 = p0, .n_tok = n_tok};
+        kv_store(c, l, n_tok);
+        attn_job job = {.c = c, .layer = l, .n_tok = n_tok};
         hl_pool_run(c->pool, attn_worker, &job);
         matmul(c, &ly->wo, c->att, n_tok, c->proj);
         for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->proj[i];
@@ -399,20 +422,15 @@ static void forward_chunk(model_ctx *c, kv_blocks *kv, const int32_t *tokens, in
         matmul(c, &ly->w_down, c->gate, n_tok, c->proj);
         for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->proj[i];
     }
-    kv->len = p0 + n_tok;
 
-    /* logits */
-    const int64_t V = hp->n_vocab;
-    if (all_logits) {
-        for (int32_t t = 0; t < n_tok; t++)
-            kern_rmsnorm(c->xb + t * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
-        matmul(c, &m->output, c->xb, n_tok, all_logits);
-        if (want_last)
-            memcpy(c->logits, all_logits + (n_tok - 1) * V, (size_t)V * sizeof(float));
-    } else if (want_last) {
-        kern_rmsnorm(c->xb, c->x + (n_tok - 1) * E, m->output_norm, E, hp->rms_eps);
-        matmul(c, &m->output, c->xb, 1, c->logits);
+    /* logits: the wanted rows, normed and packed, through one matmul */
+    if (!rows) n_rows = n_tok;
+    if (n_rows <= 0) return;
+    for (int32_t i = 0; i < n_rows; i++) {
+        const int32_t t = rows ? rows[i] : i;
+        kern_rmsnorm(c->xb + i * E, c->x + (int64_t)t * E, m->output_norm, E, hp->rms_eps);
     }
+    matmul(c, &m->output, c->xb, n_rows, out);
 }
 
 static hl_status check_tokens(const model_ctx *c, const int32_t *tokens, int32_t n, hl_err *err) {
@@ -426,16 +444,32 @@ static hl_status check_tokens(const model_ctx *c, const int32_t *tokens, int32_t
     return HL_OK;
 }
 
+/* One sequence's tokens in chunks of max_batch; positions follow kv->len. */
 static void eval_chunks(model_ctx *c, kv_blocks *kv, const int32_t *tokens, int32_t n,
                         float *all_logits) {
     const model_hparams *hp = &c->m->hp;
+    c->seq_kv[0] = *kv;
     for (int32_t done = 0; done < n;) {
         int32_t chunk = n - done < c->max_batch ? n - done : c->max_batch;
-        forward_chunk(c, kv, tokens + done, chunk,
-                      all_logits ? all_logits + (size_t)done * (size_t)hp->n_vocab : NULL,
-                      done + chunk == n);
+        for (int32_t t = 0; t < chunk; t++) {
+            c->tok_id[t] = tokens[done + t];
+            c->tok_pos[t] = kv->len + done + t;
+            c->tok_seq[t] = 0;
+        }
+        const bool last = done + chunk == n;
+        if (all_logits) {
+            float *out = all_logits + (size_t)done * (size_t)hp->n_vocab;
+            forward_batch(c, chunk, NULL, 0, out);
+            if (last)
+                memcpy(c->logits, out + (size_t)(chunk - 1) * (size_t)hp->n_vocab,
+                       (size_t)hp->n_vocab * sizeof(float));
+        } else {
+            c->logit_rows[0] = chunk - 1;
+            forward_batch(c, chunk, c->logit_rows, last ? 1 : 0, c->logits);
+        }
         done += chunk;
     }
+    kv->len += n;
 }
 
 hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
@@ -488,5 +522,51 @@ hl_status model_eval_hidden(model_ctx *c, model_kv *kv, const int32_t *tokens, i
                          m->hp.rms_eps);
         done += chunk;
     }
+    return HL_OK;
+}
+
+hl_status model_eval_batch(model_ctx *c, const model_batch_entry *entries, int32_t n_entries,
+                           float *logits, hl_err *err) {
+    const model_hparams *hp = &c->m->hp;
+    int64_t total = 0;
+    if (n_entries <= 0 || !entries) return hl_fail(err, HL_ERR_INVALID, "empty batch");
+    for (int32_t e = 0; e < n_entries; e++) {
+        const model_batch_entry *b = &entries[e];
+        hl_status st = check_tokens(c, b->tokens, b->n_tokens, err);
+        if (st) {
+            hl_err_prefix(err, "batch entry %d", e);
+            return st;
+        }
+        const model_kv_view *kv = &b->kv;
+        if (kv->block_tokens <= 0 || kv->len < 0 || !kv->blocks)
+            return hl_fail(err, HL_ERR_INVALID, "batch entry %d: invalid KV block table", e);
+        if ((int64_t)kv->len + b->n_tokens > (int64_t)kv->n_blocks * kv->block_tokens)
+            return hl_fail(err, HL_ERR_KV_FULL,
+                           "batch entry %d: %d tokens do not fit the KV block table: %d of %lld "
+                           "positions are used",
+                           e, b->n_tokens, kv->len, (long long)kv->n_blocks * kv->block_tokens);
+        for (int32_t f = 0; f < e; f++)
+            if (entries[f].kv.blocks == kv->blocks)
+                return hl_fail(err, HL_ERR_INVALID,
+                               "batch entries %d and %d use the same block table", f, e);
+        total += b->n_tokens;
+    }
+    if (total > c->max_batch)
+        return hl_fail(err, HL_ERR_INVALID, "batch of %lld tokens exceeds the context's maximum %d",
+                       (long long)total, c->max_batch);
+    int32_t t = 0, n_rows = 0;
+    for (int32_t e = 0; e < n_entries; e++) {
+        const model_batch_entry *b = &entries[e];
+        c->seq_kv[e] = (kv_blocks){.blocks = b->kv.blocks, .B = b->kv.block_tokens,
+                                   .len = b->kv.len,
+                                   .v_off = kv_v_offset(hp, b->kv.block_tokens)};
+        for (int32_t i = 0; i < b->n_tokens; i++, t++) {
+            c->tok_id[t] = b->tokens[i];
+            c->tok_pos[t] = b->kv.len + i;
+            c->tok_seq[t] = e;
+        }
+        if (b->want_logits) c->logit_rows[n_rows++] = t - 1;
+    }
+    forward_batch(c, t, c->logit_rows, logits ? n_rows : 0, logits);
     return HL_OK;
 }

@@ -139,6 +139,27 @@ typedef struct model_kv_view {
 hl_status model_eval_view(model_ctx *c, const model_kv_view *kv, const int32_t *tokens, int32_t n,
                           float *all_logits, hl_err *err);
 
+/* One sequence's part of a batch: n_tokens tokens at positions kv.len.. of its block
+ * table (written there, kv.len is not changed: the caller commits). */
+typedef struct model_batch_entry {
+    model_kv_view kv;
+    const int32_t *tokens;
+    int32_t n_tokens;   /* >= 1 */
+    bool want_logits;   /* the logits of this entry's last token */
+} model_batch_entry;
+
+/* Evaluates several sequences in one forward pass: all tokens of all entries (at most
+ * model_ctx_max_batch(c) in total) go through each weight matmul together; attention is
+ * per sequence, over its own blocks, causal at its own positions. logits receives one
+ * n_vocab row per entry with want_logits, in entry order (may be NULL when none wants
+ * logits). A token's results do not depend on the rest of the batch: the logits equal
+ * those of evaluating each sequence alone, bit for bit. Entries must use distinct block
+ * tables. Everything is checked before anything is written. model_ctx_logits() is not
+ * changed. */
+hl_status model_eval_batch(model_ctx *c, const model_batch_entry *entries, int32_t n_entries,
+                           float *logits, hl_err *err);
+int32_t model_ctx_max_batch(const model_ctx *c);
+
 /* The last evaluated token's logits (n_vocab floats), valid until the next eval. */
 const float *model_ctx_logits(const model_ctx *c);
 

@@ -1,32 +1,112 @@
 /*
  * runner.c - the generation pipeline (see runner.h and research/mlxrunner-internals.md
- * section 4): validate, match the prefix trie, chunked prefill cut at snapshot offsets,
- * decode with the slot sampler, one final event, cleanup on every path.
+ * section 4) with continuous batching: callers queue requests and wait; one batch thread
+ * admits up to n_parallel of them into sequences and steps them all together: validate,
+ * match the prefix trie, chunked prefill cut at snapshot offsets (interleaved with the
+ * other sequences' decoding), decode with the slot sampler, one final event, cleanup on
+ * every path.
+ *
+ * Two locks. `mu` guards the queue and the hand-over fields of each job (events from the
+ * batch thread to the caller, acknowledgements and refusals back). `kv_mu` guards the KV
+ * pool and the trie, which the batch thread changes and runner_get_memory /
+ * runner_page_out_idle read from other threads; it is never held across a forward pass.
+ * Everything else (sequences, sampler, compute context, step scratch) belongs to the
+ * batch thread alone.
  */
 #include "runner/runner.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/file.h"
 #include "kv/kvcache.h"
 #include "kv/trie.h"
 #include "tok/tok.h"
 
-/* The runner serialises requests, so the pipeline always uses one sampler slot. */
-#define PIPELINE_SLOT 0
+/* A request in flight: lives on the caller's stack for the duration of runner_generate. */
+typedef struct job {
+    const runner_request *req;
+    int32_t num_predict;
+    pthread_cond_t cv; /* the caller waits here */
+    struct job *next;  /* queue link */
+    /* batch thread -> caller (under mu); a sequence with an event pending does not step */
+    bool has_progress, has_token, finished;
+    uint64_t posted_at; /* the step that posted the pending event */
+    int32_t processed;
+    sampler_out so;
+    hl_status status;
+    runner_stats stats;
+    hl_err err;
+    /* caller -> batch thread (under mu) */
+    bool refused; /* a callback returned false */
+} job;
+
+typedef enum seq_phase { SEQ_FREE = 0, SEQ_NEW, SEQ_PREFILL, SEQ_DECODE } seq_phase;
+
+/* One parallel slot: a sequence's live state. Batch thread only (phase/job under mu). */
+typedef struct seq {
+    job *job;
+    seq_phase phase;
+    int32_t slot; /* sampler slot: the index */
+    kv_table table;
+    kv_cache cache;
+    kv_lane *lane;
+    kv_session sess;
+    bool have_slot;
+    int32_t done;       /* prompt positions in the cache while prefilling */
+    int32_t next_token; /* decode: the token to forward next */
+    uint64_t admitted;  /* admission order: the oldest prefill goes first */
+    runner_stats rs;
+    uint64_t t_start, t_eval;
+    /* this step */
+    bool ready, cancel;
+    int32_t step_n; /* tokens in this step's batch entry (0: none) */
+} seq;
 
 struct runner {
     const model *m;
     model_ctx *ctx;
     kv_pool *pool;
-    kv_table table; /* the live sequence */
-    kv_cache cache;
     kv_prefix *pc;
     sampler *smp;
-    int32_t n_ctx;
-    int32_t chunk;
+    seq *seqs;
+    int32_t n_parallel;
+    int32_t n_ctx, chunk, batch_tokens, max_queue;
+    int64_t ack_wait_ns; /* < 0: wait for all */
+
+    pthread_mutex_t mu;
+    pthread_cond_t loop_cv; /* new work, acknowledgements, stop */
+    job *q_head, *q_tail;
+    int32_t n_queued, n_active;
+    bool stop;
+    uint64_t n_steps, n_step_tokens, n_admitted;
+
+    pthread_mutex_t kv_mu;
+    pthread_t thread;
+    bool thread_started, locks_ready;
+
+    /* step scratch, sized at create */
+    model_batch_entry *entries;
+    int32_t *entry_seq;
+    float *logits; /* n_parallel rows */
+    int32_t *slots;
+    int32_t *sample_seq;
+    sampler_out *outs;
 };
+
+static void *batch_main(void *arg);
+
+static int32_t env_int(const char *name, int32_t fallback) {
+    const char *v = getenv(name);
+    if (!v || !*v) return fallback;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x <= 0 || x > 1 << 20) return fallback;
+    return (int32_t)x;
+}
 
 hl_status runner_create(const model *m, const runner_config *cfg, runner **out, hl_err *err) {
     *out = NULL;
@@ -37,6 +117,14 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     r->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : hp->n_ctx_train;
     if (r->n_ctx <= 0) r->n_ctx = 2048;
     r->chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : RUNNER_PREFILL_CHUNK;
+    r->n_parallel = cfg->n_parallel > 0 ? cfg->n_parallel
+                                        : env_int("HEARTH_NUM_PARALLEL", RUNNER_NUM_PARALLEL);
+    r->max_queue = cfg->max_queue > 0 ? cfg->max_queue
+                                      : env_int("HEARTH_MAX_QUEUE", RUNNER_MAX_QUEUE);
+    r->batch_tokens = cfg->batch_tokens > 0 ? cfg->batch_tokens : RUNNER_BATCH_TOKENS;
+    if (r->batch_tokens < r->n_parallel) r->batch_tokens = r->n_parallel;
+    r->ack_wait_ns = cfg->ack_wait_us < 0 ? -1
+                     : (int64_t)(cfg->ack_wait_us ? cfg->ack_wait_us : RUNNER_ACK_WAIT_US) * 1000;
     kv_pool_config pc = {
         .layout = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
                    .head_dim_k = hp->head_dim_k, .head_dim_v = hp->head_dim_v,
@@ -45,17 +133,61 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
         .spill_dir = cfg->spill_dir,
         .spill_max_bytes = cfg->spill_max_bytes,
     };
-    hl_status st = kv_pool_create(&pc, &r->pool, err);
+    const size_t np = (size_t)r->n_parallel;
+    r->seqs = calloc(np, sizeof *r->seqs);
+    r->entries = calloc(np, sizeof *r->entries);
+    r->entry_seq = calloc(np, sizeof *r->entry_seq);
+    r->slots = calloc(np, sizeof *r->slots);
+    r->sample_seq = calloc(np, sizeof *r->sample_seq);
+    r->outs = calloc(np, sizeof *r->outs);
+    r->logits = calloc(np * (size_t)hp->n_vocab, sizeof(float));
+    hl_status st = HL_OK;
+    if (!r->seqs || !r->entries || !r->entry_seq || !r->slots || !r->sample_seq || !r->outs ||
+        !r->logits)
+        st = hl_fail(err, HL_ERR_NOMEM, "out of memory for %d parallel sequences", r->n_parallel);
+    if (!st) st = kv_pool_create(&pc, &r->pool, err);
     if (!st) {
-        kv_table_init(&r->table, r->pool);
-        r->cache = (kv_cache){&kv_block_cache_ops, &r->table};
-        kv_prefix_config tc = {.caches = &r->cache, .n_caches = 1,
+        for (int32_t i = 0; i < r->n_parallel; i++) {
+            seq *s = &r->seqs[i];
+            s->slot = i;
+            kv_table_init(&s->table, r->pool);
+            s->cache = (kv_cache){&kv_block_cache_ops, &s->table};
+        }
+        /* sequence 0 uses the config's caches: the trie's first lane (NULL) */
+        kv_prefix_config tc = {.caches = &r->seqs[0].cache, .n_caches = 1,
                                .over_budget = kv_pool_over_budget, .budget_ctx = r->pool,
                                .page_out_on_close = true};
         st = kv_prefix_create(&tc, &r->pc, err);
     }
-    if (!st) st = model_ctx_create(m, cfg->n_threads, 0, &r->ctx, err);
+    for (int32_t i = 1; !st && i < r->n_parallel; i++)
+        st = kv_prefix_add_lane(r->pc, &r->seqs[i].cache, &r->seqs[i].lane, err);
+    if (!st) st = model_ctx_create(m, cfg->n_threads, r->batch_tokens, &r->ctx, err);
     if (!st) st = sampler_create(hp->n_vocab, r->n_ctx, &r->smp, err);
+    if (!st) {
+        bool mu = pthread_mutex_init(&r->mu, NULL) == 0;
+        bool kv = pthread_mutex_init(&r->kv_mu, NULL) == 0;
+        /* the ack wait is a timed wait: on the monotonic clock, immune to clock changes */
+        pthread_condattr_t ca;
+        bool cv = pthread_condattr_init(&ca) == 0;
+        if (cv) {
+            cv = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+                 pthread_cond_init(&r->loop_cv, &ca) == 0;
+            pthread_condattr_destroy(&ca);
+        }
+        r->locks_ready = mu && kv && cv;
+        if (!r->locks_ready) {
+            if (mu) pthread_mutex_destroy(&r->mu);
+            if (kv) pthread_mutex_destroy(&r->kv_mu);
+            if (cv) pthread_cond_destroy(&r->loop_cv);
+            st = hl_fail(err, HL_ERR_NOMEM, "cannot create the runner's locks");
+        }
+    }
+    if (!st) {
+        if (pthread_create(&r->thread, NULL, batch_main, r) != 0)
+            st = hl_fail(err, HL_ERR_NOMEM, "cannot start the batch thread");
+        else
+            r->thread_started = true;
+    }
     if (st) {
         runner_destroy(r);
         return st;
@@ -66,18 +198,47 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
 
 void runner_destroy(runner *r) {
     if (!r) return;
+    if (r->thread_started) {
+        pthread_mutex_lock(&r->mu);
+        r->stop = true;
+        pthread_cond_signal(&r->loop_cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->thread, NULL);
+    }
+    if (r->locks_ready) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_mutex_destroy(&r->kv_mu);
+        pthread_cond_destroy(&r->loop_cv);
+    }
     sampler_destroy(r->smp);
     model_ctx_free(r->ctx);
     kv_prefix_destroy(r->pc); /* releases the trie's blocks */
-    if (r->pool) kv_table_free(&r->table);
+    if (r->pool && r->seqs)
+        for (int32_t i = 0; i < r->n_parallel; i++) kv_table_free(&r->seqs[i].table);
     kv_pool_destroy(r->pool);
+    free(r->seqs);
+    free(r->entries);
+    free(r->entry_seq);
+    free(r->slots);
+    free(r->sample_seq);
+    free(r->outs);
+    free(r->logits);
     free(r);
 }
 
 int32_t runner_n_ctx(const runner *r) { return r->n_ctx; }
+int32_t runner_n_parallel(const runner *r) { return r->n_parallel; }
 kv_pool *runner_kv_pool(runner *r) { return r->pool; }
 sampler *runner_sampler(runner *r) { return r->smp; }
 struct kv_prefix *runner_prefix_cache(runner *r) { return r->pc; }
+
+runner_load runner_get_load(runner *r) {
+    pthread_mutex_lock(&r->mu);
+    runner_load l = {.queued = r->n_queued, .active = r->n_active, .steps = r->n_steps,
+                     .step_tokens = r->n_step_tokens};
+    pthread_mutex_unlock(&r->mu);
+    return l;
+}
 
 hl_status runner_prepare(const runner *r, const runner_request *req, int32_t *num_predict,
                          hl_err *err) {
@@ -100,23 +261,6 @@ hl_status runner_prepare(const runner *r, const runner_request *req, int32_t *nu
     return HL_OK;
 }
 
-/* Computes tokens at the live sequence's end and commits them to its block table. */
-static hl_status forward(runner *r, const int32_t *tokens, int32_t n, hl_err *err) {
-    hl_status st = kv_table_reserve(&r->table, n, err);
-    if (st) return st;
-    model_kv_view view = {.blocks = r->table.data, .n_blocks = r->table.n_blocks,
-                          .block_tokens = kv_pool_layout(r->pool)->block_tokens,
-                          .len = r->table.len};
-    st = model_eval_view(r->ctx, &view, tokens, n, NULL, err);
-    if (st) return st;
-    kv_table_commit(&r->table, n);
-    return HL_OK;
-}
-
-static bool cancelled(const runner_request *req) {
-    return req->cancel && atomic_load_explicit(req->cancel, memory_order_relaxed);
-}
-
 static bool is_stop(const runner *r, const runner_request *req, int32_t tok) {
     const tok_vocab *v = model_vocab(r->m);
     if (v && tok_is_eog(v, tok)) return true;
@@ -127,141 +271,456 @@ static bool is_stop(const runner *r, const runner_request *req, int32_t tok) {
 
 static int64_t since(uint64_t t0) { return (int64_t)(hl_time_ns() - t0); }
 
-hl_status runner_generate(runner *r, const runner_request *req, runner_stats *stats, hl_err *err) {
-    runner_stats rs = {0};
-    hl_err e = {0};
-    kv_session sess = {0};
-    bool have_slot = false;
-    float *hooked = NULL; /* the logits row a logits_hook may edit */
-    int32_t num_predict = 0;
-    const int32_t n = req->n_tokens, slot = PIPELINE_SLOT;
-    const int32_t n_vocab = model_get_hparams(r->m)->n_vocab;
-    uint64_t t_prompt = hl_time_ns(), t_eval = 0;
+/* ---- the batch thread ---- */
 
-    hl_status st = runner_prepare(r, req, &num_predict, &e);
-    if (st) goto out;
-    rs.prompt_eval_count = n;
-    st = kv_prefix_begin(r->pc, req->tokens, n, &sess, &e);
-    if (st) goto out;
-    rs.cached_tokens = sess.prefix;
-    kv_session_schedule_prefill(&sess);
-    /* decode must not allocate per token: size the bookkeeping for the whole request */
-    if ((st = kv_session_reserve_outputs(&sess, num_predict, &e))) goto out;
-    if ((st = kv_table_prealloc(&r->table, n + num_predict, &e))) goto out;
-    st = sampler_add(r->smp, slot, &req->sampling, req->tokens, (size_t)n, &e);
-    if (st) goto out;
-    have_slot = true;
-
-    /* Prefill everything but the last prompt token, which seeds decoding. */
-    int32_t done = sess.prefix;
-    while (n - done > 1) {
-        if (cancelled(req)) {
-            st = hl_fail(&e, HL_ERR_CANCELLED, "request cancelled");
-            goto out;
-        }
-        int32_t chunk = n - done - 1 < r->chunk ? n - done - 1 : r->chunk;
-        int32_t next = kv_session_next_snapshot(&sess);
-        if (next > done && next < done + chunk) chunk = next - done;
-        st = forward(r, req->tokens + done, chunk, &e);
-        if (st) goto out;
-        done += chunk;
-        if (next >= 0 && done >= next && (st = kv_session_snapshot(&sess, &e))) goto out;
-        if (req->progress && !req->progress(req->user, done, n)) {
-            st = hl_fail(&e, HL_ERR_CANCELLED, "request cancelled");
-            goto out;
-        }
-    }
-    if (cancelled(req)) {
-        st = hl_fail(&e, HL_ERR_CANCELLED, "request cancelled");
-        goto out;
-    }
-    st = forward(r, req->tokens + done, n - done, &e);
-    if (st) goto out;
-
-    rs.done_reason = RUNNER_DONE_LENGTH;
-    if (req->logits_hook) { /* once per request, not per token */
-        hooked = malloc((size_t)n_vocab * sizeof *hooked);
-        if (!hooked) {
-            st = hl_fail(&e, HL_ERR_NOMEM, "out of memory");
-            goto out;
-        }
-    }
-    for (int32_t i = 0; i < num_predict; i++) {
-        if (cancelled(req)) {
-            st = hl_fail(&e, HL_ERR_CANCELLED, "request cancelled");
-            goto out;
-        }
-        sampler_out so;
-        const float *row = model_ctx_logits(r->ctx);
-        if (hooked) {
-            memcpy(hooked, row, (size_t)n_vocab * sizeof *hooked);
-            req->logits_hook(req->user, hooked, n_vocab);
-            row = hooked;
-        }
-        st = sampler_sample(r->smp, &slot, 1, row, (size_t)n_vocab, &so, &e);
-        if (st) goto out;
-        if (i == 0) {
-            rs.prompt_eval_duration_ns = since(t_prompt);
-            t_eval = hl_time_ns();
-        }
-        /* recorded even when it is a stop token: the trie may keep it */
-        if ((st = kv_session_add_outputs(&sess, &so.token, 1, &e))) goto out;
-        if (is_stop(r, req, so.token)) {
-            rs.done_reason = RUNNER_DONE_STOP;
-            break;
-        }
-        rs.eval_count++;
-        if (req->emit) {
-            runner_event ev = {.kind = RUNNER_EV_TOKEN, .token = so.token, .sample = &so};
-            if (!req->emit(req->user, &ev)) {
-                st = hl_fail(&e, HL_ERR_CANCELLED, "request cancelled");
-                goto out;
-            }
-        }
-        if (i + 1 < num_predict) {
-            if (cancelled(req)) {
-                st = hl_fail(&e, HL_ERR_CANCELLED, "request cancelled");
-                goto out;
-            }
-            st = forward(r, &so.token, 1, &e);
-            if (st) goto out;
-        }
-    }
-    rs.eval_duration_ns = t_eval ? since(t_eval) : 0;
-
-out:
-    if (t_eval && !rs.eval_duration_ns) rs.eval_duration_ns = since(t_eval);
+/* Ends a sequence: records its tokens in the trie, frees its lane, slot and blocks, and
+ * hands the final status to the caller. */
+static void seq_finish(runner *r, seq *s, hl_status st, const hl_err *e) {
+    runner_stats rs = s->rs;
+    if (s->t_eval) rs.eval_duration_ns = since(s->t_eval);
+    hl_err fe = {0};
+    if (st && e) fe = *e;
+    pthread_mutex_lock(&r->kv_mu);
     {
         /* the trie must record what the cache holds, whatever happened */
         hl_err ce;
-        hl_status cs = kv_session_close(&sess, &ce);
+        hl_status cs = kv_session_close(&s->sess, &ce);
         if (cs && !st) {
             st = cs;
-            e = ce;
+            fe = ce;
+        }
+        kv_lane_reset(r->pc, s->lane);
+    }
+    pthread_mutex_unlock(&r->kv_mu);
+    if (s->have_slot) sampler_remove(r->smp, s->slot);
+    s->have_slot = false;
+    pthread_mutex_lock(&r->mu);
+    job *j = s->job;
+    j->finished = true;
+    j->status = st;
+    j->stats = rs;
+    j->err = fe;
+    pthread_cond_signal(&j->cv);
+    s->job = NULL;
+    s->phase = SEQ_FREE;
+    r->n_active--;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void seq_fail(runner *r, seq *s, hl_status code, const char *msg) {
+    hl_err e;
+    hl_fail(&e, code, "%s", msg);
+    seq_finish(r, s, code, &e);
+}
+
+/* Admission: match the trie, restore the prefix, register the sampler slot. */
+static void seq_start(runner *r, seq *s) {
+    const runner_request *req = s->job->req;
+    const int32_t n = req->n_tokens;
+    hl_err e = {0};
+    pthread_mutex_lock(&r->kv_mu);
+    hl_status st = kv_prefix_begin_lane(r->pc, s->lane, req->tokens, n, &s->sess, &e);
+    if (!st) {
+        s->rs.cached_tokens = s->sess.prefix;
+        kv_session_schedule_prefill(&s->sess);
+        /* decode must not allocate per token: size the bookkeeping for the whole request */
+        st = kv_session_reserve_outputs(&s->sess, s->job->num_predict, &e);
+    }
+    if (!st) st = kv_table_prealloc(&s->table, n + s->job->num_predict, &e);
+    pthread_mutex_unlock(&r->kv_mu);
+    if (!st) st = sampler_add(r->smp, s->slot, &req->sampling, req->tokens, (size_t)n, &e);
+    if (st) {
+        seq_finish(r, s, st, &e);
+        return;
+    }
+    s->have_slot = true;
+    s->done = s->sess.prefix;
+    if (n - s->done > 1) {
+        s->phase = SEQ_PREFILL;
+    } else {
+        s->phase = SEQ_DECODE;
+        s->next_token = req->tokens[n - 1];
+    }
+}
+
+static bool job_cancelled(const job *j) {
+    const runner_request *req = j->req;
+    return j->refused || (req->cancel && atomic_load_explicit(req->cancel, memory_order_relaxed));
+}
+
+static bool seq_waiting(const seq *s) {
+    return s->job && (s->job->has_progress || s->job->has_token);
+}
+
+static void add_ns(struct timespec *ts, int64_t ns) {
+    ts->tv_nsec += ns % 1000000000;
+    ts->tv_sec += ns / 1000000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_nsec -= 1000000000;
+        ts->tv_sec++;
+    }
+}
+
+/* Under mu: waits for work, admits queued jobs, and marks which sequences step now.
+ * Returns false when the thread should exit. */
+static bool gather(runner *r) {
+    for (;;) {
+        for (int32_t i = 0; i < r->n_parallel && r->q_head; i++) {
+            seq *s = &r->seqs[i];
+            if (s->phase != SEQ_FREE) continue;
+            job *j = r->q_head;
+            r->q_head = j->next;
+            if (!r->q_head) r->q_tail = NULL;
+            r->n_queued--;
+            r->n_active++;
+            s->job = j;
+            s->phase = SEQ_NEW;
+            s->admitted = r->n_admitted++;
+            s->rs = (runner_stats){.prompt_eval_count = j->req->n_tokens,
+                                   .done_reason = RUNNER_DONE_LENGTH};
+            s->t_start = hl_time_ns();
+            s->t_eval = 0;
+        }
+        bool any_ready = false, any_waiting = false;
+        for (int32_t i = 0; i < r->n_parallel; i++) {
+            seq *s = &r->seqs[i];
+            if (!s->job) continue;
+            if (seq_waiting(s)) any_waiting = true;
+            else any_ready = true;
+        }
+        if (r->stop) { /* cancel what is left */
+            while (r->q_head) {
+                job *j = r->q_head;
+                r->q_head = j->next;
+                r->n_queued--;
+                j->finished = true;
+                j->status = hl_fail(&j->err, HL_ERR_CANCELLED, "request cancelled");
+                pthread_cond_signal(&j->cv);
+            }
+            r->q_tail = NULL;
+            if (!any_ready && !any_waiting) return false;
+            if (any_ready) break;
+        }
+        if (!any_ready) {
+            pthread_cond_wait(&r->loop_cv, &r->mu);
+            continue;
+        }
+        if (any_waiting) {
+            /* give the callers of the last step a moment, so their sequences join this one
+             * (callers already late before it are not waited for again) */
+            if (r->ack_wait_ns < 0) {
+                pthread_cond_wait(&r->loop_cv, &r->mu);
+                continue;
+            }
+            struct timespec dl;
+            clock_gettime(CLOCK_MONOTONIC, &dl);
+            add_ns(&dl, r->ack_wait_ns);
+            bool timed_out = false;
+            for (;;) {
+                bool waiting = false;
+                for (int32_t i = 0; i < r->n_parallel; i++) {
+                    const seq *s = &r->seqs[i];
+                    if (seq_waiting(s) && s->job->posted_at == r->n_steps &&
+                        !job_cancelled(s->job))
+                        waiting = true;
+                }
+                if (!waiting || r->stop || timed_out) break;
+                timed_out = pthread_cond_timedwait(&r->loop_cv, &r->mu, &dl) == ETIMEDOUT;
+            }
+        }
+        break;
+    }
+    for (int32_t i = 0; i < r->n_parallel; i++) {
+        seq *s = &r->seqs[i];
+        s->ready = s->job && !seq_waiting(s);
+        s->cancel = s->ready && (r->stop || job_cancelled(s->job));
+        s->step_n = 0;
+    }
+    return true;
+}
+
+/* Posts this step's events to the callers (under mu). */
+static void post_progress(runner *r, seq *s) {
+    if (!s->job->req->progress) return;
+    pthread_mutex_lock(&r->mu);
+    s->job->has_progress = true;
+    s->job->posted_at = r->n_steps;
+    s->job->processed = s->done;
+    pthread_cond_signal(&s->job->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void post_token(runner *r, seq *s, const sampler_out *so) {
+    if (!s->job->req->emit) return;
+    pthread_mutex_lock(&r->mu);
+    s->job->has_token = true;
+    s->job->posted_at = r->n_steps;
+    s->job->so = *so;
+    pthread_cond_signal(&s->job->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Oldest admitted prefill that still needs a chunk this step, or NULL. */
+static seq *next_prefill(runner *r) {
+    seq *best = NULL;
+    for (int32_t i = 0; i < r->n_parallel; i++) {
+        seq *s = &r->seqs[i];
+        if (s->ready && s->phase == SEQ_PREFILL && s->step_n == 0 &&
+            (!best || s->admitted < best->admitted))
+            best = s;
+    }
+    return best;
+}
+
+static void step(runner *r) {
+    const int32_t n_vocab = model_get_hparams(r->m)->n_vocab;
+    const int32_t B = kv_pool_layout(r->pool)->block_tokens;
+    for (int32_t i = 0; i < r->n_parallel; i++) {
+        seq *s = &r->seqs[i];
+        if (!s->ready) continue;
+        if (s->cancel) {
+            seq_fail(r, s, HL_ERR_CANCELLED, "request cancelled");
+            s->ready = false;
+            continue;
+        }
+        if (s->phase == SEQ_NEW) seq_start(r, s);
+        if (!s->job) s->ready = false; /* failed to start */
+    }
+
+    /* the batch: every decoding sequence's next token, then prefill chunks */
+    int32_t n_entries = 0, n_tokens = 0;
+    hl_err e = {0};
+    for (int32_t pass = 0; pass < 2; pass++) {
+        for (;;) {
+            seq *s = NULL;
+            int32_t n = 0;
+            const int32_t *toks = NULL;
+            if (pass == 0) {
+                for (int32_t i = 0; i < r->n_parallel && !s; i++) {
+                    seq *c = &r->seqs[i];
+                    if (c->ready && c->phase == SEQ_DECODE && c->step_n == 0) s = c;
+                }
+                if (!s) break;
+                n = 1;
+                toks = &s->next_token;
+            } else {
+                int32_t budget = r->batch_tokens - n_tokens;
+                if (budget <= 0 || !(s = next_prefill(r))) break;
+                const int32_t n_prompt = s->job->req->n_tokens;
+                n = n_prompt - s->done - 1;
+                if (n > r->chunk) n = r->chunk;
+                if (n > budget) n = budget;
+                int32_t next = kv_session_next_snapshot(&s->sess);
+                if (next > s->done && next < s->done + n) n = next - s->done;
+                toks = s->job->req->tokens + s->done;
+            }
+            s->step_n = n; /* marks it handled this step, even when reserve fails */
+            pthread_mutex_lock(&r->kv_mu);
+            hl_status st = kv_table_reserve(&s->table, n, &e);
+            pthread_mutex_unlock(&r->kv_mu);
+            if (st) {
+                seq_finish(r, s, st, &e);
+                s->ready = false;
+                continue;
+            }
+            model_batch_entry *en = &r->entries[n_entries];
+            *en = (model_batch_entry){
+                .kv = {.blocks = s->table.data, .n_blocks = s->table.n_blocks,
+                       .block_tokens = B, .len = s->table.len},
+                .tokens = toks, .n_tokens = n, .want_logits = pass == 0};
+            r->entry_seq[n_entries++] = s->slot;
+            n_tokens += n;
         }
     }
-    free(hooked);
-    if (have_slot) sampler_remove(r->smp, slot);
+    if (n_entries == 0) return;
+
+    hl_status st = model_eval_batch(r->ctx, r->entries, n_entries, r->logits, &e);
+    pthread_mutex_lock(&r->mu);
+    r->n_steps++;
+    r->n_step_tokens += (uint64_t)n_tokens;
+    pthread_mutex_unlock(&r->mu);
+    if (st) { /* nothing was written: every sequence of the batch fails */
+        for (int32_t k = 0; k < n_entries; k++) seq_finish(r, &r->seqs[r->entry_seq[k]], st, &e);
+        return;
+    }
+
+    /* commit; prefill bookkeeping */
+    int32_t n_sample = 0;
+    for (int32_t k = 0; k < n_entries; k++) {
+        seq *s = &r->seqs[r->entry_seq[k]];
+        pthread_mutex_lock(&r->kv_mu);
+        kv_table_commit(&s->table, s->step_n);
+        st = HL_OK;
+        if (s->phase == SEQ_PREFILL) {
+            s->done += s->step_n;
+            int32_t next = kv_session_next_snapshot(&s->sess);
+            if (next >= 0 && s->done >= next) st = kv_session_snapshot(&s->sess, &e);
+        }
+        pthread_mutex_unlock(&r->kv_mu);
+        if (st) {
+            seq_finish(r, s, st, &e);
+            continue;
+        }
+        if (s->phase == SEQ_PREFILL) {
+            post_progress(r, s);
+            if (s->job->req->n_tokens - s->done <= 1) {
+                s->phase = SEQ_DECODE;
+                s->next_token = s->job->req->tokens[s->job->req->n_tokens - 1];
+            }
+        } else {
+            r->slots[n_sample] = s->slot;
+            r->sample_seq[n_sample++] = k; /* logits row k: decode entries come first */
+        }
+    }
+    if (n_sample == 0) return;
+
+    /* the rows are this step's scratch: hooks edit them in place */
+    for (int32_t k = 0; k < n_sample; k++) {
+        const runner_request *req = r->seqs[r->slots[k]].job->req;
+        if (req->logits_hook) req->logits_hook(req->user, r->logits + (size_t)k * n_vocab, n_vocab);
+    }
+    /* one sampler call for every sequence that produced logits */
+    st = sampler_sample(r->smp, r->slots, n_sample, r->logits, (size_t)n_vocab, r->outs, &e);
+    if (st) { /* find the bad rows: sample one at a time, failing only those */
+        for (int32_t k = 0; k < n_sample; k++) {
+            hl_err ek;
+            if (sampler_sample(r->smp, &r->slots[k], 1, r->logits + (size_t)k * n_vocab,
+                               (size_t)n_vocab, &r->outs[k], &ek) != HL_OK) {
+                seq_finish(r, &r->seqs[r->slots[k]], ek.code, &ek);
+                r->slots[k] = -1;
+            }
+        }
+    }
+    for (int32_t k = 0; k < n_sample; k++) {
+        if (r->slots[k] < 0) continue;
+        seq *s = &r->seqs[r->slots[k]];
+        const sampler_out *so = &r->outs[k];
+        const runner_request *req = s->job->req;
+        if (!s->t_eval) {
+            s->rs.prompt_eval_duration_ns = since(s->t_start);
+            s->t_eval = hl_time_ns();
+        }
+        /* recorded even when it is a stop token: the trie may keep it */
+        st = kv_session_add_outputs(&s->sess, &so->token, 1, &e);
+        if (st) {
+            seq_finish(r, s, st, &e);
+            continue;
+        }
+        if (is_stop(r, req, so->token)) {
+            s->rs.done_reason = RUNNER_DONE_STOP;
+            seq_finish(r, s, HL_OK, NULL);
+            continue;
+        }
+        s->rs.eval_count++;
+        post_token(r, s, so);
+        if (s->rs.eval_count >= s->job->num_predict) seq_finish(r, s, HL_OK, NULL);
+        else s->next_token = so->token;
+    }
+}
+
+static void *batch_main(void *arg) {
+    runner *r = arg;
+    pthread_mutex_lock(&r->mu);
+    while (gather(r)) {
+        pthread_mutex_unlock(&r->mu);
+        step(r);
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* ---- callers ---- */
+
+static hl_status finish_early(const runner_request *req, hl_status st, hl_err *e,
+                              runner_stats *stats, hl_err *err) {
+    runner_stats rs = {0};
     if (req->emit) {
-        runner_event ev = {.kind = st ? RUNNER_EV_ERROR : RUNNER_EV_DONE, .stats = rs,
-                           .status = st, .message = st ? e.msg : NULL};
+        runner_event ev = {.kind = RUNNER_EV_ERROR, .stats = rs, .status = st, .message = e->msg};
         req->emit(req->user, &ev);
     }
     if (stats) *stats = rs;
+    if (err) *err = *e;
+    return st;
+}
+
+hl_status runner_generate(runner *r, const runner_request *req, runner_stats *stats, hl_err *err) {
+    hl_err e = {0};
+    job j = {.req = req};
+    hl_status st = runner_prepare(r, req, &j.num_predict, &e);
+    if (st) return finish_early(req, st, &e, stats, err);
+    if (pthread_cond_init(&j.cv, NULL) != 0) {
+        st = hl_fail(&e, HL_ERR_NOMEM, "cannot create a condition variable");
+        return finish_early(req, st, &e, stats, err);
+    }
+    pthread_mutex_lock(&r->mu);
+    if (r->stop || r->n_queued >= r->max_queue) {
+        pthread_mutex_unlock(&r->mu);
+        pthread_cond_destroy(&j.cv);
+        st = r->stop ? hl_fail(&e, HL_ERR_CANCELLED, "request cancelled")
+                     : hl_fail(&e, HL_ERR_BUSY, RUNNER_BUSY_MESSAGE);
+        return finish_early(req, st, &e, stats, err);
+    }
+    if (r->q_tail) r->q_tail->next = &j;
+    else r->q_head = &j;
+    r->q_tail = &j;
+    r->n_queued++;
+    pthread_cond_signal(&r->loop_cv);
+    bool refused = false;
+    for (;;) {
+        while (!j.has_progress && !j.has_token && !j.finished) pthread_cond_wait(&j.cv, &r->mu);
+        if (!j.has_progress && !j.has_token) break; /* finished, all delivered */
+        const bool progress = j.has_progress;
+        const int32_t processed = j.processed;
+        const sampler_out so = j.so; /* copied: the callback runs without the lock */
+        pthread_mutex_unlock(&r->mu);
+        if (!refused) {
+            if (progress) {
+                refused = !req->progress(req->user, processed, req->n_tokens);
+            } else {
+                runner_event ev = {.kind = RUNNER_EV_TOKEN, .token = so.token, .sample = &so};
+                refused = !req->emit(req->user, &ev);
+            }
+        }
+        pthread_mutex_lock(&r->mu);
+        j.has_progress = j.has_token = false;
+        j.refused = refused;
+        pthread_cond_signal(&r->loop_cv); /* acknowledged: the sequence may step again */
+    }
+    pthread_mutex_unlock(&r->mu);
+    pthread_cond_destroy(&j.cv);
+    st = j.status;
+    e = j.err;
+    if (refused && !st) /* refused the last token: the request still counts as cancelled */
+        st = hl_fail(&e, HL_ERR_CANCELLED, "request cancelled");
+    if (req->emit) {
+        runner_event ev = {.kind = st ? RUNNER_EV_ERROR : RUNNER_EV_DONE, .stats = j.stats,
+                           .status = st, .message = st ? e.msg : NULL};
+        req->emit(req->user, &ev);
+    }
+    if (stats) *stats = j.stats;
     if (st && err) *err = e;
     return st;
 }
 
 runner_memory runner_get_memory(const runner *r) {
+    runner *rw = (runner *)r; /* the lock is not part of the observable state */
+    pthread_mutex_lock(&rw->kv_mu);
     kv_pool_stats ps = kv_pool_get_stats(r->pool);
+    pthread_mutex_unlock(&rw->kv_mu);
     runner_memory m = {
         .weights = model_weight_bytes(r->m),
         .kv = ps.ram_bytes,
         .kv_disk = ps.disk_bytes,
-        .scratch = model_ctx_scratch_bytes(r->ctx),
+        .scratch = model_ctx_scratch_bytes(r->ctx) +
+                   (size_t)r->n_parallel * (size_t)model_get_hparams(r->m)->n_vocab * sizeof(float),
     };
     m.total = m.weights + m.kv + m.scratch;
     return m;
 }
 
-void runner_page_out_idle(runner *r) { kv_pool_page_out_cold(r->pool); }
+void runner_page_out_idle(runner *r) {
+    pthread_mutex_lock(&r->kv_mu);
+    kv_pool_page_out_cold(r->pool);
+    pthread_mutex_unlock(&r->kv_mu);
+}

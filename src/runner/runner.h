@@ -12,7 +12,7 @@
  *      prompt still re-evaluates its last token to seed generation);
  *   3. prefills the rest in chunks of prefill_chunk (2048) tokens, cut at the snapshot
  *      offsets (every 8192 tokens and at len-4) so later requests can resume there;
- *   4. decodes with slot 0 of the slot sampler, streaming each token (RUNNER_EV_TOKEN);
+ *   4. decodes with its own slot of the slot sampler, streaming each token (RUNNER_EV_TOKEN);
  *      exactly num_predict tokens unless an end-of-generation / stop token comes first
  *      (that token is not streamed);
  *   5. ends with exactly one final event: RUNNER_EV_DONE with the stats, or
@@ -25,12 +25,31 @@
  * every exit path the trie records exactly what the KV cache holds and the sampler slot
  * is removed.
  *
- * Requests run one at a time (runner_generate is not reentrant; callers serialise). The
- * design keeps one live block table per sequence, so several sequences can share a
- * forward pass later.
+ * Concurrency (continuous batching). runner_generate may be called from any number of
+ * threads at once. A request first waits in a bounded queue (max_queue pending; when
+ * full runner_generate fails at once with HL_ERR_BUSY and RUNNER_BUSY_MESSAGE, also sent
+ * as the error event: servers answer 503). Up to n_parallel requests are active, each
+ * with its own sampler slot, block table and trie lane. One batch thread steps them all:
+ * every step is one forward pass (model_eval_batch) holding the next token of every
+ * decoding sequence plus prefill chunks of the others, at most batch_tokens tokens (the
+ * oldest prefill first), so a long prompt is spread over many steps while the other
+ * streams keep decoding; then one sampler_sample call samples every sequence that
+ * produced logits. Results do not depend on the batch a sequence ran in (the forward
+ * pass and the sampler are batch invariant): greedy or seeded runs give the same tokens
+ * alone or together.
+ * Callbacks: emit and progress run on the calling thread, in order; a sequence advances
+ * only after its callbacks for the previous step have returned, so a flag set or false
+ * returned from a callback takes effect before anything else is computed for that
+ * request (as with serial requests). A step waits up to ack_wait_us for the callbacks
+ * of the other sequences, then leaves the slow ones for the next step. logits_hook runs
+ * on the batch thread (keep it short: the whole batch waits), but never at the same time
+ * as that request's emit/progress, so it may read state they update without a lock.
+ * Cancellation or an error ends only the affected request; its slot, blocks and trie
+ * lane are released and its tokens recorded in the trie, whatever happened.
  *
- * Ownership: runner_create borrows the model (it must outlive the runner) and owns the
- * KV pool, trie, sampler and compute context; runner_destroy frees them.
+ * Ownership: runner_create borrows the model (it must outlive the runner), owns the KV
+ * pool, trie, sampler and compute context, and starts the batch thread; runner_destroy
+ * stops it and frees everything (no runner_generate may be in flight then).
  */
 #ifndef HL_RUNNER_H
 #define HL_RUNNER_H
@@ -47,6 +66,10 @@
 
 #define RUNNER_PREFILL_CHUNK 2048
 #define RUNNER_BLOCK_TOKENS 32
+#define RUNNER_NUM_PARALLEL 4
+#define RUNNER_MAX_QUEUE 512
+#define RUNNER_BATCH_TOKENS 512
+#define RUNNER_ACK_WAIT_US 2000
 
 typedef struct runner_config {
     int n_threads;           /* <= 0: all CPUs */
@@ -56,7 +79,14 @@ typedef struct runner_config {
     size_t kv_budget_bytes;  /* RAM for cached KV; 0: kv_default_budget() */
     const char *spill_dir;   /* NULL: inactive blocks are only compressed in RAM */
     size_t spill_max_bytes;  /* 0: unlimited */
+    int32_t n_parallel;      /* active requests; <= 0: $HEARTH_NUM_PARALLEL, else 4 */
+    int32_t max_queue;       /* requests waiting for a slot; <= 0: $HEARTH_MAX_QUEUE, else 512 */
+    int32_t batch_tokens;    /* tokens per forward pass; <= 0: RUNNER_BATCH_TOKENS */
+    int32_t ack_wait_us;     /* 0: RUNNER_ACK_WAIT_US; < 0: wait for every callback (tests) */
 } runner_config;
+
+#define RUNNER_BUSY_MESSAGE "server busy, please try again.  maximum pending requests exceeded"
+
 
 typedef enum runner_done_reason {
     RUNNER_DONE_STOP = 0,   /* end-of-generation or stop token */
@@ -119,8 +149,9 @@ int32_t runner_n_ctx(const runner *r);
 hl_status runner_prepare(const runner *r, const runner_request *req, int32_t *num_predict,
                          hl_err *err);
 
-/* Runs one request to completion (see the top of this file). Returns the status of the
- * final event; *stats (may be NULL) gets the final statistics. */
+/* Runs one request to completion (see the top of this file); thread-safe. Returns the
+ * status of the final event (HL_ERR_BUSY when the queue is full); *stats (may be NULL)
+ * gets the final statistics. */
 hl_status runner_generate(runner *r, const runner_request *req, runner_stats *stats, hl_err *err);
 
 typedef struct runner_memory {
@@ -134,11 +165,22 @@ typedef struct runner_memory {
 /* Measured at the time of the call. */
 runner_memory runner_get_memory(const runner *r);
 
-/* Pages every KV block not used by the live sequence out of the working set (compressed,
+/* Pages every KV block not used by a live sequence out of the working set (compressed,
  * then spilled when a spill directory is configured). */
 void runner_page_out_idle(runner *r);
 
-/* For tests and benchmarks. */
+int32_t runner_n_parallel(const runner *r);
+
+/* A moment's view of the scheduler (for tests, benchmarks and `ps`). */
+typedef struct runner_load {
+    int32_t queued;       /* waiting for a slot */
+    int32_t active;       /* holding a slot */
+    uint64_t steps;       /* forward passes so far */
+    uint64_t step_tokens; /* tokens through them */
+} runner_load;
+runner_load runner_get_load(runner *r);
+
+/* For tests and benchmarks, while no request runs. */
 kv_pool *runner_kv_pool(runner *r);
 sampler *runner_sampler(runner *r);
 struct kv_prefix *runner_prefix_cache(runner *r);
