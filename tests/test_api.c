@@ -1013,12 +1013,14 @@ static void keepalive_api(srv_proc *p) {
     CHECK_STR(jstr(g_json, "done_reason"), "load");
     CHECK_STR(jstr(json_object_get(g_json, "message"), "role"), "assistant");
     CHECK_EQ_INT(ps_count(p), 1);
-    /* one model at a time: another model replaces it */
+    /* another model loads beside it (several resident: see test_sched.c) */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"other\"}"), 200);
-    CHECK_EQ_INT(ps_count(p), 1);
-    CHECK_STR(jstr(json_array_get(json_object_get(g_json, "models"), 0), "name"), "other:latest");
+    CHECK_EQ_INT(ps_count(p), 2);
     CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"other\",\"keep_alive\":0}"), 200);
     CHECK_STR(jstr(g_json, "done_reason"), "unload");
+    CHECK_EQ_INT(ps_count(p), 1);
+    CHECK_STR(jstr(json_array_get(json_object_get(g_json, "models"), 0), "name"), "s260:latest");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", "{\"model\":\"s260\",\"keep_alive\":0}"), 200);
     CHECK_EQ_INT(ps_count(p), 0);
     /* a request with keep_alive 0 unloads when it finishes */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"a\","
@@ -1048,12 +1050,12 @@ static void keepalive_api(srv_proc *p) {
         CHECK_EQ_INT(rq[i].status, 200);
         CHECK_EQ_INT((int)rq[i].eval_count, 30);
     }
-    CHECK_EQ_INT(ps_count(p), 1);
+    CHECK_EQ_INT(ps_count(p), 2);
     /* deleting a loaded model unloads it */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"other\"}"), 200);
-    CHECK_EQ_INT(ps_count(p), 1);
+    CHECK_EQ_INT(ps_count(p), 2);
     CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"model\":\"other\"}"), 200);
-    CHECK_EQ_INT(ps_count(p), 0);
+    CHECK_EQ_INT(ps_count(p), 1);
     /* a different num_ctx reloads with the new context */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"options\":{\"num_ctx\":64}}"), 200);
     CHECK_EQ_INT(ps_count(p), 1);
@@ -1333,7 +1335,7 @@ static void errors_api(srv_proc *p) {
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"mamba\",\"prompt\":\"x\"}"), 500);
     CHECK_MSG(strstr(resp_error(), "mamba") != NULL, "%s", resp_error());
     CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"mamba\",\"input\":\"x\"}"), 500);
-    CHECK_EQ_INT(ps_count(p), 0);
+    CHECK(ps_count(p) >= 0 && strstr(g_resp, "mamba") == NULL); /* others may stay resident */
     /* the server is healthy after all of that */
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"x\",\"stream\":false,"
                      "\"options\":{\"num_predict\":2}}"), 200);

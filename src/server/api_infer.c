@@ -496,7 +496,9 @@ static json_t *chat_messages(const infer_ctx *c) {
 
 static bool fail_status(infer_ctx *c, hl_status st, const hl_err *err) {
     if (st == HL_ERR_CANCELLED) return false; /* client gone: nothing to say */
-    unsigned code = st == HL_ERR_KV_FULL || st == HL_ERR_INVALID ? 400 : 500;
+    unsigned code = st == HL_ERR_KV_FULL || st == HL_ERR_INVALID ? 400
+                    : st == HL_ERR_BUSY                        ? 503
+                                                               : 500;
     srv_stream_fail(c->s, code, "%s", err->msg);
     return false;
 }

@@ -25,16 +25,16 @@ struct engine {
     model_ctx *embed_ctx; /* created on the first embedding */
     engine_info info;
     _Atomic uint64_t mem_bytes; /* measured after load and after every request */
+    _Atomic uint64_t embed_bytes; /* the embedding context's scratch */
     engine_config cfg;
     char *chat_template;
-    pthread_mutex_t lock; /* the runner and the embedding context serve one request at a time */
+    pthread_mutex_t lock; /* the embedding context serves one request at a time; the runner
+                             batches concurrent generations itself */
 };
 
-/* Lock held. */
 static void measure(engine *e) {
     runner_memory mem = runner_get_memory(e->run);
-    atomic_store(&e->mem_bytes, (uint64_t)mem.total +
-                                    (e->embed_ctx ? model_ctx_scratch_bytes(e->embed_ctx) : 0));
+    atomic_store(&e->mem_bytes, (uint64_t)mem.total + atomic_load(&e->embed_bytes));
 }
 
 static void read_metadata(engine *e, const char *path) {
@@ -162,10 +162,8 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
         .user = &b,
     };
     runner_stats rs = {0};
-    pthread_mutex_lock(&e->lock);
     hl_status st = runner_generate(e->run, &rr, &rs, err);
     measure(e);
-    pthread_mutex_unlock(&e->lock);
     stats->prompt_eval_count = rs.prompt_eval_count;
     stats->prompt_eval_ns = (uint64_t)(rs.prompt_eval_duration_ns > 0 ? rs.prompt_eval_duration_ns : 0);
     stats->cached_tokens = rs.cached_tokens;
@@ -199,7 +197,8 @@ hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, h
                               &e->embed_ctx, err);
     if (!st) st = model_kv_create(e->m, (int32_t)n, &kv, err);
     if (!st) st = model_eval_hidden(e->embed_ctx, kv, tokens, (int32_t)n, hidden, err);
-    if (e->embed_ctx) measure(e);
+    if (e->embed_ctx) atomic_store(&e->embed_bytes, model_ctx_scratch_bytes(e->embed_ctx));
+    measure(e);
     pthread_mutex_unlock(&e->lock);
     model_kv_free(kv);
     if (!st) {

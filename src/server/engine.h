@@ -5,8 +5,10 @@
  * the implementation (engine.c) drives the runner's pipeline.
  *
  * Ownership: engine_open allocates and owns the model, its caches and compute state;
- * engine_close frees them. An engine may be used from several threads; runs are
- * serialized internally (one sequence at a time for now).
+ * engine_close frees them. An engine may be used from several threads: generations run
+ * concurrently (the runner batches up to $HEARTH_NUM_PARALLEL of them and queues up to
+ * $HEARTH_MAX_QUEUE more; past that engine_generate fails at once with HL_ERR_BUSY and
+ * "server busy, please try again.  maximum pending requests exceeded", HTTP 503).
  *
  * Generation contract (engine_generate):
  *   - the prompt (n_prompt >= 1 tokens) must leave room for at least one generated token:

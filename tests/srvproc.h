@@ -1,0 +1,46 @@
+/*
+ * srvproc.h - test helper: `$HEARTH_BIN serve` as a child process on a free loopback
+ * port with its own store under the test's temp dir and extra environment, plus small
+ * request helpers (used by test_sched.c and test_load.c). Every function is safe to
+ * call after a failed spawn; sp_stop() always reaps the child.
+ */
+#ifndef HL_TESTS_SRVPROC_H
+#define HL_TESTS_SRVPROC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "net/host.h"
+
+typedef struct srv_proc {
+    pid_t pid;
+    int port;
+    net_host host;
+    char models[1024];
+    char log[1024];
+} srv_proc;
+
+/* env: NULL-terminated "NAME=value" list (may be NULL). Returns 0, 1 when HEARTH_BIN is
+ * not set, -1 when the server did not come up. */
+int sp_spawn(srv_proc *p, const char *tag, const char *const *env);
+/* SIGTERM, wait (10 s), then SIGKILL. Returns the exit code (128+signal), -2 if killed. */
+int sp_stop(srv_proc *p);
+void sp_dump_log(const srv_proc *p);
+
+/* A whole request; *out (may be NULL) gets the parsed JSON body or NULL. Returns the
+ * HTTP status or -1. */
+int sp_req(const srv_proc *p, const char *method, const char *path, const char *body,
+           json_t **out);
+/* Creates `name` from a GGUF (extra: a JSON fragment of create fields, or ""). */
+bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, const char *extra);
+/* /api/ps "models" entries: count, and whether `name` is listed. */
+int sp_ps_count(const srv_proc *p);
+bool sp_ps_has(const srv_proc *p, const char *name);
+/* The pids of the direct children of pid (runner processes), up to cap; returns count. */
+int sp_children(pid_t pid, pid_t *out, int cap);
+/* Resident set size of a process in bytes (0 if unknown). */
+long sp_rss(pid_t pid);
+void sp_sleep_ms(int ms);
+
+#endif
