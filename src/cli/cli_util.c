@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "cli/cli.h"
+#include "server/runner_srv.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -16,7 +17,8 @@ bool cli_dispatch(int argc, char **argv, int *exit_code) {
         int (*fn)(int, char **);
     } cmds[] = {{"serve", cmd_serve}, {"start", cmd_serve}, {"list", cmd_list}, {"ls", cmd_list},
                 {"show", cmd_show},   {"create", cmd_create}, {"rm", cmd_rm},   {"cp", cmd_cp},
-                {"ps", cmd_ps},       {"run", cmd_run},     {"stop", cmd_stop}};
+                {"ps", cmd_ps},       {"run", cmd_run},     {"stop", cmd_stop},
+                {"runner", runner_srv_main}}; /* hidden: the server's model processes */
     if (argc < 2) return false;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) {

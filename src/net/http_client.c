@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define RECV_BUF 65536
@@ -112,6 +113,8 @@ static hl_status fill(net_http *h, bool *eof, hl_err *err) {
     for (;;) {
         ssize_t n = recv(h->fd, h->buf, sizeof h->buf, 0);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return hl_fail(err, HL_ERR_TIMEOUT, "timed out reading the response");
         if (n < 0) return hl_fail(err, HL_ERR_IO, "reading response: %s", strerror(errno));
         h->buf_pos = 0;
         h->buf_len = (size_t)n;
@@ -297,6 +300,16 @@ hl_status net_http_read_all(net_http *h, size_t max, char **out, size_t *len, hl
     *len = n;
     return HL_OK;
 }
+
+void net_http_set_timeout(net_http *h, int ms) {
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    setsockopt(h->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(h->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+int net_http_fd(const net_http *h) { return h->fd; }
+
+bool net_http_buffered(const net_http *h) { return h->buf_pos < h->buf_len; }
 
 void net_http_close(net_http *h) {
     if (!h) return;

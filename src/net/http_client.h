@@ -16,6 +16,7 @@
 #ifndef HL_NET_HTTP_CLIENT_H
 #define HL_NET_HTTP_CLIENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,14 @@ hl_status net_http_read_line(net_http *h, char **line, size_t *len, hl_err *err)
 /* The rest of the body (NUL-terminated, malloc'd), at most max bytes. */
 hl_status net_http_read_all(net_http *h, size_t max, char **out, size_t *len, hl_err *err);
 void net_http_close(net_http *h); /* accepts NULL */
+
+/* Send/receive timeout for the connection (ms > 0); a read that times out fails with
+ * HL_ERR_TIMEOUT and leaves the response unusable (close it). */
+void net_http_set_timeout(net_http *h, int ms);
+/* The socket, to poll() for readability, and whether response bytes are already
+ * buffered (then a read does not need the socket). */
+int net_http_fd(const net_http *h);
+bool net_http_buffered(const net_http *h);
 
 /* A whole request; body may be NULL (no body). *resp is malloc'd (NUL-terminated). */
 hl_status net_http_request(const net_host *host, const char *method, const char *path,

@@ -696,7 +696,8 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
     engine_request req = {.prompt = toks, .n_prompt = n_toks, .sp = c->opts.sp,
                           .num_predict = c->opts.num_predict, .on_token = on_token,
                           .cancelled = ctx_cancelled,
-                          .logits_hook = c->json ? ctx_logits : NULL, .ud = c};
+                          .logits_hook = c->json ? ctx_logits : NULL,
+                          .format_json = c->json != NULL, .ud = c};
     engine_stats stats;
     hl_status st = engine_generate(m->eng, &req, &stats, &err);
     if (st == HL_ERR_CANCELLED || srv_stream_cancelled(c->s)) goto out;

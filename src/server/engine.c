@@ -18,8 +18,10 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "runner/runner.h"
+#include "server/engine_remote.h"
 
 struct engine {
+    eremote *remote; /* set: everything is forwarded to a runner process */
     model *m;
     runner *run;
     model_ctx *embed_ctx; /* created on the first embedding */
@@ -62,8 +64,27 @@ static void read_metadata(engine *e, const char *path) {
     gguf_close(f);
 }
 
+bool engine_use_subprocess(void) {
+    const char *v = getenv("HEARTH_RUNNER");
+    return !(v && (strcmp(v, "inprocess") == 0 || strcmp(v, "in-process") == 0));
+}
+
 hl_status engine_open(const char *gguf_path, const engine_config *cfg, engine **out,
                       hl_err *err) {
+    if (!engine_use_subprocess()) return engine_open_local(gguf_path, cfg, out, err);
+    engine *e = calloc(1, sizeof *e);
+    if (!e) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    hl_status st = eremote_open(gguf_path, cfg, &e->remote, err);
+    if (st) {
+        free(e);
+        return st;
+    }
+    *out = e;
+    return HL_OK;
+}
+
+hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, engine **out,
+                            hl_err *err) {
     engine *e = calloc(1, sizeof *e);
     if (!e) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&e->lock, NULL);
@@ -98,6 +119,11 @@ fail:
 
 void engine_close(engine *e) {
     if (!e) return;
+    if (e->remote) {
+        eremote_close(e->remote);
+        free(e);
+        return;
+    }
     model_ctx_free(e->embed_ctx);
     runner_destroy(e->run);
     model_free(e->m);
@@ -106,14 +132,22 @@ void engine_close(engine *e) {
     free(e);
 }
 
-const tok_vocab *engine_vocab(const engine *e) { return model_vocab(e->m); }
+const tok_vocab *engine_vocab(const engine *e) {
+    return e->remote ? eremote_vocab(e->remote) : model_vocab(e->m);
+}
 
 void engine_get_info(const engine *e, engine_info *out) {
+    if (e->remote) {
+        eremote_get_info(e->remote, out);
+        return;
+    }
     *out = e->info;
     out->mem_bytes = atomic_load(&((engine *)e)->mem_bytes);
 }
 
-const char *engine_chat_template(const engine *e) { return e->chat_template; }
+const char *engine_chat_template(const engine *e) {
+    return e->remote ? eremote_chat_template(e->remote) : e->chat_template;
+}
 
 typedef struct gen_bridge {
     const engine_request *req;
@@ -144,6 +178,7 @@ static void bridge_logits(void *user, float *logits, int32_t n_vocab) {
 
 hl_status engine_generate(engine *e, const engine_request *req, engine_stats *stats,
                           hl_err *err) {
+    if (e->remote) return eremote_generate(e->remote, req, stats, err);
     *stats = (engine_stats){0};
     if (req->n_prompt > (size_t)INT32_MAX)
         return hl_fail(err, HL_ERR_KV_FULL,
@@ -180,6 +215,7 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
 }
 
 hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, hl_err *err) {
+    if (e->remote) return eremote_embed(e->remote, tokens, n, out, err);
     const int32_t E = e->info.n_embd;
     if (n == 0) return hl_fail(err, HL_ERR_INVALID, "no tokens to embed");
     if (n > (size_t)e->info.n_ctx)
@@ -218,4 +254,6 @@ hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, h
     return st;
 }
 
-bool engine_alive(const engine *e) { return e != NULL; }
+bool engine_alive(const engine *e) { return e && (!e->remote || eremote_alive(e->remote)); }
+
+int engine_pid(const engine *e) { return e && e->remote ? eremote_pid(e->remote) : 0; }

@@ -68,6 +68,9 @@ typedef struct engine_request {
     bool (*cancelled)(void *ud);               /* may be NULL */
     /* may be NULL: edits each logits row before sampling (format constraints) */
     void (*logits_hook)(void *ud, float *logits, int32_t n_vocab);
+    /* the constraint logits_hook applies, for a runner process that cannot call it: the
+     * runner applies format "json" itself (jsonfmt.h) */
+    bool format_json;
     void *ud;
 } engine_request;
 
@@ -80,8 +83,14 @@ typedef struct engine_stats {
     engine_done done;
 } engine_stats;
 
+/* By default the model runs in a runner process (`hearth runner`, runner_srv.h) spoken to
+ * over loopback (engine_remote.h); HEARTH_RUNNER=inprocess runs it in this process.
+ * engine_open_local always runs it here (the runner process itself uses it). */
 hl_status engine_open(const char *gguf_path, const engine_config *cfg, engine **out,
                       hl_err *err);
+hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, engine **out,
+                            hl_err *err);
+bool engine_use_subprocess(void);
 void engine_close(engine *e); /* accepts NULL */
 
 const tok_vocab *engine_vocab(const engine *e);
@@ -99,5 +108,7 @@ hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, h
 /* False once the engine cannot serve any more (its runner process exited): the loaded-
  * model manager then unloads it and the next request loads the model afresh. */
 bool engine_alive(const engine *e);
+/* The runner process id (0 in-process). */
+int engine_pid(const engine *e);
 
 #endif

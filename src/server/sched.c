@@ -405,6 +405,14 @@ json_t *sched_ps(sched *s) {
     json_t *arr = json_array();
     int64_t now = wall_ns();
     pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_loaded;) { /* a crashed runner is not listed as loaded */
+        sched_model *d = s->loaded[i];
+        if (!d->loading && d->refs == 0 && !engine_alive(d->eng)) {
+            remove_at(s, i);
+            continue;
+        }
+        i++;
+    }
     /* newest expiry first */
     sched_model *order[SCHED_MAX_SLOTS];
     int n = s->n_loaded;

@@ -1,0 +1,549 @@
+/* engine_remote.c - the engine seam over a runner process (engine_remote.h). */
+#define _GNU_SOURCE
+#include "server/engine_remote.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "gguf/gguf.h"
+#include "net/http_client.h"
+#include "server/options.h"
+
+#define LAST_LINE_MAX 256
+#define DIED_MSG                                                                          \
+    "model runner has unexpectedly stopped, this may be due to resource limitations or " \
+    "an internal error, check the server logs for details"
+
+struct eremote {
+    pid_t pid;
+    net_host host;
+    tok_vocab *vocab;
+    char *chat_template;
+    engine_info info;
+    _Atomic uint64_t mem_bytes;
+    int out_fd;      /* read end of the child's stdout+stderr */
+    int lifeline_fd; /* write end of the child's stdin: it exits when this closes */
+    pthread_t out_th, reap_th;
+    bool out_started, reap_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool exited; /* guarded by mu; cv broadcast when set */
+    int exit_status;
+    char last_line[LAST_LINE_MAX + 1]; /* guarded by mu */
+    atomic_bool dead;
+    atomic_llong next_id; /* completion ids, for POST /stop */
+};
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- output capture ---- */
+
+static void write_all(int fd, const char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return; /* stderr gone: keep draining the pipe anyway */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void keep_line(eremote *r, const char *line, size_t n) {
+    while (n > 0 && (line[0] == ' ' || line[0] == '\t' || line[0] == '\r')) line++, n--;
+    while (n > 0 && (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r')) n--;
+    if (n == 0) return;
+    pthread_mutex_lock(&r->mu);
+    memcpy(r->last_line, line, n);
+    r->last_line[n] = '\0';
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void *out_main(void *arg) {
+    eremote *r = arg;
+    char buf[65536], cur[LAST_LINE_MAX];
+    size_t cur_len = 0;
+    for (;;) {
+        ssize_t n = read(r->out_fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        write_all(STDERR_FILENO, buf, (size_t)n);
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] == '\n') {
+                keep_line(r, cur, cur_len);
+                cur_len = 0;
+            } else if (cur_len < sizeof cur) {
+                cur[cur_len++] = buf[i]; /* the rest of a long line is not kept */
+            }
+        }
+    }
+    keep_line(r, cur, cur_len);
+    return NULL;
+}
+
+static void *reap_main(void *arg) {
+    eremote *r = arg;
+    int status = 0;
+    while (waitpid(r->pid, &status, 0) < 0 && errno == EINTR) {}
+    pthread_mutex_lock(&r->mu);
+    r->exited = true;
+    r->exit_status = status;
+    atomic_store(&r->dead, true);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Waits up to ms for the child to exit; returns whether it has. */
+static bool wait_exit(eremote *r, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&r->mu);
+    while (!r->exited)
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT) break;
+    bool ex = r->exited;
+    pthread_mutex_unlock(&r->mu);
+    return ex;
+}
+
+static void describe_exit(int status, char *buf, size_t cap) {
+    if (WIFEXITED(status)) snprintf(buf, cap, "exit status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status)) snprintf(buf, cap, "signal: %s", strsignal(WTERMSIG(status)));
+    else snprintf(buf, cap, "status %d", status);
+}
+
+static void last_line(eremote *r, char *buf, size_t cap) {
+    pthread_mutex_lock(&r->mu);
+    snprintf(buf, cap, "%s", r->last_line);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The runner failed under a request: kill it, let the output drain, describe. */
+static hl_status runner_died(eremote *r, hl_err *err) {
+    atomic_store(&r->dead, true);
+    if (!wait_exit(r, 300)) kill(r->pid, SIGKILL);
+    wait_exit(r, 2000);
+    sleep_ms(20); /* the output thread copies what the child wrote last */
+    char line[LAST_LINE_MAX + 1];
+    last_line(r, line, sizeof line);
+    if (line[0]) return hl_fail(err, HL_ERR_IO, "%s: %s", DIED_MSG, line);
+    return hl_fail(err, HL_ERR_IO, "%s", DIED_MSG);
+}
+
+/* ---- spawning ---- */
+
+static hl_status free_port(int *port, hl_err *err) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return hl_fail(err, HL_ERR_IO, "socket: %s", strerror(errno));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        close(fd);
+        return hl_fail(err, HL_ERR_IO, "cannot find a free port: %s", strerror(errno));
+    }
+    close(fd);
+    *port = ntohs(a.sin_port);
+    return HL_OK;
+}
+
+static int64_t load_timeout_ns(void) {
+    const char *names[] = {"HEARTH_LOAD_TIMEOUT", "OLLAMA_LOAD_TIMEOUT"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        if (!v || !*v) continue;
+        char *end;
+        long long secs = strtoll(v, &end, 10);
+        if (end != v && !*end) return secs <= 0 ? INT64_MAX : secs * 1000000000LL;
+        int64_t ns;
+        if (opt_parse_duration(v, &ns, NULL) == HL_OK) return ns <= 0 ? INT64_MAX : ns;
+    }
+    return 5LL * 60 * 1000000000LL;
+}
+
+static hl_status spawn(eremote *r, const char *path, const engine_config *cfg, int port,
+                       hl_err *err) {
+    char exe[PATH_MAX];
+    const char *bin = getenv("HEARTH_RUNNER_BIN");
+    if (!bin || !*bin) {
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0) return hl_fail(err, HL_ERR_IO, "cannot find the hearth executable");
+        exe[n] = '\0';
+        bin = exe;
+    }
+    char sport[16], sctx[16], sbatch[16], sthr[16];
+    snprintf(sport, sizeof sport, "%d", port);
+    snprintf(sctx, sizeof sctx, "%d", (int)cfg->num_ctx);
+    snprintf(sbatch, sizeof sbatch, "%d", (int)cfg->num_batch);
+    snprintf(sthr, sizeof sthr, "%d", cfg->n_threads);
+    char *argv[] = {(char *)bin, "runner", "--model", (char *)path, "--port", sport, "--ctx",
+                    sctx, "--batch", sbatch, "--threads", sthr, NULL};
+    int out[2], life[2];
+    if (pipe2(out, O_CLOEXEC) != 0) return hl_fail(err, HL_ERR_IO, "pipe: %s", strerror(errno));
+    if (pipe2(life, O_CLOEXEC) != 0) {
+        close(out[0]);
+        close(out[1]);
+        return hl_fail(err, HL_ERR_IO, "pipe: %s", strerror(errno));
+    }
+    struct rlimit rl;
+    int max_fd = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? (int)rl.rlim_cur
+                                                                          : 65536;
+    sigset_t all;
+    sigfillset(&all);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(out[0]), close(out[1]), close(life[0]), close(life[1]);
+        return hl_fail(err, HL_ERR_IO, "cannot start the runner: %s", strerror(e));
+    }
+    if (pid == 0) { /* async-signal-safe calls only until exec */
+        sigprocmask(SIG_UNBLOCK, &all, NULL); /* serve blocks SIGTERM for sigwait */
+        dup2(life[0], STDIN_FILENO);
+        dup2(out[1], STDOUT_FILENO);
+        dup2(out[1], STDERR_FILENO);
+#ifdef SYS_close_range
+        if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
+#endif
+            for (int fd = 3; fd < max_fd; fd++) close(fd);
+        execv(bin, argv);
+        static const char msg[] = "Error: cannot execute the runner\n";
+        if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {}
+        _exit(127);
+    }
+    close(out[1]);
+    close(life[0]);
+    r->pid = pid;
+    r->out_fd = out[0];
+    r->lifeline_fd = life[1];
+    if (pthread_create(&r->reap_th, NULL, reap_main, r) == 0) r->reap_started = true;
+    if (pthread_create(&r->out_th, NULL, out_main, r) == 0) r->out_started = true;
+    if (!r->reap_started || !r->out_started)
+        return hl_fail(err, HL_ERR_NOMEM, "cannot start the runner's threads");
+    return HL_OK;
+}
+
+static void apply_health(eremote *r, const json_t *j) {
+    r->info.n_ctx = (int32_t)json_integer_value(json_object_get(j, "n_ctx"));
+    r->info.n_ctx_train = (int32_t)json_integer_value(json_object_get(j, "n_ctx_train"));
+    r->info.n_embd = (int32_t)json_integer_value(json_object_get(j, "n_embd"));
+    r->info.n_vocab = (int32_t)json_integer_value(json_object_get(j, "n_vocab"));
+    r->info.pooling = (int)json_integer_value(json_object_get(j, "pooling"));
+    atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+}
+
+/* One GET /health with a short timeout: 1 ready, 0 not (yet) answering. */
+static int health_once(eremote *r) {
+    net_http *h;
+    if (net_http_open(&r->host, "GET", "/health", NULL, -1, &h, NULL) != HL_OK) return 0;
+    net_http_set_timeout(h, 1000);
+    int ready = 0;
+    char *body = NULL;
+    size_t len;
+    if (net_http_finish(h, NULL) == HL_OK && net_http_status(h) == 200 &&
+        net_http_read_all(h, 1 << 20, &body, &len, NULL) == HL_OK) {
+        json_t *j = json_loadb(body, len, 0, NULL);
+        if (j && !strcmp(json_string_value(json_object_get(j, "status")) ?: "", "ok")) {
+            apply_health(r, j);
+            ready = 1;
+        }
+        json_decref(j);
+    }
+    free(body);
+    net_http_close(h);
+    return ready;
+}
+
+static hl_status wait_ready(eremote *r, hl_err *err) {
+    int64_t limit = load_timeout_ns();
+    uint64_t t0 = hl_time_ns();
+    for (;;) {
+        if (health_once(r)) return HL_OK;
+        pthread_mutex_lock(&r->mu);
+        bool ex = r->exited;
+        int status = r->exit_status;
+        pthread_mutex_unlock(&r->mu);
+        if (ex) {
+            if (r->out_started) { /* all the child wrote is read once the pipe closes */
+                pthread_join(r->out_th, NULL);
+                r->out_started = false;
+            }
+            char how[64], line[LAST_LINE_MAX + 1];
+            describe_exit(status, how, sizeof how);
+            last_line(r, line, sizeof line);
+            return hl_fail(err, HL_ERR_IO, "llama runner process has terminated: %s%s%s", how,
+                           line[0] ? ": " : "", line);
+        }
+        if ((int64_t)(hl_time_ns() - t0) > limit) {
+            char line[LAST_LINE_MAX + 1];
+            last_line(r, line, sizeof line);
+            return hl_fail(err, HL_ERR_TIMEOUT, "timed out waiting for llama runner to start%s%s",
+                           line[0] ? ": " : "", line);
+        }
+        sleep_ms(50);
+    }
+}
+
+static char *read_template(const gguf_file *f) {
+    gguf_str s;
+    if (!gguf_get_str(f, "tokenizer.chat_template", &s) || s.len == 0) return NULL;
+    char *t = malloc(s.len + 1);
+    if (t) {
+        memcpy(t, s.ptr, s.len);
+        t[s.len] = '\0';
+    }
+    return t;
+}
+
+hl_status eremote_open(const char *gguf_path, const engine_config *cfg, eremote **out,
+                       hl_err *err) {
+    *out = NULL;
+    eremote *r = calloc(1, sizeof *r);
+    if (!r) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    r->out_fd = r->lifeline_fd = -1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    /* the tokenizer lives here too: requests are tokenized and rendered in the server */
+    gguf_file *f = NULL;
+    hl_status st = gguf_open(gguf_path, &f, err);
+    if (!st) {
+        st = tok_vocab_load_gguf(f, &r->vocab, err);
+        r->chat_template = read_template(f);
+        gguf_close(f);
+    }
+    int port = 0;
+    if (!st) st = free_port(&port, err);
+    if (!st) {
+        net_host_parse("127.0.0.1", &r->host, NULL);
+        r->host.port = port;
+        st = spawn(r, gguf_path, cfg, port, err);
+    }
+    if (!st) st = wait_ready(r, err);
+    if (st) {
+        eremote_close(r);
+        return st;
+    }
+    *out = r;
+    return HL_OK;
+}
+
+void eremote_close(eremote *r) {
+    if (!r) return;
+    if (r->pid > 0) {
+        pthread_mutex_lock(&r->mu);
+        bool ex = r->exited;
+        pthread_mutex_unlock(&r->mu);
+        if (!ex) kill(r->pid, SIGKILL);
+    }
+    if (r->lifeline_fd >= 0) close(r->lifeline_fd);
+    if (r->reap_started) pthread_join(r->reap_th, NULL);
+    if (r->out_started) pthread_join(r->out_th, NULL);
+    if (r->out_fd >= 0) close(r->out_fd);
+    tok_vocab_destroy(r->vocab);
+    free(r->chat_template);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+const tok_vocab *eremote_vocab(const eremote *r) { return r->vocab; }
+const char *eremote_chat_template(const eremote *r) { return r->chat_template; }
+
+void eremote_get_info(const eremote *r, engine_info *out) {
+    *out = r->info;
+    out->mem_bytes = atomic_load(&((eremote *)r)->mem_bytes);
+}
+
+bool eremote_alive(const eremote *r) { return !atomic_load(&((eremote *)r)->dead); }
+int eremote_pid(const eremote *r) { return (int)r->pid; }
+
+/* ---- requests ---- */
+
+static json_t *request_json(const engine_request *req, long long id) {
+    json_t *toks = json_array();
+    for (size_t i = 0; i < req->n_prompt; i++) json_array_append_new(toks, json_integer(req->prompt[i]));
+    const sampler_opts *sp = &req->sp;
+    json_t *o = json_pack("{s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:I, s:b, s:i, s:i}",
+                          "temperature", (double)sp->temperature, "top_k", sp->top_k, "top_p",
+                          (double)sp->top_p, "min_p", (double)sp->min_p, "repeat_penalty",
+                          (double)sp->repeat_penalty, "repeat_last_n", sp->repeat_last_n,
+                          "presence_penalty", (double)sp->presence_penalty,
+                          "frequency_penalty", (double)sp->frequency_penalty, "seed",
+                          (json_int_t)sp->seed, "logprobs", sp->logprobs, "top_logprobs",
+                          sp->top_logprobs, "order", (int)sp->order);
+    return json_pack("{s:o, s:I, s:o, s:b, s:I}", "prompt", toks, "num_predict",
+                     (json_int_t)req->num_predict, "options", o, "format_json", req->format_json,
+                     "id", (json_int_t)id);
+}
+
+static hl_status post_json(eremote *r, const char *path, json_t *body, net_http **out,
+                           hl_err *err) {
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!text) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    size_t len = strlen(text);
+    net_http *h = NULL;
+    hl_status st = net_http_open(&r->host, "POST", path, "application/json", (int64_t)len, &h, err);
+    if (!st) st = net_http_send(h, text, len, err);
+    if (!st) st = net_http_finish(h, err);
+    free(text);
+    if (st) {
+        net_http_close(h);
+        return runner_died(r, err);
+    }
+    *out = h;
+    return HL_OK;
+}
+
+static hl_status error_line(const json_t *j, hl_err *err) {
+    int code = (int)json_integer_value(json_object_get(j, "code"));
+    if (code >= 0 || code < HL_ERR_BUSY) code = HL_ERR_IO;
+    return hl_fail(err, (hl_status)code, "%s", json_string_value(json_object_get(j, "error")) ?: "");
+}
+
+hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *stats,
+                           hl_err *err) {
+    *stats = (engine_stats){0};
+    if (!eremote_alive(r)) return runner_died(r, err);
+    net_http *h;
+    long long id = atomic_fetch_add(&r->next_id, 1) + 1;
+    hl_status st = post_json(r, "/completion", request_json(req, id), &h, err);
+    if (st) return st;
+    int32_t n_tok = 0;
+    bool finished = false, stopped = false;
+    while (!finished) {
+        if (req->cancelled && req->cancelled(req->ud)) {
+            st = hl_fail(err, HL_ERR_CANCELLED, "request cancelled");
+            break;
+        }
+        if (!net_http_buffered(h)) {
+            struct pollfd pfd = {.fd = net_http_fd(h), .events = POLLIN};
+            int pr = poll(&pfd, 1, 100);
+            if (pr == 0) {
+                if (!eremote_alive(r)) {
+                    st = runner_died(r, err);
+                    break;
+                }
+                continue;
+            }
+        }
+        char *line;
+        size_t len;
+        st = net_http_read_line(h, &line, &len, err);
+        if (st || !line) { /* the stream broke before its final line */
+            st = runner_died(r, err);
+            break;
+        }
+        json_t *j = json_loadb(line, len, 0, NULL);
+        if (!j) {
+            st = hl_fail(err, HL_ERR_FORMAT, "bad line from the runner: %.80s", line);
+            break;
+        }
+        json_t *t = json_object_get(j, "t");
+        if (json_is_integer(t)) {
+            sampler_out so = {.token = (int32_t)json_integer_value(t)};
+            if (req->sp.logprobs) {
+                so.logprob = (float)json_number_value(json_object_get(j, "l"));
+                size_t i;
+                json_t *pair;
+                json_array_foreach(json_object_get(j, "k"), i, pair) {
+                    if (i >= SAMPLER_MAX_TOP_LOGPROBS) break;
+                    so.top_tokens[i] = (int32_t)json_integer_value(json_array_get(pair, 0));
+                    so.top_logprobs[i] = (float)json_number_value(json_array_get(pair, 1));
+                    so.n_top = (int32_t)i + 1;
+                }
+            }
+            if (stopped) { /* sampled before the runner saw the stop: dropped */
+                json_decref(j);
+                continue;
+            }
+            n_tok++;
+            if (req->on_token(req->ud, so.token, &so)) {
+                /* a stop string: the runner ends the sequence and still sends the stats */
+                stopped = true;
+                char body[64];
+                snprintf(body, sizeof body, "{\"id\":%lld}", id);
+                int code;
+                char *resp = NULL;
+                net_http_request(&r->host, "POST", "/stop", body, strlen(body), &code, &resp,
+                                 NULL, NULL);
+                free(resp);
+            }
+        } else if (json_is_true(json_object_get(j, "done"))) {
+            json_t *s = json_object_get(j, "stats");
+            stats->prompt_eval_count = (int32_t)json_integer_value(json_object_get(s, "prompt_eval_count"));
+            stats->prompt_eval_ns = (uint64_t)json_integer_value(json_object_get(s, "prompt_eval_ns"));
+            stats->cached_tokens = (int32_t)json_integer_value(json_object_get(s, "cached_tokens"));
+            stats->eval_count = (int32_t)json_integer_value(json_object_get(s, "eval_count"));
+            stats->eval_ns = (uint64_t)json_integer_value(json_object_get(s, "eval_ns"));
+            stats->done = json_integer_value(json_object_get(s, "done")) == ENGINE_DONE_LENGTH
+                              ? ENGINE_DONE_LENGTH
+                              : ENGINE_DONE_STOP;
+            atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+            if (stopped) {
+                stats->eval_count = n_tok;
+                stats->done = ENGINE_DONE_STOP;
+            }
+            finished = true;
+        } else if (json_object_get(j, "error")) {
+            st = error_line(j, err);
+            finished = true;
+        }
+        json_decref(j);
+    }
+    net_http_close(h); /* early: the runner sees the connection go and cancels */
+    return st;
+}
+
+hl_status eremote_embed(eremote *r, const int32_t *tokens, size_t n, float *out, hl_err *err) {
+    if (!eremote_alive(r)) return runner_died(r, err);
+    json_t *toks = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(toks, json_integer(tokens[i]));
+    net_http *h;
+    hl_status st = post_json(r, "/embedding", json_pack("{s:o}", "tokens", toks), &h, err);
+    if (st) return st;
+    char *body = NULL;
+    size_t len;
+    st = net_http_read_all(h, (size_t)1 << 30, &body, &len, err);
+    net_http_close(h);
+    if (st) {
+        free(body);
+        return runner_died(r, err);
+    }
+    json_t *j = json_loadb(body, len, 0, NULL);
+    free(body);
+    json_t *e = json_object_get(j, "embedding");
+    if (json_is_array(e) && json_array_size(e) == (size_t)r->info.n_embd) {
+        for (size_t i = 0; i < json_array_size(e); i++)
+            out[i] = (float)json_number_value(json_array_get(e, i));
+        atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+    } else if (j && json_object_get(j, "error")) {
+        st = error_line(j, err);
+    } else {
+        st = hl_fail(err, HL_ERR_FORMAT, "bad embedding reply from the runner");
+    }
+    json_decref(j);
+    return st;
+}

@@ -1,0 +1,48 @@
+/*
+ * engine_remote.h - the engine seam (engine.h) over a runner process: `hearth runner`
+ * (runner_srv.h) spawned per loaded model and spoken to over loopback HTTP (spec 6).
+ *
+ * eremote_open: reads the tokenizer and chat template from the GGUF here (the handlers
+ * tokenize and render in the server), picks a free loopback port, spawns
+ * $HEARTH_RUNNER_BIN (else /proc/self/exe) `runner --model P --port N ...` with its
+ * stdout and stderr on one pipe, and polls GET /health every 50 ms until it answers,
+ * the child exits ("llama runner process has terminated: <exit status>: <last line>")
+ * or $HEARTH_LOAD_TIMEOUT (Go duration or seconds, default 5m; <= 0 none) passes
+ * ("timed out waiting for llama runner to start: <last line>").
+ * Output: a thread copies every byte the child writes to this process's stderr as is
+ * (no re-wrapping, no line-length limit: it never stops reading, so the child cannot
+ * block on a full pipe) and keeps the last non-empty line (trimmed, first 256 bytes) for
+ * error messages. A reaper thread waits for the child and records its exit for any
+ * number of observers.
+ * Requests: each generation is one POST /completion streamed back as NDJSON; the client
+ * polls its socket every 100 ms to check req->cancelled and closes the connection to
+ * cancel (the runner stops that sequence). A stream that breaks without its final line
+ * means the runner died: the request fails with "model runner has unexpectedly stopped,
+ * this may be due to resource limitations or an internal error, check the server logs
+ * for details: <last line>", the runner is killed and eremote_alive turns false (the
+ * scheduler then reloads the model for the next request).
+ * Memory: mem_bytes is what the runner measured (at load and after each request).
+ * eremote_close: SIGKILL, wait for the reaper and the output thread, free everything.
+ */
+#ifndef HL_SERVER_ENGINE_REMOTE_H
+#define HL_SERVER_ENGINE_REMOTE_H
+
+#include <stdbool.h>
+
+#include "server/engine.h"
+
+typedef struct eremote eremote;
+
+hl_status eremote_open(const char *gguf_path, const engine_config *cfg, eremote **out,
+                       hl_err *err);
+void eremote_close(eremote *r);
+const tok_vocab *eremote_vocab(const eremote *r);
+const char *eremote_chat_template(const eremote *r);
+void eremote_get_info(const eremote *r, engine_info *out);
+hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *stats,
+                           hl_err *err);
+hl_status eremote_embed(eremote *r, const int32_t *tokens, size_t n, float *out, hl_err *err);
+bool eremote_alive(const eremote *r);
+int eremote_pid(const eremote *r);
+
+#endif

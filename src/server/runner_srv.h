@@ -1,0 +1,23 @@
+/*
+ * runner_srv.h - `hearth runner`: the process that serves one model for the server
+ * (spec section 6). The server spawns it (engine_remote.c) as
+ *   hearth runner --model PATH --port P [--ctx N] [--batch N] [--threads N]
+ * It loads the model in-process (engine_open_local), then listens on 127.0.0.1:P with a
+ * small HTTP API spoken only by engine_remote.c:
+ *   GET  /health      200 {"status":"ok","pid","n_ctx","n_ctx_train","n_embd","n_vocab",
+ *                      "mem_bytes","pooling"} once loaded (before that nothing listens);
+ *   POST /completion  {"prompt":[ids],"num_predict":N,"options":{sampler fields},
+ *                      "format_json":bool} -> NDJSON: {"t":id[,"l":logprob,"k":[[id,lp]..]]}
+ *                      per token, {"p":1} now and then while waiting or prefilling, and one
+ *                      final {"done":true,"stats":{...},"mem_bytes":N} or
+ *                      {"error":msg,"code":hl_status}. Closing the connection cancels.
+ *   POST /embedding   {"tokens":[ids]} -> {"embedding":[floats]} or {"error","code"}.
+ * A load failure is printed as "Error: <message>" on stderr and exits with status 1.
+ * It exits on SIGTERM/SIGINT, and when its parent dies (PR_SET_PDEATHSIG).
+ */
+#ifndef HL_SERVER_RUNNER_SRV_H
+#define HL_SERVER_RUNNER_SRV_H
+
+int runner_srv_main(int argc, char **argv);
+
+#endif
