@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "net/http_client.h"
 #include "srvproc.h"
 #include "test.h"
@@ -228,4 +229,164 @@ static void concurrent_api(srv_proc *p) {
 TEST(sched_swaps_under_concurrency) {
     static const char *const env[] = {"HEARTH_MAX_LOADED_MODELS=1", NULL};
     WITH_SRV("swap", env, concurrent_api);
+}
+
+/* ---------------- runner processes ---------------- */
+
+/* Opens a streaming /api/generate and reads its first line. */
+static net_http *stream_open(const srv_proc *p, const char *body, json_t **first) {
+    net_http *h;
+    if (net_http_open(&p->host, "POST", "/api/generate", "application/json",
+                      (int64_t)strlen(body), &h, NULL) != HL_OK)
+        return NULL;
+    char *line;
+    size_t len;
+    if (net_http_send(h, body, strlen(body), NULL) != HL_OK || net_http_finish(h, NULL) != HL_OK ||
+        net_http_status(h) != 200 || net_http_read_line(h, &line, &len, NULL) != HL_OK || !line) {
+        net_http_close(h);
+        return NULL;
+    }
+    *first = json_loadb(line, len, 0, NULL);
+    return h;
+}
+
+static pid_t only_child(const srv_proc *p) {
+    pid_t kids[8];
+    int n = sp_children(p->pid, kids, 8);
+    return n == 1 ? kids[0] : -n;
+}
+
+static void crash_api(srv_proc *p) {
+    CHECK(make_models(p));
+    CHECK_EQ_INT(load(p, "a", "10m"), 200);
+    pid_t runner = only_child(p);
+    CHECK_MSG(runner > 0, "runner processes: %d", -runner);
+    /* kill -9 the runner mid-stream: the stream ends with the documented error */
+    json_t *first = NULL;
+    net_http *h = stream_open(p, "{\"model\":\"a\",\"prompt\":\"x\",\"options\":{\"num_predict\":500}}",
+                              &first);
+    CHECK(h != NULL && first && json_object_get(first, "response"));
+    json_decref(first);
+    if (runner > 0) kill(runner, SIGKILL);
+    const char *msg = NULL;
+    json_t *last = NULL;
+    char *line;
+    size_t len;
+    uint64_t t0 = hl_time_ns();
+    while (h && net_http_read_line(h, &line, &len, NULL) == HL_OK && line) {
+        json_decref(last);
+        last = json_loadb(line, len, 0, NULL);
+    }
+    net_http_close(h);
+    CHECK_MSG(hl_time_ns() - t0 < 5000000000ULL, "the stream took too long to end");
+    msg = json_string_value(json_object_get(last, "error"));
+    CHECK_MSG(msg && strstr(msg, "model runner has unexpectedly stopped"), "last line: %s",
+              msg ? msg : "(none)");
+    json_decref(last);
+    /* not listed as loaded once dead; the next request reloads it in a new runner */
+    CHECK(!sp_ps_has(p, "a:latest"));
+    json_t *j;
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/generate", "{\"model\":\"a\",\"prompt\":\"x\","
+                        "\"stream\":false,\"options\":{\"num_predict\":3}}", &j), 200);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(j, "eval_count")), 3);
+    json_decref(j);
+    pid_t again = only_child(p);
+    CHECK(again > 0 && again != runner);
+    CHECK(sp_ps_has(p, "a:latest"));
+    /* an idle runner that dies: the next request just reloads */
+    if (again > 0) kill(again, SIGKILL);
+    sp_sleep_ms(100);
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/generate", "{\"model\":\"a\",\"prompt\":\"x\","
+                        "\"stream\":false,\"options\":{\"num_predict\":2}}", &j), 200);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(j, "eval_count")), 2);
+    json_decref(j);
+}
+
+TEST(sched_runner_crash_is_an_error_then_reload) {
+    static const char *const env[] = {"HEARTH_RUNNER_TEST_TOKEN_DELAY_MS=20", NULL};
+    WITH_SRV("crash", env, crash_api);
+}
+
+static void cancel_api(srv_proc *p) {
+    CHECK(make_models(p));
+    /* one slot: a client that goes away must free it (the runner cancels its sequence) */
+    json_t *first = NULL;
+    net_http *h = stream_open(p, "{\"model\":\"a\",\"prompt\":\"x\",\"options\":{\"num_predict\":500}}",
+                              &first);
+    CHECK(h != NULL && first);
+    json_decref(first);
+    net_http_close(h);
+    uint64_t t0 = hl_time_ns();
+    json_t *j;
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/generate", "{\"model\":\"a\",\"prompt\":\"y\","
+                        "\"stream\":false,\"options\":{\"num_predict\":3}}", &j), 200);
+    json_decref(j);
+    /* 500 tokens at 20 ms would take 10 s */
+    CHECK_MSG(hl_time_ns() - t0 < 3000000000ULL, "took %.1f s", (hl_time_ns() - t0) / 1e9);
+}
+
+TEST(sched_runner_disconnect_cancels) {
+    static const char *const env[] = {"HEARTH_RUNNER_TEST_TOKEN_DELAY_MS=20",
+                                      "HEARTH_NUM_PARALLEL=1", NULL};
+    WITH_SRV("cancel", env, cancel_api);
+}
+
+static void output_api(srv_proc *p) {
+    CHECK(make_models(p));
+    /* the runner prints a 1 MiB line before loading: no deadlock, passed through whole */
+    CHECK_EQ_INT(load(p, "a", "10m"), 200);
+    char *text;
+    size_t len;
+    CHECK(hl_file_read(p->log, &text, &len, NULL) == HL_OK);
+    if (text) {
+        size_t run = 0, best = 0;
+        for (size_t i = 0; i < len; i++) {
+            run = text[i] == 'x' ? run + 1 : 0;
+            if (run > best) best = run;
+        }
+        CHECK_EQ_INT((long long)best, 1 << 20);
+        free(text);
+    }
+}
+
+TEST(sched_runner_output_passthrough_long_line) {
+    static const char *const env[] = {"HEARTH_RUNNER_TEST_LONG_LINE=1048576", NULL};
+    WITH_SRV("output", env, output_api);
+}
+
+static void load_fail_api(srv_proc *p) {
+    CHECK(make_models(p));
+    /* a load that takes longer than HEARTH_LOAD_TIMEOUT: the error, no runner left */
+    json_t *j;
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/generate", "{\"model\":\"a\"}", &j), 500);
+    const char *e = json_string_value(json_object_get(j, "error"));
+    CHECK_MSG(e && strstr(e, "timed out waiting for llama runner to start"), "%s", e ? e : "");
+    json_decref(j);
+    CHECK_EQ_INT(sp_ps_count(p), 0);
+    pid_t kids[4];
+    CHECK_EQ_INT(sp_children(p->pid, kids, 4), 0);
+}
+
+TEST(sched_runner_load_timeout) {
+    static const char *const env[] = {"HEARTH_RUNNER_TEST_LOAD_DELAY_MS=3000",
+                                      "HEARTH_LOAD_TIMEOUT=1", NULL};
+    WITH_SRV("loadto", env, load_fail_api);
+}
+
+static void exit_api(srv_proc *p) {
+    /* a runner that exits at once: the exit status and its last line (the api tests
+     * cover a model the runner cannot load: its "Error: ..." line) */
+    CHECK(make_models(p));
+    json_t *j;
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/generate", "{\"model\":\"a\"}", &j), 500);
+    const char *e = json_string_value(json_object_get(j, "error"));
+    CHECK_MSG(e && strstr(e, "llama runner process has terminated: exit status 127") &&
+              strstr(e, "cannot execute the runner"), "%s", e ? e : "");
+    json_decref(j);
+    CHECK_EQ_INT(sp_ps_count(p), 0);
+}
+
+TEST(sched_runner_exit_reports_last_line) {
+    static const char *const env[] = {"HEARTH_RUNNER_BIN=/nonexistent/hearth", NULL};
+    WITH_SRV("exit", env, exit_api);
 }

@@ -17,6 +17,7 @@
 #include "server/server.h"
 
 static engine *g_eng; /* the one model this process serves */
+static int g_token_delay_ms; /* test hook: $HEARTH_RUNNER_TEST_TOKEN_DELAY_MS */
 static pthread_mutex_t g_active_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct comp_ctx *g_active; /* running completions (POST /stop finds them here) */
 
@@ -65,6 +66,7 @@ static bool comp_token(void *ud, int32_t token, const sampler_out *so) {
     }
     srv_stream_send(c->s, ev);
     c->last_beat_ns = hl_time_ns();
+    if (g_token_delay_ms > 0) usleep((useconds_t)g_token_delay_ms * 1000);
     return false;
 }
 
@@ -270,6 +272,24 @@ int runner_srv_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     pthread_t life;
     if (pthread_create(&life, NULL, lifeline_main, NULL) == 0) pthread_detach(life);
+    /* test hooks: slow tokens (crash and cancel tests), a slow load (load timeout), one
+     * huge output line (the server must keep draining the pipe) */
+    const char *v = getenv("HEARTH_RUNNER_TEST_TOKEN_DELAY_MS");
+    g_token_delay_ms = v ? atoi(v) : 0;
+    v = getenv("HEARTH_RUNNER_TEST_LOAD_DELAY_MS");
+    if (v && atoi(v) > 0) usleep((useconds_t)atoi(v) * 1000);
+    v = getenv("HEARTH_RUNNER_TEST_LONG_LINE");
+    if (v && atoi(v) > 0) {
+        size_t n = (size_t)atoi(v);
+        char *line = malloc(n + 1);
+        if (line) {
+            memset(line, 'x', n);
+            line[n] = '\n';
+            fwrite(line, 1, n + 1, stderr);
+            fflush(stderr);
+            free(line);
+        }
+    }
     hl_err err = {0};
     if (engine_open_local(model, &cfg, &g_eng, &err) != HL_OK) {
         fprintf(stderr, "Error: %s\n", err.msg);
