@@ -390,3 +390,79 @@ TEST(sched_runner_exit_reports_last_line) {
     static const char *const env[] = {"HEARTH_RUNNER_BIN=/nonexistent/hearth", NULL};
     WITH_SRV("exit", env, exit_api);
 }
+
+typedef struct timed_req {
+    par_req r;
+    uint64_t end_ns;
+} timed_req;
+
+static void *timed_main(void *arg) {
+    timed_req *t = arg;
+    par_main(&t->r);
+    t->end_ns = hl_time_ns();
+    return NULL;
+}
+
+static void busy_not_evicted_api(srv_proc *p) {
+    CHECK(make_models(p));
+    /* a streams (30 tokens at 20 ms); t needs the only place: it waits for a to finish */
+    json_t *first = NULL;
+    net_http *h = stream_open(p, "{\"model\":\"a\",\"prompt\":\"x\",\"options\":{\"num_predict\":30}}",
+                              &first);
+    CHECK(h != NULL && first);
+    json_decref(first);
+    timed_req t = {.r = {.p = p, .path = "/api/generate"}};
+    snprintf(t.r.body, sizeof t.r.body, "{\"model\":\"t\",\"prompt\":\"x\",\"stream\":false,"
+             "\"options\":{\"num_predict\":2}}");
+    pthread_t th;
+    pthread_create(&th, NULL, timed_main, &t);
+    json_t *last = NULL;
+    char *line;
+    size_t len;
+    while (h && net_http_read_line(h, &line, &len, NULL) == HL_OK && line) {
+        json_decref(last);
+        last = json_loadb(line, len, 0, NULL);
+    }
+    uint64_t a_end = hl_time_ns();
+    net_http_close(h);
+    pthread_join(th, NULL);
+    /* a was not evicted under its request: it finished normally */
+    CHECK_MSG(json_is_true(json_object_get(last, "done")) &&
+              (int)json_integer_value(json_object_get(last, "eval_count")) == 30,
+              "a ended with %s", json_string_value(json_object_get(last, "error")) ?: "?");
+    json_decref(last);
+    CHECK_EQ_INT(t.r.status, 200);
+    CHECK(t.end_ns >= a_end - 50000000ULL); /* t ran after a */
+    json_decref(t.r.reply);
+    CHECK(sp_ps_has(p, "t:latest") && !sp_ps_has(p, "a:latest"));
+}
+
+TEST(sched_busy_model_not_evicted) {
+    static const char *const env[] = {"HEARTH_MAX_LOADED_MODELS=1",
+                                      "HEARTH_RUNNER_TEST_TOKEN_DELAY_MS=20", NULL};
+    WITH_SRV("busyev", env, busy_not_evicted_api);
+}
+
+static void clamp_api(srv_proc *p) {
+    CHECK(make_models(p));
+    json_t *show;
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/show", "{\"model\":\"a\"}", &show), 200);
+    long long trained = json_integer_value(
+        json_object_get(json_object_get(show, "model_info"), "llama.context_length"));
+    json_decref(show);
+    CHECK(trained > 0);
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/generate",
+                        "{\"model\":\"a\",\"options\":{\"num_ctx\":10000000}}", NULL), 200);
+    json_t *ps;
+    CHECK_EQ_INT(sp_req(p, "GET", "/api/ps", NULL, &ps), 200);
+    json_t *m = json_array_get(json_object_get(ps, "models"), 0);
+    CHECK_EQ_INT(json_integer_value(json_object_get(m, "context_length")), trained);
+    json_decref(ps);
+    /* the in-process engine (HEARTH_RUNNER=inprocess) is covered by the same code path
+     * inside the runner; the subprocess default is what every sched_ test runs */
+}
+
+TEST(sched_context_clamped_in_ps) {
+    static const char *const env[] = {NULL};
+    WITH_SRV("clamp", env, clamp_api);
+}

@@ -425,7 +425,7 @@ json_t *sched_ps(sched *s) {
         }
     for (int i = 0; i < n; i++) {
         sched_model *m = order[i];
-        if (m->loading) continue; /* listed once it is up */
+        if (m->loading || !engine_alive(m->eng)) continue; /* listed once up, until dead */
         engine_get_info(m->eng, &m->info);
         int64_t exp = m->refs > 0 ? expiry_from(now, m->keep_alive_ns) : m->expires_at_ns;
         if (m->unload_when_idle) exp = now;
