@@ -466,3 +466,41 @@ TEST(sched_context_clamped_in_ps) {
     static const char *const env[] = {NULL};
     WITH_SRV("clamp", env, clamp_api);
 }
+
+static bool process_gone(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] == 'Z';
+}
+
+static void orphan_api(srv_proc *p) {
+    CHECK(make_models(p));
+    CHECK_EQ_INT(load(p, "a", "10m"), 200);
+    pid_t runner = only_child(p);
+    CHECK(runner > 0);
+    /* the server dies without cleaning up: its runner notices (stdin closes) and exits */
+    kill(p->pid, SIGKILL);
+    int status;
+    waitpid(p->pid, &status, 0);
+    p->pid = 0;
+    bool gone = false;
+    for (int i = 0; i < 100 && runner > 0 && !(gone = process_gone(runner)); i++) sp_sleep_ms(50);
+    CHECK_MSG(gone, "runner %d outlived its server", (int)runner);
+    if (!gone && runner > 0) kill(runner, SIGKILL);
+}
+
+TEST(sched_runner_exits_with_its_server) {
+    if (!stories() || !tiny()) SKIP("models/stories260K or llama-2-tiny-random missing");
+    srv_proc p;
+    int rc = sp_spawn(&p, "orphan", NULL);
+    if (rc == 1) SKIP("HEARTH_BIN not set (run through make test)");
+    CHECK_MSG(rc == 0, "server did not start");
+    if (rc == 0) orphan_api(&p);
+    if (p.pid > 0) sp_stop(&p);
+}
