@@ -504,3 +504,41 @@ TEST(sched_runner_exits_with_its_server) {
     if (rc == 0) orphan_api(&p);
     if (p.pid > 0) sp_stop(&p);
 }
+
+TEST(sched_inprocess_engine_option) {
+    /* HEARTH_RUNNER=inprocess: the same scheduling with the engine in the server */
+    static const char *const env[] = {"HEARTH_RUNNER=inprocess", NULL};
+    WITH_SRV("inproc", env, resident_api);
+}
+
+static void shutdown_api(srv_proc *p) {
+    CHECK(make_models(p));
+    /* SIGTERM while a runner is still loading: the server exits promptly and cleanly */
+    pthread_t th;
+    par_req r = {.p = p, .path = "/api/generate"};
+    snprintf(r.body, sizeof r.body, "{\"model\":\"a\"}");
+    pthread_create(&th, NULL, par_main, &r);
+    sp_sleep_ms(300);
+    pid_t kids[4];
+    CHECK_EQ_INT(sp_children(p->pid, kids, 4), 1);
+    uint64_t t0 = hl_time_ns();
+    int code = sp_stop(p);
+    CHECK_EQ_INT(code, 0);
+    CHECK_MSG(hl_time_ns() - t0 < 3000000000ULL, "shutdown took %.1f s", (hl_time_ns() - t0) / 1e9);
+    pthread_join(th, NULL);
+    json_decref(r.reply);
+    /* sp_stop reaped the server; WITH_SRV's own stop then finds nothing to stop */
+    p->pid = 0;
+}
+
+TEST(sched_shutdown_during_runner_load) {
+    if (!stories() || !tiny()) SKIP("models/stories260K or llama-2-tiny-random missing");
+    static const char *const env[] = {"HEARTH_RUNNER_TEST_LOAD_DELAY_MS=30000", NULL};
+    srv_proc p;
+    int rc = sp_spawn(&p, "shut", env);
+    if (rc == 1) SKIP("HEARTH_BIN not set (run through make test)");
+    CHECK_MSG(rc == 0, "server did not start");
+    if (rc == 0) shutdown_api(&p);
+    if (test_failed()) sp_dump_log(&p);
+    if (p.pid > 0) sp_stop(&p);
+}

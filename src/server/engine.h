@@ -39,6 +39,9 @@ typedef struct engine_config {
     int32_t num_ctx;   /* requested context; clamped to the trained context (<= 0: 4096) */
     int32_t num_batch; /* prefill chunk (<= 0: 512) */
     int n_threads;     /* <= 0: all CPUs */
+    /* may be NULL: when it turns true, a load waiting for its runner process fails
+     * ("server shutting down"); not a load option (ignored when comparing configs) */
+    const _Atomic bool *abort;
 } engine_config;
 
 typedef struct engine_info {

@@ -276,7 +276,7 @@ static int health_once(eremote *r) {
     return ready;
 }
 
-static hl_status wait_ready(eremote *r, hl_err *err) {
+static hl_status wait_ready(eremote *r, const engine_config *cfg, hl_err *err) {
     int64_t limit = load_timeout_ns();
     uint64_t t0 = hl_time_ns();
     for (;;) {
@@ -296,6 +296,8 @@ static hl_status wait_ready(eremote *r, hl_err *err) {
             return hl_fail(err, HL_ERR_IO, "llama runner process has terminated: %s%s%s", how,
                            line[0] ? ": " : "", line);
         }
+        if (cfg->abort && atomic_load(cfg->abort))
+            return hl_fail(err, HL_ERR_CANCELLED, "server shutting down");
         if ((int64_t)(hl_time_ns() - t0) > limit) {
             char line[LAST_LINE_MAX + 1];
             last_line(r, line, sizeof line);
@@ -340,7 +342,7 @@ hl_status eremote_open(const char *gguf_path, const engine_config *cfg, eremote 
         r->host.port = port;
         st = spawn(r, gguf_path, cfg, port, err);
     }
-    if (!st) st = wait_ready(r, err);
+    if (!st) st = wait_ready(r, cfg, err);
     if (st) {
         eremote_close(r);
         return st;

@@ -8,7 +8,8 @@
  * stdout and stderr on one pipe, and polls GET /health every 50 ms until it answers,
  * the child exits ("llama runner process has terminated: <exit status>: <last line>")
  * or $HEARTH_LOAD_TIMEOUT (Go duration or seconds, default 5m; <= 0 none) passes
- * ("timed out waiting for llama runner to start: <last line>").
+ * ("timed out waiting for llama runner to start: <last line>") or cfg->abort turns true
+ * ("server shutting down").
  * Output: a thread copies every byte the child writes to this process's stderr as is
  * (no re-wrapping, no line-length limit: it never stops reading, so the child cannot
  * block on a full pipe) and keeps the last non-empty line (trimmed, first 256 bytes) for

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@ struct sched {
     int max_loaded;       /* models resident at once */
     uint64_t mem_budget;  /* bytes for all resident models; 0: from free RAM at each load */
     bool loading;         /* one load at a time */
+    _Atomic bool aborting; /* shutting down: a load in progress gives up */
     bool stopping;
     pthread_t reaper;
     bool reaper_started;
@@ -176,12 +178,17 @@ hl_status sched_create(sched **out, hl_err *err) {
     return HL_OK;
 }
 
+void sched_abort_loads(sched *s) {
+    if (s) atomic_store(&s->aborting, true);
+}
+
 void sched_destroy(sched *s) {
     if (!s) return;
     pthread_mutex_lock(&s->lock);
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
-    /* a load in flight finishes (engine_open is bounded by its load timeout) */
+    /* a load in flight ends (a runner process being waited for is given up) */
+    atomic_store(&s->aborting, true);
     while (s->loading) pthread_cond_wait(&s->cv, &s->lock);
     pthread_mutex_unlock(&s->lock);
     if (s->reaper_started) pthread_join(s->reaper, NULL);
@@ -352,7 +359,9 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
     s->loading = true;
     pthread_mutex_unlock(&s->lock);
     engine *eng = NULL;
-    st = engine_open(sm->model_path, cfg, &eng, err);
+    engine_config ocfg = *cfg;
+    ocfg.abort = &s->aborting;
+    st = engine_open(sm->model_path, &ocfg, &eng, err);
     pthread_mutex_lock(&s->lock);
     s->loading = false;
     if (st) {

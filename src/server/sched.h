@@ -62,6 +62,9 @@ typedef struct sched_model {
 
 hl_status sched_create(sched **out, hl_err *err);
 void sched_destroy(sched *s); /* unloads everything; accepts NULL */
+/* Server shutdown begins: a load waiting for its runner process fails now (so that the
+ * request holding it ends and the HTTP server can stop). Accepts NULL. */
+void sched_abort_loads(sched *s);
 
 /* The default keep-alive (environment, else 5 minutes) in ns. */
 int64_t sched_default_keep_alive(void);

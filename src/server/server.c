@@ -586,6 +586,7 @@ int server_port(const hl_server *s) { return s->port; }
 void server_stop(hl_server *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
+    sched_abort_loads(s->sched);
     if (s->mhd) MHD_stop_daemon(s->mhd);
     pthread_mutex_lock(&s->producers_lock);
     while (s->n_producers > 0) pthread_cond_wait(&s->producers_cv, &s->producers_lock);
