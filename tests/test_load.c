@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +25,14 @@
 static const char *stories(void) { return test_shared_path("models/stories260K/stories260K.gguf"); }
 static const char *tiny(void) { return test_shared_path("models/llama-2-tiny-random.gguf"); }
 
-typedef enum outcome { OUT_NONE, OUT_DONE, OUT_BUSY, OUT_LEFT, OUT_BAD } outcome;
+typedef enum outcome { OUT_NONE, OUT_DONE, OUT_BUSY, OUT_LEFT, OUT_DIED, OUT_BAD } outcome;
+#define DIED_MSG "model runner has unexpectedly stopped"
 
 typedef struct client {
     const srv_proc *p;
     int idx;
+    const char *model; /* NULL: by index */
+    int num_predict;   /* 0: 24 */
     outcome out;
     char detail[200];
 } client;
@@ -40,9 +44,10 @@ static void *client_main(void *arg) {
     client *c = arg;
     char body[512];
     snprintf(body, sizeof body,
-             "{\"model\":\"%s\",\"prompt\":\"%s\",\"options\":{\"num_predict\":24,"
+             "{\"model\":\"%s\",\"prompt\":\"%s\",\"options\":{\"num_predict\":%d,"
              "\"temperature\":0}}",
-             k_models[c->idx % 3], k_prompts[(c->idx / 3) % 4]);
+             c->model ? c->model : k_models[c->idx % 3], k_prompts[(c->idx / 3) % 4],
+             c->num_predict ? c->num_predict : 24);
     bool leave = c->idx % 4 == 3; /* disconnects after a few lines */
     net_http *h;
     hl_err err;
@@ -76,6 +81,8 @@ static void *client_main(void *arg) {
         const char *e = json_string_value(json_object_get(last, "error"));
         if (status == 503 && e && !strcmp(e, BUSY_MSG)) {
             c->out = OUT_BUSY;
+        } else if ((status == 500 || status == 200) && e && strstr(e, DIED_MSG)) {
+            c->out = OUT_DIED; /* documented: the runner crashed under the request */
         } else if (status == 200 && json_is_true(json_object_get(last, "done"))) {
             const char *dr = json_string_value(json_object_get(last, "done_reason"));
             if (dr && (!strcmp(dr, "length") || !strcmp(dr, "stop"))) c->out = OUT_DONE;
@@ -100,7 +107,8 @@ static void round_of(const srv_proc *p, int *done, int *busy, int *left) {
     for (int i = 0; i < N_CLIENTS; i++) pthread_join(th[i], NULL);
     *done = *busy = *left = 0;
     for (int i = 0; i < N_CLIENTS; i++) {
-        CHECK_MSG(cl[i].out != OUT_BAD, "client %d: %s", i, cl[i].detail);
+        CHECK_MSG(cl[i].out != OUT_BAD && cl[i].out != OUT_DIED, "client %d: %s", i,
+                  cl[i].out == OUT_DIED ? "runner died" : cl[i].detail);
         *done += cl[i].out == OUT_DONE;
         *busy += cl[i].out == OUT_BUSY;
         *left += cl[i].out == OUT_LEFT;
@@ -185,6 +193,59 @@ TEST(load_64_streaming_clients_3_models) {
         CHECK_MSG(false, "server did not start");
     }
     load_body(&p);
+    bool failed = test_failed();
+    int exit_code = sp_stop(&p);
+    if (failed || exit_code != 0) sp_dump_log(&p);
+    CHECK_EQ_INT(exit_code, 0);
+}
+
+/* A runner killed (-9) under 16 streaming clients: each of them ends with a documented
+ * outcome and no later than the deadline, and the model serves again right after. */
+static void crash_body(srv_proc *p) {
+    CHECK(sp_create_model(p, "a", stories(), "\"system\":\"a\""));
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/generate", "{\"model\":\"a\"}", NULL), 200);
+    pid_t kids[4];
+    CHECK_EQ_INT(sp_children(p->pid, kids, 4), 1);
+    enum { N = 16 };
+    client cl[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        cl[i] = (client){.p = p, .idx = i, .model = "a", .num_predict = 200};
+        pthread_create(&th[i], NULL, client_main, &cl[i]);
+    }
+    sp_sleep_ms(300);
+    kill(kids[0], SIGKILL);
+    int died = 0, other = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_MSG(cl[i].out != OUT_BAD, "client %d: %s", i, cl[i].detail);
+        if (cl[i].out == OUT_DIED) died++;
+        else other++;
+    }
+    fprintf(stderr, "    crash: %d runner-died errors, %d other documented outcomes\n", died, other);
+    CHECK(died > 0);
+    json_t *j;
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/generate", "{\"model\":\"a\",\"prompt\":\"x\","
+                        "\"stream\":false,\"options\":{\"num_predict\":3}}", &j), 200);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(j, "eval_count")), 3);
+    json_decref(j);
+    pid_t now[4];
+    CHECK_EQ_INT(sp_children(p->pid, now, 4), 1); /* the new runner only: none leaked */
+}
+
+TEST(load_runner_killed_under_16_streams) {
+    if (!stories()) SKIP("models/stories260K missing");
+    static const char *const env[] = {"HEARTH_NUM_PARALLEL=4", "HEARTH_MAX_QUEUE=8",
+                                      "HEARTH_RUNNER_TEST_TOKEN_DELAY_MS=5", NULL};
+    srv_proc p;
+    int rc = sp_spawn(&p, "crash", env);
+    if (rc == 1) SKIP("HEARTH_BIN not set (run through make test)");
+    if (rc != 0) {
+        sp_dump_log(&p);
+        sp_stop(&p);
+        CHECK_MSG(false, "server did not start");
+    }
+    crash_body(&p);
     bool failed = test_failed();
     int exit_code = sp_stop(&p);
     if (failed || exit_code != 0) sp_dump_log(&p);
