@@ -8,6 +8,7 @@
  * UTF-8 input that has no U+2581 and no special token in it. Build with `make fuzz`:
  *   build-fuzz/fuzz/fuzz_tok -max_total_time=120
  */
+#define _GNU_SOURCE /* memmem */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
