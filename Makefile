@@ -34,6 +34,7 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+BENCH_LIB := $(patsubst %.c,$(BUILD)/%.o,$(wildcard bench/common/*.c)) # helpers for every bench
 
 .PHONY: all test sanitize valgrind fuzz bench clean
 all: $(BUILD)/hearth $(BUILD)/hearth-tests
@@ -49,9 +50,9 @@ $(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
 $(BUILD)/hearth-tests: $(TEST_OBJ) $(BUILD)/libhearth.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libhearth.a
+$(BUILD)/bench/%: bench/%.c $(BENCH_LIB) $(BUILD)/libhearth.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libhearth.a $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) -Ibench -o $@ $< $(BENCH_LIB) $(BUILD)/libhearth.a $(LDLIBS)
 
 # SIMD variants get their own flags; everything else targets baseline x86-64.
 $(BUILD)/%_avx2.o: %_avx2.c
