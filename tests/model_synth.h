@@ -6,7 +6,8 @@
  * a small SPM vocabulary in the tokenizer.ggml.* keys), and keeps the weights exactly as
  * the model will see them (dequantized) for synth_ref_forward(): a plain, token-by-token
  * float implementation of the same architecture, written independently of
- * src/model/forward.c, against which the real forward pass is checked.
+ * src/model/forward.c, against which the real forward pass is checked. The caller frees
+ * the returned synth_model with synth_free() and removes the GGUF file when it wants.
  */
 #ifndef HL_TEST_MODEL_SYNTH_H
 #define HL_TEST_MODEL_SYNTH_H
