@@ -71,6 +71,9 @@ sanitize:
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	    test
 
+# In-process (-n) so memcheck sees every test's own code; the server and CLI tests'
+# `hearth serve` children ($(HEARTH_BIN)) run outside valgrind (use make sanitize for
+# them). HEARTH_VALGRIND turns PCRE2's JIT off (its code confuses memcheck).
 valgrind: $(BUILD)/hearth $(BUILD)/hearth-tests
 	HEARTH_BIN=$(BUILD)/hearth HEARTH_VALGRIND=1 valgrind -q --error-exitcode=99 \
 	    --leak-check=full --errors-for-leak-kinds=definite $(BUILD)/hearth-tests -n $(T)
