@@ -69,23 +69,11 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(void) {
-    char path[] = "/tmp/hearth-bench-prefix-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        perror("mkstemp");
-        return 1;
-    }
-    close(fd);
     const bench_llama shape = {.n_vocab = N_VOCAB, .n_embd = N_EMBD, .n_layer = N_LAYER, .n_ff = N_FF,
                                .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .n_ctx = 4096};
-    if (bench_synth_write_llama(path, &shape)) return 1;
+    model *m = bench_synth_llama(&shape);
+    if (!m) return 1;
     hl_err err;
-    model *m;
-    if (model_load(path, NULL, &m, &err)) {
-        fprintf(stderr, "load: %s\n", err.msg);
-        return 1;
-    }
-    unlink(path);
 
     runner_config cfg = {.n_threads = 2, .block_tokens = 32, .kv_budget_bytes = (size_t)1 << 30};
     runner *r;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tensor/types.h"
 
@@ -98,4 +99,22 @@ int bench_synth_write_llama(const char *path, const bench_llama *c) {
     }
     gguf_writer_destroy(w);
     return rc;
+}
+
+model *bench_synth_llama(const bench_llama *c) {
+    char path[] = "/tmp/hearth-bench-model-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        perror("mkstemp");
+        return NULL;
+    }
+    close(fd);
+    model *m = NULL;
+    hl_err err;
+    if (bench_synth_write_llama(path, c) == 0 && model_load(path, NULL, &m, &err) != HL_OK) {
+        fprintf(stderr, "load: %s\n", err.msg);
+        m = NULL;
+    }
+    unlink(path); /* the mapping stays valid */
+    return m;
 }
