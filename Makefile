@@ -34,7 +34,8 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
-BENCH_LIB := $(patsubst %.c,$(BUILD)/%.o,$(wildcard bench/common/*.c)) # helpers for every bench
+# helpers linked into every bench (the synthetic vocabulary comes from the tests' model_synth)
+BENCH_LIB := $(patsubst %.c,$(BUILD)/%.o,$(wildcard bench/common/*.c)) $(BUILD)/tests/model_synth.o
 
 .PHONY: all test sanitize valgrind fuzz bench clean
 all: $(BUILD)/hearth $(BUILD)/hearth-tests

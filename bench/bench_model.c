@@ -30,7 +30,7 @@
 #include <time.h>
 
 #include "base/pool.h"
-#include "common/synth.h"
+#include "model_synth.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -126,7 +126,7 @@ static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *po
     gguf_writer_set_u32(w, "llama.rope.dimension_count", HEAD_DIM);
     gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    bench_synth_vocab(w, N_VOCAB);
+    synth_write_vocab(w, N_VOCAB);
 
     float *bank_f = malloc(sizeof(float) * BANK_ROWS * N_FF);
     uint8_t *bank_q = malloc(hl_row_size(HL_TYPE_F32, N_FF) * BANK_ROWS);

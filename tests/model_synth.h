@@ -39,6 +39,10 @@ typedef struct synth_cfg {
 
 typedef struct synth_model synth_model;
 
+/* A minimal SPM vocabulary (<unk> <s> </s>, then "\u2581wN" pieces with falling scores)
+ * in the tokenizer.ggml.* keys; also used by the benchmarks. */
+void synth_write_vocab(gguf_writer *w, int n_vocab);
+
 /* Writes the GGUF to path and returns the reference weights (free with synth_free). */
 synth_model *synth_build(const synth_cfg *cfg, const char *path);
 void synth_free(synth_model *s);

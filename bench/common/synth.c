@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model_synth.h"
 #include "tensor/types.h"
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dULL;
@@ -15,29 +16,6 @@ float bench_frand(void) {
     g_rng ^= g_rng >> 7;
     g_rng ^= g_rng << 17;
     return (float)((g_rng >> 11) * 0x1.0p-52) - 1.0f;
-}
-
-void bench_synth_vocab(gguf_writer *w, int n_vocab) {
-    char **toks = malloc(sizeof(char *) * (size_t)n_vocab);
-    char *buf = malloc((size_t)n_vocab * 16);
-    float *scores = malloc(sizeof(float) * (size_t)n_vocab);
-    int32_t *types = malloc(sizeof(int32_t) * (size_t)n_vocab);
-    for (int i = 0; i < n_vocab; i++) {
-        toks[i] = buf + (size_t)i * 16;
-        snprintf(toks[i], 16, i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "\xe2\x96\x81w%d", i);
-        scores[i] = (float)-i;
-        types[i] = i == 0 ? 2 : i < 3 ? 3 : 1;
-    }
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n_vocab);
-    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)n_vocab);
-    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n_vocab);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    free(toks);
-    free(buf);
-    free(scores);
-    free(types);
 }
 
 static int add_tensor(gguf_writer *w, const char *name, int64_t rows, int64_t cols, hl_type t,
@@ -70,7 +48,7 @@ int bench_synth_write_llama(const char *path, const bench_llama *c) {
     gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv);
     gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    bench_synth_vocab(w, c->n_vocab);
+    synth_write_vocab(w, c->n_vocab);
 
     const int hd = c->n_embd / c->n_head, kd = c->n_head_kv * hd, E = c->n_embd;
     const float ws = 0.05f;

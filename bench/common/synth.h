@@ -1,11 +1,10 @@
 /*
  * synth.h - synthetic llama models for the benchmarks (linked into every benchmark).
  *
- * bench_synth_vocab() writes a minimal SPM vocabulary (<unk> <s> </s> and "\u2581wN"
- * pieces) into a GGUF writer. bench_synth_write_llama() writes a whole llama model
- * with random weights (Q8_0 matrices, f32 norms) to a GGUF file the caller removes;
- * bench_synth_llama() writes one to a temporary file, loads it and removes the file
- * (the caller frees the model with model_free).
+ * bench_synth_write_llama() writes a whole llama model with random weights (Q8_0
+ * matrices, f32 norms; the vocabulary of synth_write_vocab() in tests/model_synth.h) to
+ * a GGUF file the caller removes; bench_synth_llama() writes one to a temporary file,
+ * loads it and removes the file (the caller frees the model with model_free).
  * bench_frand() is the benches' deterministic random stream (the model's weights
  * and the benches' random prompts draw from it in turn). Nothing is kept allocated.
  */
@@ -21,8 +20,6 @@ typedef struct bench_llama {
 
 /* Uniform in [-1, 1). */
 float bench_frand(void);
-
-void bench_synth_vocab(gguf_writer *w, int n_vocab);
 
 /* 0 on success; prints what failed to stderr otherwise. */
 int bench_synth_write_llama(const char *path, const bench_llama *c);
