@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "base/pool.h"
+#include "model_synth.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -100,32 +101,6 @@ static int tinyllama_tensors(tdesc *t) {
     return n;
 }
 
-static void set_vocab(gguf_writer *w) {
-    char **toks = malloc(N_VOCAB * sizeof *toks);
-    char *buf = malloc((size_t)N_VOCAB * 16);
-    float *scores = malloc(N_VOCAB * sizeof *scores);
-    int32_t *types = malloc(N_VOCAB * sizeof *types);
-    for (int i = 0; i < N_VOCAB; i++) {
-        toks[i] = buf + (size_t)i * 16;
-        if (i == 0) snprintf(toks[i], 16, "<unk>");
-        else if (i == 1) snprintf(toks[i], 16, "<s>");
-        else if (i == 2) snprintf(toks[i], 16, "</s>");
-        else snprintf(toks[i], 16, "\xe2\x96\x81w%d", i);
-        scores[i] = (float)-i;
-        types[i] = i == 0 ? 2 : i < 3 ? 3 : 1;
-    }
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, N_VOCAB);
-    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, N_VOCAB);
-    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, N_VOCAB);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    free(toks);
-    free(buf);
-    free(scores);
-    free(types);
-}
-
 static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *pool, hl_err *err) {
     tdesc t[3 + N_LAYER * 9];
     const int n = tinyllama_tensors(t);
@@ -151,7 +126,7 @@ static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *po
     gguf_writer_set_u32(w, "llama.rope.dimension_count", HEAD_DIM);
     gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    set_vocab(w);
+    synth_write_vocab(w, N_VOCAB);
 
     float *bank_f = malloc(sizeof(float) * BANK_ROWS * N_FF);
     uint8_t *bank_q = malloc(hl_row_size(HL_TYPE_F32, N_FF) * BANK_ROWS);

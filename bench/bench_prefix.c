@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/file.h"
+#include "common/synth.h"
 #include "gguf/gguf.h"
 #include "kv/trie.h"
 #include "runner/runner.h"
@@ -23,94 +24,6 @@ enum {
     N_VOCAB = 1024, N_EMBD = 512, N_LAYER = 6, N_FF = 1408, N_HEAD = 8, N_HEAD_KV = 4,
     SYS_LEN = 2000, USER_LEN = 40, N_GEN = 8, ROUNDS = 3,
 };
-
-static uint64_t rng = 0x2545f4914f6cdd1dULL;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * 0x1.0p-52) - 1.0f;
-}
-
-static int add_tensor(gguf_writer *w, const char *name, int64_t rows, int64_t cols, hl_type t,
-                      float scale) {
-    float *x = malloc(sizeof(float) * (size_t)(rows * cols));
-    for (int64_t i = 0; i < rows * cols; i++) x[i] = frand() * scale;
-    size_t row_bytes = hl_row_size(t, cols);
-    uint8_t *q = malloc(row_bytes * (size_t)rows);
-    if (t == HL_TYPE_F32) memcpy(q, x, row_bytes * (size_t)rows);
-    else
-        for (int64_t r = 0; r < rows; r++) hl_quantize_row(t, x + r * cols, q + r * row_bytes, cols);
-    int64_t ne[2] = {cols, rows};
-    hl_err err;
-    int rc = gguf_writer_add_tensor(w, name, t, rows == 1 ? 1 : 2, ne, q, row_bytes * (size_t)rows,
-                                    &err);
-    if (rc) fprintf(stderr, "%s: %s\n", name, err.msg);
-    free(x);
-    free(q);
-    return rc;
-}
-
-static int write_model(const char *path) {
-    gguf_writer *w = gguf_writer_create();
-    gguf_writer_set_str(w, "general.architecture", "llama");
-    gguf_writer_set_u32(w, "llama.context_length", 4096);
-    gguf_writer_set_u32(w, "llama.embedding_length", N_EMBD);
-    gguf_writer_set_u32(w, "llama.block_count", N_LAYER);
-    gguf_writer_set_u32(w, "llama.feed_forward_length", N_FF);
-    gguf_writer_set_u32(w, "llama.attention.head_count", N_HEAD);
-    gguf_writer_set_u32(w, "llama.attention.head_count_kv", N_HEAD_KV);
-    gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    /* a minimal SPM vocabulary: <unk> <s> </s> and word pieces */
-    char **toks = malloc(sizeof(char *) * N_VOCAB);
-    float *scores = malloc(sizeof(float) * N_VOCAB);
-    int32_t *types = malloc(sizeof(int32_t) * N_VOCAB);
-    for (int i = 0; i < N_VOCAB; i++) {
-        toks[i] = malloc(16);
-        snprintf(toks[i], 16, i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "\xe2\x96\x81w%d", i);
-        scores[i] = (float)-i;
-        types[i] = i == 0 ? 2 : i < 3 ? 3 : 1;
-    }
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, N_VOCAB);
-    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, N_VOCAB);
-    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, N_VOCAB);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    for (int i = 0; i < N_VOCAB; i++) free(toks[i]);
-    free(toks);
-    free(scores);
-    free(types);
-
-    const int hd = N_EMBD / N_HEAD, kd = N_HEAD_KV * hd;
-    const float ws = 0.05f;
-    int rc = add_tensor(w, "token_embd.weight", N_VOCAB, N_EMBD, HL_TYPE_Q8_0, 1.0f);
-    rc |= add_tensor(w, "output_norm.weight", 1, N_EMBD, HL_TYPE_F32, 1.0f);
-    rc |= add_tensor(w, "output.weight", N_VOCAB, N_EMBD, HL_TYPE_Q8_0, ws);
-    for (int l = 0; l < N_LAYER && !rc; l++) {
-        char n[64];
-#define T(name, rows, cols, type, s) \
-    (snprintf(n, sizeof n, "blk.%d.%s", l, name), add_tensor(w, n, rows, cols, type, s))
-        rc |= T("attn_norm.weight", 1, N_EMBD, HL_TYPE_F32, 1.0f);
-        rc |= T("attn_q.weight", N_EMBD, N_EMBD, HL_TYPE_Q8_0, ws);
-        rc |= T("attn_k.weight", kd, N_EMBD, HL_TYPE_Q8_0, ws);
-        rc |= T("attn_v.weight", kd, N_EMBD, HL_TYPE_Q8_0, ws);
-        rc |= T("attn_output.weight", N_EMBD, N_EMBD, HL_TYPE_Q8_0, ws);
-        rc |= T("ffn_norm.weight", 1, N_EMBD, HL_TYPE_F32, 1.0f);
-        rc |= T("ffn_gate.weight", N_FF, N_EMBD, HL_TYPE_Q8_0, ws);
-        rc |= T("ffn_up.weight", N_FF, N_EMBD, HL_TYPE_Q8_0, ws);
-        rc |= T("ffn_down.weight", N_EMBD, N_FF, HL_TYPE_Q8_0, ws);
-#undef T
-    }
-    hl_err err;
-    if (!rc && gguf_writer_write_file(w, path, &err)) {
-        fprintf(stderr, "write %s: %s\n", path, err.msg);
-        rc = 1;
-    }
-    gguf_writer_destroy(w);
-    return rc;
-}
 
 typedef struct conv {
     int32_t toks[4096];
@@ -132,7 +45,7 @@ static bool on_event(void *user, const runner_event *ev) {
 }
 
 static void append_random(conv *c, int n) {
-    for (int i = 0; i < n; i++) c->toks[c->n++] = 3 + (int32_t)((frand() + 1.0f) * 0.5f * (N_VOCAB - 4));
+    for (int i = 0; i < n; i++) c->toks[c->n++] = 3 + (int32_t)((bench_frand() + 1.0f) * 0.5f * (N_VOCAB - 4));
 }
 
 /* One turn: TTFT in ms; the answer is appended to the conversation. */
@@ -156,21 +69,11 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(void) {
-    char path[] = "/tmp/hearth-bench-prefix-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        perror("mkstemp");
-        return 1;
-    }
-    close(fd);
-    if (write_model(path)) return 1;
+    const bench_llama shape = {.n_vocab = N_VOCAB, .n_embd = N_EMBD, .n_layer = N_LAYER, .n_ff = N_FF,
+                               .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .n_ctx = 4096};
+    model *m = bench_synth_llama(&shape);
+    if (!m) return 1;
     hl_err err;
-    model *m;
-    if (model_load(path, NULL, &m, &err)) {
-        fprintf(stderr, "load: %s\n", err.msg);
-        return 1;
-    }
-    unlink(path);
 
     runner_config cfg = {.n_threads = 2, .block_tokens = 32, .kv_budget_bytes = (size_t)1 << 30};
     runner *r;

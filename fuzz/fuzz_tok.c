@@ -8,11 +8,13 @@
  * UTF-8 input that has no U+2581 and no special token in it. Build with `make fuzz`:
  *   build-fuzz/fuzz/fuzz_tok -max_total_time=120
  */
+#define _GNU_SOURCE /* memmem */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "tok/tok.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -62,23 +64,6 @@ static tok_vocab *make_wpm(void) {
     return v;
 }
 
-static bool valid_utf8(const uint8_t *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        uint8_t b = s[i];
-        size_t k = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
-                 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
-        if (k == 0 || i + k > n) return false;
-        for (size_t j = 1; j < k; j++)
-            if ((s[i + j] & 0xC0) != 0x80) return false;
-        if (k == 3 && ((b == 0xE0 && s[i + 1] < 0xA0) || (b == 0xED && s[i + 1] > 0x9F)))
-            return false;
-        if (k == 4 && ((b == 0xF0 && s[i + 1] < 0x90) || (b == 0xF4 && s[i + 1] > 0x8F)))
-            return false;
-        i += k;
-    }
-    return true;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!g_vocab[0]) {
         g_vocab[0] = make_spm(true);
@@ -104,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int64_t dn = tok_decode(v, ids, n, ps, true, out, 8 * size + 64);
             if (dn < 0 || (size_t)dn > 8 * size + 64) abort();
             /* no round trip when a special token is in the text: a space prefix follows it */
-            bool plain = valid_utf8(data, size) && !memmem(data, size, "\xe2\x96\x81", 3) &&
+            bool plain = hl_utf8_valid(data, size) && !memmem(data, size, "\xe2\x96\x81", 3) &&
                          !memmem(data, size, "<u>", 3);
             if (k == 0 && !ps && plain && (dn != (int64_t)size || memcmp(out, data, size) != 0))
                 abort();
@@ -114,10 +99,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (tok_stream_buf_size(v) > sizeof buf) abort();
             for (size_t i = 0; i < n; i++) {
                 int32_t w = tok_stream_push(&s, ids[i], buf, sizeof buf);
-                if (w < 0 || !valid_utf8((const uint8_t *)buf, (size_t)w)) abort();
+                if (w < 0 || !hl_utf8_valid(buf, (size_t)w)) abort();
             }
             int32_t w = tok_stream_flush(&s, buf, sizeof buf);
-            if (w < 0 || !valid_utf8((const uint8_t *)buf, (size_t)w)) abort();
+            if (w < 0 || !hl_utf8_valid(buf, (size_t)w)) abort();
         }
     }
     free(ids);

@@ -88,7 +88,7 @@ static void add_mat(gguf_writer *w, const synth_cfg *c, uint64_t *rng, const cha
     free(src);
 }
 
-static void write_vocab(gguf_writer *w, int n_vocab) {
+void synth_write_vocab(gguf_writer *w, int n_vocab) {
     char **toks = malloc((size_t)n_vocab * sizeof *toks);
     float *scores = malloc((size_t)n_vocab * sizeof *scores);
     int32_t *types = malloc((size_t)n_vocab * sizeof *types);
@@ -144,7 +144,7 @@ synth_model *synth_build(const synth_cfg *cfg, const char *path) {
         gguf_writer_set_f32(w, KEY("rope.scaling.factor"), c->rope_linear_factor);
     }
 #undef KEY
-    write_vocab(w, c->n_vocab);
+    synth_write_vocab(w, c->n_vocab);
 
     const int E = c->n_embd, QD = c->n_head * s->hd, KD = c->n_head_kv * s->hd;
     add_mat(w, c, &rng, "token_embd.weight", c->n_vocab, E, &s->emb);

@@ -6,7 +6,8 @@
  * a small SPM vocabulary in the tokenizer.ggml.* keys), and keeps the weights exactly as
  * the model will see them (dequantized) for synth_ref_forward(): a plain, token-by-token
  * float implementation of the same architecture, written independently of
- * src/model/forward.c, against which the real forward pass is checked.
+ * src/model/forward.c, against which the real forward pass is checked. The caller frees
+ * the returned synth_model with synth_free() and removes the GGUF file when it wants.
  */
 #ifndef HL_TEST_MODEL_SYNTH_H
 #define HL_TEST_MODEL_SYNTH_H
@@ -37,6 +38,10 @@ typedef struct synth_cfg {
 } synth_cfg;
 
 typedef struct synth_model synth_model;
+
+/* A minimal SPM vocabulary (<unk> <s> </s>, then "\u2581wN" pieces with falling scores)
+ * in the tokenizer.ggml.* keys; also used by the benchmarks. */
+void synth_write_vocab(gguf_writer *w, int n_vocab);
 
 /* Writes the GGUF to path and returns the reference weights (free with synth_free). */
 synth_model *synth_build(const synth_cfg *cfg, const char *path);

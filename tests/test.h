@@ -9,7 +9,9 @@
  * file:line and the values, marks the test failed, and returns from it.
  *
  * Test data from ../shared is found with test_shared_path(); when it is absent a
- * test calls SKIP("...") with a message saying what is missing.
+ * test calls SKIP("...") with a message saying what is missing. The harness owns the
+ * strings it returns (test_shared_path: rotating static buffers; test_tmpdir: removed
+ * with its contents after each test); a test frees what it allocates.
  */
 #ifndef HL_TEST_H
 #define HL_TEST_H

@@ -8,6 +8,7 @@
 #include "base/pool.h"
 #include "base/status.h"
 #include "base/strmap.h"
+#include "base/utf8.h"
 
 TEST(base_err_fail_and_prefix) {
     hl_err err;
@@ -212,4 +213,27 @@ TEST(base_pool_caller_may_change_between_runs) {
         CHECK(a.ok);
     }
     hl_pool_destroy(p);
+}
+
+TEST(base_utf8_valid_and_put) {
+    CHECK(hl_utf8_valid("", 0));
+    CHECK(hl_utf8_valid("a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", 10));
+    CHECK_EQ_INT((int)hl_utf8_valid_len("\xF0\x9F\x98\x80", 4), 4);
+    CHECK_EQ_INT((int)hl_utf8_valid_len("\xF0\x9F\x98", 3), 0);         /* cut short */
+    CHECK_EQ_INT((int)hl_utf8_valid_len("\xC0\x80", 2), 0);              /* overlong */
+    CHECK_EQ_INT((int)hl_utf8_valid_len("\xE0\x80\x80", 3), 0);          /* overlong */
+    CHECK_EQ_INT((int)hl_utf8_valid_len("\xED\xA0\x80", 3), 0);          /* surrogate */
+    CHECK_EQ_INT((int)hl_utf8_valid_len("\xF4\x90\x80\x80", 4), 0);      /* > U+10FFFF */
+    CHECK_EQ_INT((int)hl_utf8_valid_len("\xF4\x8F\xBF\xBF", 4), 4);      /* U+10FFFF */
+    CHECK_EQ_INT((int)hl_utf8_valid_len("\x80", 1), 0);
+    CHECK_EQ_INT((int)hl_utf8_first_invalid("ab\xC3\xA9\xFF", 5), 4);
+    CHECK_EQ_INT(hl_utf8_seq_len(0xF5), 0);
+    CHECK_EQ_INT(hl_utf8_seq_len(0xE1), 3);
+    char out[4];
+    const uint32_t cps[] = {0x41, 0xE9, 0x20AC, 0xFFFD, 0x1F600, 0x10FFFF};
+    for (size_t i = 0; i < sizeof cps / sizeof cps[0]; i++) {
+        size_t n = hl_utf8_put(cps[i], out);
+        CHECK_EQ_INT((int)n, cps[i] < 0x80 ? 1 : cps[i] < 0x800 ? 2 : cps[i] < 0x10000 ? 3 : 4);
+        CHECK_EQ_INT((int)hl_utf8_valid_len(out, n), (int)n);
+    }
 }

@@ -727,6 +727,7 @@ static model *load_poisoned(void) {
 TEST(batch_error_ends_only_the_affected_sequence) {
     model *m = load_poisoned();
     CHECK(m);
+    model *shared = g_model; /* kept for later tests when they run in-process (-n) */
     g_model = m;
     enum { N = 3 };
     static const int32_t stop = 60; /* the good ones never forward the poisoned token */
@@ -772,5 +773,5 @@ TEST(batch_error_ends_only_the_affected_sequence) {
     CHECK_MSG(pool_at_baseline(r, why, sizeof why), "%s", why);
     runner_destroy(r);
     model_free(m);
-    g_model = NULL;
+    g_model = shared;
 }

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "base/file.h"
+#include "base/utf8.h"
 #include "model/model.h"
 #include "model_synth.h"
 #include "sample/sampler.h"
@@ -31,20 +32,6 @@ static float max_abs(const float *a, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (fabsf(a[i]) > m) m = fabsf(a[i]);
     return m;
-}
-
-static bool valid_utf8(const char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!len || i + len > n) return false;
-        if (len == 2 && c < 0xc2) return false;
-        for (size_t k = 1; k < len; k++)
-            if (((unsigned char)s[i + k] >> 6) != 2) return false;
-        i += len;
-    }
-    return true;
 }
 
 static int32_t argmax(const float *x, int32_t n) {
@@ -231,7 +218,7 @@ static void check_generates(model *m, int n) {
     int32_t k = tok_stream_flush(&ts, text + len, sizeof text - len);
     CHECK(k >= 0);
     len += (size_t)k;
-    CHECK(valid_utf8(text, len));
+    CHECK(hl_utf8_valid(text, len));
 }
 
 TEST(model_aidreams260K_llama2c_generates) {

@@ -254,6 +254,27 @@ static void http_basics(srv_proc *p) {
 
 TEST(server_http_basics_and_errors) { WITH_SERVER(http_basics); }
 
+/* Re-uploading a blob the server has already must read the whole body before it answers:
+ * an answer sent mid-upload closes the connection with data unread, and the client's
+ * send then meets a reset instead of the reply. */
+static void blob_reupload(srv_proc *p) {
+    size_t len = (size_t)8 << 20; /* far more than the socket buffers hold */
+    unsigned char *data = malloc(len);
+    CHECK(data != NULL);
+    if (!data) return;
+    for (size_t i = 0; i < len; i++) data[i] = (unsigned char)(i * 2654435761u >> 13);
+    char digest[80], url[128];
+    digest_of(data, len, digest);
+    snprintf(url, sizeof url, "/api/blobs/%s", digest);
+    CHECK_EQ_INT(req_bytes(p, "POST", url, data, len), 201);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(req_bytes(p, "POST", url, data, len), 200);
+    CHECK_EQ_INT(req(p, "HEAD", url, NULL), 200);
+    free(data);
+    CHECK_EQ_INT(req(p, "GET", "/api/version", NULL), 200);
+}
+
+TEST(server_blob_reupload_reads_the_body) { WITH_SERVER(blob_reupload); }
+
 /* ---------------------------------------------------------------------------------- */
 
 static int upload_gguf(const srv_proc *p, char digest[80]) {

@@ -465,6 +465,30 @@ TEST(store_ggufinfo_config_and_model_info) {
     free(buf);
 }
 
+/* Metadata strings that are not valid UTF-8 keep their valid characters; only the
+ * invalid bytes become U+FFFD. */
+TEST(store_ggufinfo_invalid_utf8_strings) {
+    gguf_writer *w = gguf_writer_create();
+    CHECK(w != NULL);
+    if (!w) return;
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    gguf_writer_set_str(w, "x.text", "caf\xC3\xA9 \xFF\xC3 \xE2\x82\xAC");
+    uint8_t *buf;
+    size_t len;
+    hl_err err;
+    CHECK_OK(gguf_writer_write_memory(w, &buf, &len, &err), &err);
+    gguf_writer_destroy(w);
+    gguf_file *g;
+    CHECK_OK(gguf_open_memory(buf, len, &g, &err), &err);
+    json_t *mi;
+    CHECK_OK(ggufinfo_model_info(g, false, &mi, NULL, &err), &err);
+    CHECK_STR(json_string_value(json_object_get(mi, "x.text")),
+              "caf\xC3\xA9 \xEF\xBF\xBD\xEF\xBF\xBD \xE2\x82\xAC");
+    json_decref(mi);
+    gguf_close(g);
+    free(buf);
+}
+
 /* ---- hosts ---- */
 
 static void host_str(const char *in, char *out, size_t cap) {

@@ -179,6 +179,7 @@ TEST(tok_stream_holds_split_utf8) {
     tok_stream_init(&s, v, true, false);
     CHECK_EQ_INT(tok_stream_push(&s, 2, out, sizeof out), 4);
     CHECK(memcmp(out, "</s>", 4) == 0);
+    tok_vocab_destroy(v);
 }
 
 TEST(tok_stream_invalid_bytes_become_replacement) {
@@ -209,6 +210,7 @@ TEST(tok_stream_invalid_bytes_become_replacement) {
     CHECK_EQ_INT(tok_stream_flush(&s, out, sizeof out), 3);
     CHECK(memcmp(out, "\xef\xbf\xbd", 3) == 0);
     CHECK_EQ_INT(tok_stream_flush(&s, out, sizeof out), 0);
+    tok_vocab_destroy(v);
 }
 
 TEST(tok_stream_matches_decode) {

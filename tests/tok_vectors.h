@@ -9,7 +9,9 @@
  *   int bad = run_vocab_vectors(v, "ggml-vocab-gpt-2.gguf", TOK_VECTORS_DECODE);
  *   CHECK_EQ_INT(bad, 0);
  *
- * Failures are printed to stderr (string index, text, expected and actual ids).
+ * Failures are printed to stderr (string index, text, expected and actual ids). The
+ * caller frees the opened vocab with tok_vocab_destroy() and loaded vectors with
+ * tok_vectors_free().
  */
 #ifndef HL_TESTS_TOK_VECTORS_H
 #define HL_TESTS_TOK_VECTORS_H

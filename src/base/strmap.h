@@ -4,6 +4,7 @@
  * Keys are copied into the map (they may contain NUL bytes). Used for vocabularies
  * (token text -> id), BPE merge ranks and metadata lookups. Not thread-safe for
  * writers; concurrent readers are fine once building is done.
+ * hl_strmap_create() allocates the map; hl_strmap_destroy() frees it with its key copies.
  */
 #ifndef HL_BASE_STRMAP_H
 #define HL_BASE_STRMAP_H

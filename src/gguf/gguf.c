@@ -226,6 +226,21 @@ static hl_status read_value(reader *r, gguf_kv *kv, const char *where, hl_err *e
     return walk_array(r, kv->elem_type, n, 1, kv->str_pos, where, err);
 }
 
+/* The name of key or tensor i: a u64 length and that many bytes, left in the mapping. */
+static hl_status rd_name(reader *r, const char *what, int64_t i, gguf_str *out, hl_err *err) {
+    uint64_t len;
+    if (!rd_u64(r, &len))
+        return hl_fail(err, HL_ERR_FORMAT, "truncated while reading %s %" PRId64, what, i);
+    if (len > bytes_left(r))
+        return hl_fail(err, HL_ERR_FORMAT,
+                       "%s %" PRId64 ": name length %" PRIu64 " exceeds the %zu bytes left in the file",
+                       what, i, len, bytes_left(r));
+    out->ptr = (const char *)r->base + r->pos;
+    out->len = len;
+    r->pos += (size_t)len;
+    return HL_OK;
+}
+
 static hl_status parse_kvs(gguf_file *f, reader *r, hl_err *err) {
     char where[SHOW_MAX + 64];
     /* Sized for what a real file has; it grows if there are more, so a lying count
@@ -234,17 +249,9 @@ static hl_status parse_kvs(gguf_file *f, reader *r, hl_err *err) {
     if (!f->key_index) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < f->n_kv; i++) {
         gguf_kv *kv = &f->kv[i];
-        uint64_t klen;
-        if (!rd_u64(r, &klen))
-            return hl_fail(err, HL_ERR_FORMAT, "truncated while reading key %" PRId64, i);
-        if (klen > bytes_left(r))
-            return hl_fail(err, HL_ERR_FORMAT,
-                           "key %" PRId64 ": name length %" PRIu64
-                           " exceeds the %zu bytes left in the file",
-                           i, klen, bytes_left(r));
-        kv->key.ptr = (const char *)r->base + r->pos;
-        kv->key.len = klen;
-        r->pos += (size_t)klen;
+        hl_status st = rd_name(r, "key", i, &kv->key, err);
+        if (st != HL_OK) return st;
+        const uint64_t klen = kv->key.len;
         snprintf(where, sizeof where, "key %" PRId64 " ('%s')", i, show(kv->key).s);
         uint32_t type;
         if (!rd_u32(r, &type))
@@ -252,7 +259,7 @@ static hl_status parse_kvs(gguf_file *f, reader *r, hl_err *err) {
         if (type >= GGUF_TYPE_COUNT)
             return hl_fail(err, HL_ERR_FORMAT, "%s: unknown value type %" PRIu32, where, type);
         kv->type = (gguf_type)type;
-        hl_status st = read_value(r, kv, where, err);
+        st = read_value(r, kv, where, err);
         if (st != HL_OK) return st;
         int64_t prev;
         if (hl_strmap_get(f->key_index, kv->key.ptr, (size_t)klen, &prev))
@@ -282,17 +289,8 @@ static hl_status parse_alignment(gguf_file *f, hl_err *err) {
 
 static hl_status parse_tensor_info(gguf_file *f, reader *r, int64_t i, hl_err *err) {
     gguf_tensor *t = &f->tensors[i];
-    uint64_t nlen;
-    if (!rd_u64(r, &nlen))
-        return hl_fail(err, HL_ERR_FORMAT, "truncated while reading tensor %" PRId64, i);
-    if (nlen > bytes_left(r))
-        return hl_fail(err, HL_ERR_FORMAT,
-                       "tensor %" PRId64 ": name length %" PRIu64
-                       " exceeds the %zu bytes left in the file",
-                       i, nlen, bytes_left(r));
-    t->name.ptr = (const char *)r->base + r->pos;
-    t->name.len = nlen;
-    r->pos += (size_t)nlen;
+    hl_status st = rd_name(r, "tensor", i, &t->name, err);
+    if (st != HL_OK) return st;
     shown name_copy = show(t->name);
     const char *nm = name_copy.s;
     if (!rd_u32(r, &t->n_dims))
@@ -348,11 +346,11 @@ static hl_status parse_tensor_info(gguf_file *f, reader *r, int64_t i, hl_err *e
         return hl_fail(err, HL_ERR_FORMAT, "truncated while reading tensor %" PRId64 " ('%s')",
                        i, nm);
     int64_t prev;
-    if (hl_strmap_get(f->tensor_index, t->name.ptr, (size_t)nlen, &prev))
+    if (hl_strmap_get(f->tensor_index, t->name.ptr, (size_t)t->name.len, &prev))
         return hl_fail(err, HL_ERR_FORMAT,
                        "duplicate tensor name '%s' (tensors %" PRId64 " and %" PRId64 ")", nm,
                        prev, i);
-    if (hl_strmap_put(f->tensor_index, t->name.ptr, (size_t)nlen, i) != HL_OK)
+    if (hl_strmap_put(f->tensor_index, t->name.ptr, (size_t)t->name.len, i) != HL_OK)
         return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     return HL_OK;
 }

@@ -1,6 +1,7 @@
 /*
  * internal.h - the model struct shared by model.c (GGUF loading), llama2c.c (llama2.c
- * checkpoints) and forward.c (evaluation). Not for use outside src/model/.
+ * checkpoints) and forward.c (evaluation). Not for use outside src/model/. The model owns
+ * its file mapping, weight table and tokenizer; model_free() releases them.
  */
 #ifndef HL_MODEL_INTERNAL_H
 #define HL_MODEL_INTERNAL_H

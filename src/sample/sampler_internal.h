@@ -1,6 +1,7 @@
 /*
  * sampler_internal.h - state shared by sampler.c (slots, driver) and sampler_row.c
- * (per-row numeric kernel). Not for use outside src/sample/sampler*.c.
+ * (per-row numeric kernel). Not for use outside src/sample/sampler*.c. The sampler owns
+ * all of it (slots and scratch, allocated by sampler_create, freed by sampler_destroy).
  */
 #ifndef HL_SAMPLE_SAMPLER_INTERNAL_H
 #define HL_SAMPLE_SAMPLER_INTERNAL_H

@@ -333,10 +333,10 @@ enum MHD_Result srv_handle_delete(srv_request *r) {
     return ret;
 }
 
-/* POST /api/blobs/:digest once the body is in (HEAD, bad digests and existing blobs
- * were answered by server.c before the body). */
+/* POST /api/blobs/:digest once the body is in (HEAD and bad digests were answered by
+ * server.c before the body; an existing blob's upload was read and dropped). */
 enum MHD_Result srv_handle_blobs(srv_request *r) {
-    if (!r->blob) return srv_reply_text(r, 200, NULL, "");
+    if (!r->blob) return srv_reply_text(r, 200, NULL, ""); /* existed already */
     hl_err err;
     store_blob_writer *w = r->blob;
     r->blob = NULL;

@@ -405,7 +405,7 @@ static bool first_call(srv_request *r, enum MHD_Result *ret) {
         return true;
     }
     if (r->route->raw_body) {
-        /* Blob uploads: validate, answer HEAD and existing blobs before the body. */
+        /* Blob uploads: validate and answer HEAD before the body. */
         const char *digest = r->path + strlen(r->route->path);
         if (!store_digest_parse(digest, r->blob_digest)) {
             *ret = srv_reply_error(r, 400, "invalid digest format");
@@ -417,10 +417,9 @@ static bool first_call(srv_request *r, enum MHD_Result *ret) {
                           : srv_reply_error(r, 404, "blob \"%s\" not found", digest);
             return true;
         }
-        if (exists) {
-            *ret = srv_reply_text(r, 200, NULL, "");
-            return true;
-        }
+        /* An existing blob is answered 200 by srv_handle_blobs once the body is read:
+         * answering now would close the connection with the upload unread. */
+        if (exists) return false;
         hl_err err;
         if (store_blob_writer_open(r->srv->st, &r->blob, &err) != HL_OK) {
             *ret = srv_reply_error(r, 500, "%s", err.msg);
@@ -463,6 +462,8 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                 *upload_data_size = 0;
                 return srv_reply_error(r, 500, "%s", err.msg);
             }
+        } else if (r->route->raw_body) {
+            /* the blob exists already: the upload is read and dropped */
         } else if (!r->too_large && !append_body(r, upload_data, *upload_data_size)) {
             r->too_large = true;
         }

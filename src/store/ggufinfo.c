@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "tensor/types.h"
 
 const char *ggufinfo_file_type_name(uint32_t ftype) {
@@ -67,13 +68,16 @@ static json_t *json_from_gstr(gguf_str s) {
     char *buf = malloc(s.len * 3 + 1);
     if (!buf) return NULL;
     size_t n = 0;
-    for (uint64_t i = 0; i < s.len; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c < 0x80) {
-            buf[n++] = (char)c;
+    for (size_t i = 0; i < s.len;) {
+        size_t k = hl_utf8_valid_len(p + i, s.len - i);
+        if (k) {
+            memcpy(buf + n, p + i, k);
+            n += k;
+            i += k;
         } else {
             memcpy(buf + n, "\xEF\xBF\xBD", 3);
             n += 3;
+            i++;
         }
     }
     j = json_stringn(buf, n);

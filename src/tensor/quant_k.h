@@ -4,7 +4,8 @@
  * non-imatrix reference quantizers (the per-sub-block scale searches of
  * make_qx_quants, make_q3_quants and make_qkx2_quants, then 6/4/8-bit super-block
  * scale quantization) so a model quantized by hearth has the blocks llama.cpp
- * would write. n is a multiple of QK_K; dst holds n/QK_K blocks.
+ * would write. n is a multiple of QK_K; dst holds n/QK_K blocks. Buffers are the
+ * caller's; nothing allocates.
  */
 #ifndef HL_TENSOR_QUANT_K_H
 #define HL_TENSOR_QUANT_K_H

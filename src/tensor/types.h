@@ -8,7 +8,8 @@
  * declared here with static size asserts so kernels and tests share one layout.
  *
  * hl_dequantize_row()/hl_quantize_row() are the scalar reference (_ref) paths:
- * every SIMD kernel is tested against them.
+ * every SIMD kernel is tested against them. Everything here is a constant table or a
+ * function over caller-owned buffers; nothing allocates.
  */
 #ifndef HL_TENSOR_TYPES_H
 #define HL_TENSOR_TYPES_H

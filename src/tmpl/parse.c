@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "tmpl/internal.h"
 #include "tmpl/tmpl.h"
 
@@ -96,23 +97,6 @@ static int hexval(char c) {
     return -1;
 }
 
-static size_t utf8_put(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    if (cp > 0x10FFFF) cp = 0xFFFD;
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* Decodes a string literal body with python's unicode-escape rules. */
 static char *decode_string(tarena *a, const char *s, size_t n, size_t *out_n) {
     char *o = ta_alloc(a, n + 1);
@@ -146,7 +130,7 @@ static char *decode_string(tarena *a, const char *s, size_t n, size_t *out_n) {
                 int m = 0;
                 while (m < 3 && i < n && s[i] >= '0' && s[i] <= '7') v = v * 8 + (uint32_t)(s[i++] - '0'), m++;
                 i--;
-                k += utf8_put(o + k, v);
+                k += hl_utf8_put(v, o + k);
             } else {
                 o[k++] = '\\';
                 o[k++] = c;
@@ -163,7 +147,7 @@ static char *decode_string(tarena *a, const char *s, size_t n, size_t *out_n) {
                 continue;
             }
             /* the escape never produces more bytes than it took (\xhh: 4 -> <=2) */
-            k += utf8_put(o + k, v);
+            k += hl_utf8_put(v > 0x10FFFF ? 0xFFFD : v, o + k);
         }
     }
     o[k] = 0;

@@ -1,7 +1,8 @@
 /*
  * internal.h - declarations shared between the tokenizer's files (tok.c: vocab,
  * SPM, WPM, special tokens, decoding; bpe.c: byte-level BPE; hf.c: tokenizer.json).
- * Not for use outside src/tok/.
+ * Not for use outside src/tok/. Encoders append to a caller-owned tok_sink; the vocab
+ * (and everything hanging off it) is owned by the tok_vocab and freed with it.
  */
 #ifndef HL_TOK_INTERNAL_H
 #define HL_TOK_INTERNAL_H

@@ -21,6 +21,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tok/pretok.h"
 
+#include "base/utf8.h"
+
 #include <pcre2.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -287,46 +289,6 @@ void tok_pretok_destroy(tok_pretok *p) {
     free(p);
 }
 
-/* ---- UTF-8 ---- */
-
-/* Length of the well-formed UTF-8 sequence at s (at most n bytes), or 0 if it is
- * not one (overlongs, surrogates and code points past U+10FFFF are not). */
-static size_t utf8_valid_len(const unsigned char *s, size_t n) {
-    unsigned char c = s[0];
-    if (c < 0x80) return 1;
-    if (c < 0xC2) return 0;
-    if (c < 0xE0) return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-    if (c < 0xF0) {
-        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-        if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
-        if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
-        return 3;
-    }
-    if (c < 0xF5) {
-        if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-            return 0;
-        if (c == 0xF0 && s[1] < 0x90) return 0; /* overlong */
-        if (c == 0xF4 && s[1] >= 0x90) return 0; /* > U+10FFFF */
-        return 4;
-    }
-    return 0;
-}
-
-/* Offset of the first invalid byte, or len if text is valid UTF-8. */
-static size_t utf8_first_invalid(const unsigned char *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n = utf8_valid_len(s + i, len - i);
-        if (!n) return i;
-        i += n;
-    }
-    return len;
-}
-
 /* ---- splitting ---- */
 
 /* A growing list of piece end offsets (pieces tile the subject). */
@@ -348,7 +310,7 @@ static bool ends_push(ends *e, size_t end) {
 }
 
 static size_t utf8_char_len(const unsigned char *s, size_t n) {
-    size_t k = utf8_valid_len(s, n);
+    size_t k = hl_utf8_valid_len(s, n);
     return k ? k : 1;
 }
 
@@ -415,7 +377,7 @@ hl_status tok_pretok_split(const tok_pretok *p, const char *text, size_t len,
     ends a = {0}, b = {0};
     pcre2_match_data *md = NULL;
 
-    size_t bad = utf8_first_invalid(src, len);
+    size_t bad = hl_utf8_first_invalid(src, len);
     if (bad < len) {
         size_t cap;
         if (__builtin_mul_overflow(len, (size_t)3, &cap) || cap == SIZE_MAX) {
@@ -426,7 +388,7 @@ hl_status tok_pretok_split(const tok_pretok *p, const char *text, size_t len,
         if (!fixed || !orig) goto nomem;
         size_t i = 0, o = 0;
         while (i < len) {
-            size_t n = src[i] < 0x80 ? 1 : utf8_valid_len(src + i, len - i);
+            size_t n = src[i] < 0x80 ? 1 : hl_utf8_valid_len(src + i, len - i);
             if (n) {
                 for (size_t k = 0; k < n; k++) orig[o + k] = i;
                 memcpy(fixed + o, src + i, n);

@@ -5,6 +5,8 @@
  */
 #include "tok/vocab.h"
 
+#include "base/utf8.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -828,27 +830,6 @@ int64_t tok_decode(const tok_vocab *v, const int32_t *ids, size_t n, bool render
 
 /* ------------------------------------------------------------------ streaming */
 
-/* Expected length of a UTF-8 sequence from its first byte; 0 if it cannot start one. */
-static int utf8_seq_len(uint8_t b) {
-    if (b < 0x80) return 1;
-    if (b >= 0xC2 && b <= 0xDF) return 2;
-    if (b >= 0xE0 && b <= 0xEF) return 3;
-    if (b >= 0xF0 && b <= 0xF4) return 4;
-    return 0;
-}
-
-/* Whether c may follow lead at position k (1-based) of a sequence (no overlongs,
- * no surrogates, nothing above U+10FFFF). */
-static bool utf8_cont_ok(uint8_t lead, int k, uint8_t c) {
-    if (k == 1) {
-        if (lead == 0xE0) return c >= 0xA0 && c <= 0xBF;
-        if (lead == 0xED) return c >= 0x80 && c <= 0x9F;
-        if (lead == 0xF0) return c >= 0x90 && c <= 0xBF;
-        if (lead == 0xF4) return c >= 0x80 && c <= 0x8F;
-    }
-    return c >= 0x80 && c <= 0xBF;
-}
-
 void tok_stream_init(tok_stream *s, const tok_vocab *v, bool render_special,
                      bool strip_leading_space) {
     memset(s, 0, sizeof *s);
@@ -877,10 +858,10 @@ int32_t tok_stream_push(tok_stream *s, int32_t id, char *buf, size_t cap) {
     size_t n_hold = 0;
     while (i < total) {
         uint8_t b = AT(i);
-        int k = utf8_seq_len(b);
+        int k = hl_utf8_seq_len(b);
         size_t m = 1;
         if (k > 1)
-            while (m < (size_t)k && i + m < total && utf8_cont_ok(b, (int)m, AT(i + m))) m++;
+            while (m < (size_t)k && i + m < total && hl_utf8_cont_ok(b, (int)m, AT(i + m))) m++;
         if (k >= 1 && m == (size_t)k) {
             if (cap - w < m) return -1;
             for (size_t j = 0; j < m; j++) buf[w++] = (char)AT(i + j);

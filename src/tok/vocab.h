@@ -1,6 +1,8 @@
 /*
  * vocab.h - the tok_vocab struct and helpers shared by tok.c (vocab, loading, special
  * tokens, decoding), spm.c and wpm.c. Private to src/tok/ (bpe.c uses internal.h only).
+ * A tok_vocab owns its entries, text arena, maps and pre-tokenizer; tok_vocab_destroy()
+ * frees them all.
  */
 #ifndef HL_TOK_VOCAB_H
 #define HL_TOK_VOCAB_H

@@ -9,6 +9,8 @@
  */
 #include "tok/vocab.h"
 
+#include "base/utf8.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -60,29 +62,6 @@ static uint32_t first_of_nfd(uint32_t c) {
     utf8proc_ssize_t n = utf8proc_decompose_char((utf8proc_int32_t)c, out, 32,
                                                  UTF8PROC_DECOMPOSE, &last_boundclass);
     return n >= 1 && n <= 32 ? (uint32_t)out[0] : c;
-}
-
-static size_t put_utf8(uint32_t c, char *o) {
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xC0 | (c >> 6));
-        o[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | (c >> 12));
-        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (c >> 18));
-    o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
 }
 
 /* Cuts word (which starts with U+2581) into tokens; unk if it cannot be done. */
@@ -138,10 +117,10 @@ hl_status tok_wpm_encode(const tok_vocab *v, const char *text, size_t len, tok_s
         bool symbol = cat >= UTF8PROC_CATEGORY_SM && cat <= UTF8PROC_CATEGORY_SO;
         if (punct || (c < 0x7F && symbol) || is_chinese_char(c)) {
             FINISH_WORD();
-            wn = put_utf8(lower, word + 3);
+            wn = hl_utf8_put(lower, word + 3);
             FINISH_WORD();
         } else {
-            wn += put_utf8(lower, word + 3 + wn);
+            wn += hl_utf8_put(lower, word + 3 + wn);
         }
     }
     FINISH_WORD();
