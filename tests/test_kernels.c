@@ -219,6 +219,51 @@ TEST(kernels_simd_vec_dot4_equals_vec_dot) {
     CHECK(n_dot4 >= 2);
 }
 
+/* The register-blocked tiles (2 weight rows x 4 tokens) must equal the single-token dot
+ * exactly for every (row, token) pair, with strides other than the row sizes and an
+ * output stride other than the tile width. */
+TEST(kernels_simd_vec_dot_tile_equals_vec_dot) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    int n_tile = 0;
+    static const int blocks[] = {1, 3, 7, 33};
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const hl_type t = g_weight_types[ti];
+        if (!simd.vec_dot_tile[t]) continue;
+        n_tile++;
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        for (int k = 0; k < 4; k++) {
+            const int64_t n = blocks[k] * hl_type_traits_get(t)->block_size;
+            const size_t wr = hl_row_size(t, n) + 6, xr = hl_row_size(vdt, n) + 4;
+            uint8_t *w = malloc(KERN_TILE_ROWS * wr);
+            uint8_t *xq = malloc(KERN_TILE_TOKS * xr);
+            float *x = malloc((size_t)n * sizeof *x);
+            for (int r = 0; r < KERN_TILE_ROWS; r++) random_weights(t, w + r * wr, n);
+            for (int tok = 0; tok < KERN_TILE_TOKS; tok++) {
+                for (int64_t i = 0; i < n; i++) x[i] = frand() * (float)(tok + 1);
+                hl_quantize_row(vdt, x, xq + tok * xr, n);
+            }
+            const size_t os = KERN_TILE_ROWS + 3;
+            float out[KERN_TILE_TOKS * (KERN_TILE_ROWS + 3)];
+            for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) out[i] = -1234.5f;
+            simd.vec_dot_tile[t](n, w, wr, xq, xr, out, os);
+            for (int tok = 0; tok < KERN_TILE_TOKS; tok++) {
+                for (int r = 0; r < KERN_TILE_ROWS; r++)
+                    CHECK_MSG(out[tok * os + r] == simd.vec_dot[t](n, w + r * wr, xq + tok * xr),
+                              "%s n=%lld row %d tok %d: %g vs %g", hl_type_name(t), (long long)n,
+                              r, tok, out[tok * os + r],
+                              simd.vec_dot[t](n, w + r * wr, xq + tok * xr));
+                for (size_t r = KERN_TILE_ROWS; r < os; r++) CHECK(out[tok * os + r] == -1234.5f);
+            }
+            free(w);
+            free(xq);
+            free(x);
+        }
+    }
+    CHECK_EQ_INT(n_tile, 4); /* q4_0, q8_0, q4_K, q6_K */
+}
+
 /* The SIMD exp (softmax, swiglu) against expf over the whole float range, and the
  * other small ops against the reference, on lengths with tails. */
 TEST(kernels_simd_small_ops_match_ref) {
@@ -305,7 +350,7 @@ TEST(kernels_simd_quantize_matches_ref) {
 /* matmul == the vec_dot of every (row, token) pair, bit for bit, for any thread
  * count and token tiling; and close to the float product. */
 TEST(kernels_matmul_matches_naive) {
-    static const int toks[] = {1, 3, 8, 17};
+    static const int toks[] = {1, 3, 6, 8, 17, 23};
     static const int threads[] = {1, 3};
     const int64_t n_rows = 37, n_cols = 512;
     for (int th = 0; th < 2; th++) {
@@ -318,7 +363,7 @@ TEST(kernels_matmul_matches_naive) {
             const size_t rb = hl_row_size(t, n_cols);
             uint8_t *w = malloc(rb * (size_t)n_rows);
             for (int64_t r = 0; r < n_rows; r++) random_weights(t, w + r * rb, n_cols);
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < 6; k++) {
                 const int64_t nt = toks[k];
                 float *x = malloc((size_t)(nt * n_cols) * sizeof *x);
                 float *out = malloc((size_t)(nt * n_rows) * sizeof *out);

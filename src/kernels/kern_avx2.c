@@ -199,6 +199,54 @@ static void dot4_q8_0(int64_t n, const void *row, const void *vec, size_t stride
     q8_0_rows(n, row, vec, stride, 4, out);
 }
 
+/* ---- register-blocked prefill tiles (KERN_TILE_ROWS x KERN_TILE_TOKS) ---------------
+ * Per (row, token) pair the arithmetic is exactly that of the dots above (same int32
+ * lanes, same float scale product, same fma chain over blocks, same final hsum), so a
+ * tile's outputs equal vec_dot bit for bit; what changes is that the 8 accumulators stay
+ * in registers and each loaded block serves the whole tile. */
+#define UNROLL _Pragma("GCC unroll 8")
+
+static inline __m256i q8_0_block_quants(const block_q8_0 *b) { return load256(b->qs); }
+static inline __m256i q4_0_block_quants(const block_q4_0 *b) {
+    return _mm256_sub_epi8(unpack_nibbles(b->qs), _mm256_set1_epi8(8));
+}
+
+#define BLOCK32_TILE(NAME, WBLOCK, QUANTS)                                                         \
+    static void NAME(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride,    \
+                     float *out, size_t out_stride) {                                              \
+        const WBLOCK *x0 = w;                                                                      \
+        const WBLOCK *x1 = (const WBLOCK *)((const uint8_t *)w + w_stride);                        \
+        const uint8_t *v = vec;                                                                    \
+        const __m256i ones = _mm256_set1_epi16(1);                                                 \
+        __m256 acc0[4], acc1[4];                                                                   \
+        UNROLL for (int t = 0; t < 4; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();               \
+        for (int64_t i = 0; i < n / 32; i++) {                                                     \
+            const __m256i q0 = QUANTS(&x0[i]), q1 = QUANTS(&x1[i]);                                \
+            const __m256i a0 = _mm256_sign_epi8(q0, q0), a1 = _mm256_sign_epi8(q1, q1);            \
+            const float d0 = fp16_to_f32(x0[i].d), d1 = fp16_to_f32(x1[i].d);                      \
+            UNROLL for (int t = 0; t < 4; t++) {                                                   \
+                const block_q8_0 *y = (const block_q8_0 *)(v + (size_t)t * stride) + i;            \
+                const __m256i yv = load256(y->qs);                                                 \
+                const float dy = fp16_to_f32(y->d);                                                \
+                const __m256i p0 = _mm256_madd_epi16(                                              \
+                    _mm256_maddubs_epi16(a0, _mm256_sign_epi8(yv, q0)), ones);                     \
+                const __m256i p1 = _mm256_madd_epi16(                                              \
+                    _mm256_maddubs_epi16(a1, _mm256_sign_epi8(yv, q1)), ones);                     \
+                acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dy), _mm256_cvtepi32_ps(p0),         \
+                                          acc0[t]);                                                \
+                acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * dy), _mm256_cvtepi32_ps(p1),         \
+                                          acc1[t]);                                                \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int t = 0; t < 4; t++) {                                                       \
+            out[(size_t)t * out_stride] = hsum_ps(acc0[t]);                                        \
+            out[(size_t)t * out_stride + 1] = hsum_ps(acc1[t]);                                    \
+        }                                                                                          \
+    }
+
+BLOCK32_TILE(tile_q8_0, block_q8_0, q8_0_block_quants)
+BLOCK32_TILE(tile_q4_0, block_q4_0, q4_0_block_quants)
+
 /* ---- K-quants against Q8_K ---------------------------------------------------------- */
 
 /* Q2_K: 2-bit quants; per 16 elements a 4-bit scale (low nibble) and 4-bit min
@@ -359,6 +407,84 @@ static void dot4_q4_K(int64_t n, const void *row, const void *vec, size_t stride
     q4_K_rows(n, row, vec, stride, 4, out);
 }
 
+/* sums of 8 int32 lanes of four vectors: {sum(a), sum(b), sum(c), sum(d)} (exact) */
+static inline __m128i hsum4_epi32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* 2 rows x 4 tokens of q4_K_rows. The min term is computed for the 4 tokens at once: the
+ * integer sums exactly, then (y.d * dmin) * summ and the running sum as 4-lane float ops,
+ * which round each lane as the scalar code does. */
+static void tile_q4_K(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride,
+                      float *out, size_t out_stride) {
+    const block_q4_K *xr[2] = {w, (const block_q4_K *)((const uint8_t *)w + w_stride)};
+    const uint8_t *v = vec;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[2][4];
+    __m128 acc_min[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+    UNROLL for (int t = 0; t < 4; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[4];
+        UNROLL for (int t = 0; t < 4; t++) y[t] = (const block_q8_K *)(v + (size_t)t * stride) + i;
+        const __m128 yd = _mm_setr_ps(y[0]->d, y[1]->d, y[2]->d, y[3]->d);
+        __m256i sc16[2];
+        float dx[2];
+        UNROLL for (int r = 0; r < 2; r++) {
+            const block_q4_K *x = &xr[r][i];
+            uint8_t sc[8], mn[8];
+            q4_K_scales_mins(x->scales, sc, mn);
+            dx[r] = fp16_to_f32(x->d);
+            uint64_t sc8, mn8;
+            memcpy(&sc8, sc, 8);
+            memcpy(&mn8, mn, 8);
+            sc16[r] = _mm256_broadcastsi128_si256(
+                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+            const __m128i mnb = _mm_cvtsi64_si128((long long)mn8);
+            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
+            const __m128i summ = hsum4_epi32(_mm256_madd_epi16(load256(y[0]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[1]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[2]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[3]->bsums), mins16));
+            const __m128 dmin = _mm_mul_ps(yd, _mm_set1_ps(fp16_to_f32(x->dmin)));
+            acc_min[r] = _mm_add_ps(acc_min[r], _mm_mul_ps(dmin, _mm_cvtepi32_ps(summ)));
+        }
+        __m256i sumi[2][4];
+        UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm256_setzero_si256();
+        UNROLL for (int j = 0; j < 4; j++) {
+            __m256i lo[2], hi[2], s0[2], s1[2];
+            UNROLL for (int r = 0; r < 2; r++) {
+                const __m256i q4 = load256(xr[r][i].qs + 32 * j);
+                lo[r] = _mm256_and_si256(q4, low4);
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
+                s0[r] = _mm256_shuffle_epi8(sc16[r], _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
+                s1[r] = _mm256_shuffle_epi8(sc16[r], _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
+            }
+            UNROLL for (int t = 0; t < 4; t++) {
+                const __m256i y0 = load256(y[t]->qs + 64 * j);
+                const __m256i y1 = load256(y[t]->qs + 64 * j + 32);
+                UNROLL for (int r = 0; r < 2; r++) {
+                    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], y0), s0[r]);
+                    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], y1), s1[r]);
+                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_add_epi32(p0, p1));
+                }
+            }
+        }
+        UNROLL for (int t = 0; t < 4; t++) {
+            UNROLL for (int r = 0; r < 2; r++)
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx[r]),
+                                            _mm256_cvtepi32_ps(sumi[r][t]), acc[r][t]);
+        }
+    }
+    float mins[2][4];
+    _mm_storeu_ps(mins[0], acc_min[0]);
+    _mm_storeu_ps(mins[1], acc_min[1]);
+    UNROLL for (int t = 0; t < 4; t++) {
+        out[(size_t)t * out_stride] = hsum_ps(acc[0][t]) - mins[0][t];
+        out[(size_t)t * out_stride + 1] = hsum_ps(acc[1][t]) - mins[1][t];
+    }
+}
+
 /* Q5_K: Q4_K plus a 5th bit per element: bit 2j / 2j+1 of qh[l] for sub-blocks 2j / 2j+1. */
 static float dot_q5_K(int64_t n, const void *row, const void *vec) {
     const block_q5_K *x = row;
@@ -460,6 +586,61 @@ static float dot_q6_K(int64_t n, const void *row, const void *vec) {
 
 static void dot4_q6_K(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
     q6_K_rows(n, row, vec, stride, 4, out);
+}
+
+/* 2 rows x 4 tokens of q6_K_rows; the bias term maddubs(32, y) depends on the token
+ * only, so the two rows share it. */
+static void tile_q6_K(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride,
+                      float *out, size_t out_stride) {
+    const block_q6_K *xr[2] = {w, (const block_q6_K *)((const uint8_t *)w + w_stride)};
+    const uint8_t *v = vec;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
+    const __m256i m32 = _mm256_set1_epi8(32);
+    __m256 acc[2][4];
+    UNROLL for (int t = 0; t < 4; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[4];
+        UNROLL for (int t = 0; t < 4; t++) y[t] = (const block_q8_K *)(v + (size_t)t * stride) + i;
+        __m256i sumi[2][4];
+        UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            UNROLL for (int g = 0; g < 4; g++) {
+                __m256i q[2], scale[2];
+                UNROLL for (int r = 0; r < 2; r++) {
+                    const block_q6_K *x = &xr[r][i];
+                    const __m256i ql = load256(x->ql + 64 * half + 32 * (g & 1));
+                    const __m256i qh = load256(x->qh + 32 * half);
+                    const __m256i l = g < 2 ? ql : _mm256_srli_epi16(ql, 4);
+                    q[r] = _mm256_or_si256(
+                        _mm256_and_si256(l, low4),
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), two), 4));
+                    const int8_t *sc = x->scales + 8 * half;
+                    scale[r] =
+                        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])),
+                                                _mm_set1_epi16(sc[2 * g + 1]), 1);
+                }
+                UNROLL for (int t = 0; t < 4; t++) {
+                    const __m256i yv = load256(y[t]->qs + 128 * half + 32 * g);
+                    const __m256i bias = _mm256_maddubs_epi16(m32, yv);
+                    UNROLL for (int r = 0; r < 2; r++) {
+                        const __m256i p16 =
+                            _mm256_sub_epi16(_mm256_maddubs_epi16(q[r], yv), bias);
+                        sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(p16, scale[r]));
+                    }
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < 2; r++) {
+            const float dx = fp16_to_f32(xr[r][i].d);
+            UNROLL for (int t = 0; t < 4; t++)
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx),
+                                            _mm256_cvtepi32_ps(sumi[r][t]), acc[r][t]);
+        }
+    }
+    UNROLL for (int t = 0; t < 4; t++) {
+        out[(size_t)t * out_stride] = hsum_ps(acc[0][t]);
+        out[(size_t)t * out_stride + 1] = hsum_ps(acc[1][t]);
+    }
 }
 
 /* ---- activation quantizer --------------------------------------------------------- */
@@ -669,6 +850,10 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot4[HL_TYPE_Q8_0] = dot4_q8_0;
     t->vec_dot4[HL_TYPE_Q4_K] = dot4_q4_K;
     t->vec_dot4[HL_TYPE_Q6_K] = dot4_q6_K;
+    t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0;
+    t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0;
+    t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K;
+    t->vec_dot_tile[HL_TYPE_Q6_K] = tile_q6_K;
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
     t->quantize[HL_TYPE_Q8_K] = quantize_q8_K;
     t->sum_squares = sum_squares;

@@ -22,6 +22,14 @@ typedef float (*kern_vec_dot_fn)(int64_t n, const void *row, const void *vec);
  * equal vec_dot(n, row, vec + t*stride) exactly. Optional (NULL: matmul loops). */
 typedef void (*kern_vec_dot4_fn)(int64_t n, const void *row, const void *vec, size_t stride,
                                  float *out);
+/* Register-blocked prefill tile: KERN_TILE_ROWS weight rows (w_stride bytes apart) times
+ * KERN_TILE_TOKS activation rows (stride bytes apart); out[t*out_stride + r] must equal
+ * vec_dot(n, row r, token t) exactly. Each weight block is unpacked once for all the
+ * tile's tokens and each activation block loaded once for all its rows, with the
+ * accumulators in registers. Optional (NULL: dot4 / vec_dot). */
+enum { KERN_TILE_ROWS = 2, KERN_TILE_TOKS = 4 };
+typedef void (*kern_vec_dot_tile_fn)(int64_t n, const void *w, size_t w_stride, const void *vec,
+                                     size_t stride, float *out, size_t out_stride);
 /* Converts n f32 activations to a row of the table slot's type. */
 typedef void (*kern_quantize_fn)(const float *x, void *dst, int64_t n);
 
@@ -29,6 +37,7 @@ typedef struct kern_table {
     const char *name;
     kern_vec_dot_fn vec_dot[HL_TYPE_COUNT];   /* by weight type */
     kern_vec_dot4_fn vec_dot4[HL_TYPE_COUNT]; /* by weight type, optional */
+    kern_vec_dot_tile_fn vec_dot_tile[HL_TYPE_COUNT]; /* by weight type, optional */
     kern_quantize_fn quantize[HL_TYPE_COUNT]; /* by vec_dot_type */
     /* small f32 ops */
     float (*sum_squares)(const float *x, int64_t n);

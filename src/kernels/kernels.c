@@ -74,6 +74,7 @@ size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok) {
 typedef struct matmul_job {
     kern_vec_dot_fn dot;
     kern_vec_dot4_fn dot4; /* NULL if the variant has none for this type */
+    kern_vec_dot_tile_fn tile; /* NULL if the variant has none for this type */
     kern_quantize_fn quantize;
     const uint8_t *w;
     size_t w_row_bytes;
@@ -101,24 +102,37 @@ static void quantize_worker(void *ctx, int ith, int nth) {
                     j->n_cols);
 }
 
+/* One row against tokens [t0, t1): 4 at a time through dot4 where there is one. */
+static void matmul_row(const matmul_job *j, int64_t r, int64_t t0, int64_t t1) {
+    const uint8_t *row = j->w + (size_t)r * j->w_row_bytes;
+    int64_t t = t0;
+    if (j->dot4) {
+        for (; t + 4 <= t1; t += 4) {
+            float o[4];
+            j->dot4(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes, o);
+            for (int k = 0; k < 4; k++) j->out[(t + k) * j->n_rows + r] = o[k];
+        }
+    }
+    for (; t < t1; t++)
+        j->out[t * j->n_rows + r] = j->dot(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes);
+}
+
 static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += KERN_TOK_TILE) {
         const int64_t t1 = t0 + KERN_TOK_TILE < j->n_tok ? t0 + KERN_TOK_TILE : j->n_tok;
-        for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *row = j->w + (size_t)r * j->w_row_bytes;
-            int64_t t = t0;
-            if (j->dot4) {
-                for (; t + 4 <= t1; t += 4) {
-                    float o[4];
-                    j->dot4(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes,
-                            o);
-                    for (int k = 0; k < 4; k++) j->out[(t + k) * j->n_rows + r] = o[k];
-                }
+        int64_t r = r0;
+        /* perf: register tiles of KERN_TILE_ROWS x KERN_TILE_TOKS, then the leftovers */
+        const int64_t t_tiles = j->tile ? t0 + (t1 - t0) / KERN_TILE_TOKS * KERN_TILE_TOKS : t0;
+        if (t_tiles > t0) {
+            for (; r + KERN_TILE_ROWS <= r1; r += KERN_TILE_ROWS) {
+                const uint8_t *w = j->w + (size_t)r * j->w_row_bytes;
+                for (int64_t t = t0; t < t_tiles; t += KERN_TILE_TOKS)
+                    j->tile(j->n_cols, w, j->w_row_bytes, j->xq + (size_t)t * j->xq_row_bytes,
+                            j->xq_row_bytes, j->out + t * j->n_rows + r, (size_t)j->n_rows);
+                for (int64_t rr = r; rr < r + KERN_TILE_ROWS; rr++) matmul_row(j, rr, t_tiles, t1);
             }
-            for (; t < t1; t++)
-                j->out[t * j->n_rows + r] =
-                    j->dot(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes);
         }
+        for (; r < r1; r++) matmul_row(j, r, t0, t1);
     }
 }
 
@@ -135,6 +149,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
     matmul_job j = {
         .dot = tab->vec_dot[it->type],
         .dot4 = tab->vec_dot4[it->type],
+        .tile = tab->vec_dot_tile[it->type],
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
         .w_row_bytes = hl_row_size(it->type, n_cols),
