@@ -136,7 +136,11 @@ TEST(kernels_vec_dot_close_to_float_dot) {
 
 TEST(kernels_variant_selection) {
     CHECK_STR(kern_choose_variant("ref"), "ref");
-    CHECK_STR(kern_choose_variant(NULL), kern_cpu_has_avx2() ? "avx2" : "ref");
+    CHECK_STR(kern_choose_variant(NULL), !kern_cpu_has_avx2()     ? "ref"
+                                         : kern_cpu_has_avx_vnni() ? "avx2-vnni"
+                                                                   : "avx2");
+    CHECK_STR(kern_choose_variant("avx2"), kern_cpu_has_avx2() ? "avx2" : "ref");
+    CHECK(!kern_cpu_has_avx_vnni() || kern_cpu_has_avx2());
     const char *env = getenv("HEARTH_CPU");
     CHECK_STR(kern_variant(), kern_choose_variant(env));
     for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++)
@@ -222,16 +226,13 @@ TEST(kernels_simd_vec_dot4_equals_vec_dot) {
 /* The register-blocked tiles (2 weight rows x 4 tokens) must equal the single-token dot
  * exactly for every (row, token) pair, with strides other than the row sizes and an
  * output stride other than the tile width. */
-TEST(kernels_simd_vec_dot_tile_equals_vec_dot) {
-    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
-    kern_table simd = *kern_table_ref();
-    kern_avx2_fill(&simd);
-    int n_tile = 0;
+static void check_tiles(const kern_table *simd, int *n_tile) {
+    *n_tile = 0;
     static const int blocks[] = {1, 3, 7, 33};
     for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
         const hl_type t = g_weight_types[ti];
-        if (!simd.vec_dot_tile[t]) continue;
-        n_tile++;
+        if (!simd->vec_dot_tile[t]) continue;
+        (*n_tile)++;
         const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
         for (int k = 0; k < 4; k++) {
             const int64_t n = blocks[k] * hl_type_traits_get(t)->block_size;
@@ -247,13 +248,14 @@ TEST(kernels_simd_vec_dot_tile_equals_vec_dot) {
             const size_t os = KERN_TILE_ROWS + 3;
             float out[KERN_TILE_TOKS * (KERN_TILE_ROWS + 3)];
             for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) out[i] = -1234.5f;
-            simd.vec_dot_tile[t](n, w, wr, xq, xr, out, os);
+            simd->vec_dot_tile[t](n, w, wr, xq, xr, out, os);
             for (int tok = 0; tok < KERN_TILE_TOKS; tok++) {
-                for (int r = 0; r < KERN_TILE_ROWS; r++)
-                    CHECK_MSG(out[tok * os + r] == simd.vec_dot[t](n, w + r * wr, xq + tok * xr),
-                              "%s n=%lld row %d tok %d: %g vs %g", hl_type_name(t), (long long)n,
-                              r, tok, out[tok * os + r],
-                              simd.vec_dot[t](n, w + r * wr, xq + tok * xr));
+                for (int r = 0; r < KERN_TILE_ROWS; r++) {
+                    const float want = simd->vec_dot[t](n, w + r * wr, xq + tok * xr);
+                    CHECK_MSG(out[tok * os + r] == want, "%s %s n=%lld row %d tok %d: %g vs %g",
+                              simd->name, hl_type_name(t), (long long)n, r, tok, out[tok * os + r],
+                              want);
+                }
                 for (size_t r = KERN_TILE_ROWS; r < os; r++) CHECK(out[tok * os + r] == -1234.5f);
             }
             free(w);
@@ -261,7 +263,24 @@ TEST(kernels_simd_vec_dot_tile_equals_vec_dot) {
             free(x);
         }
     }
+}
+
+/* The register-blocked tiles (2 weight rows x 4 tokens) must equal the single-token dot
+ * exactly for every (row, token) pair, with strides other than the row sizes and an
+ * output stride other than the tile width; the AVX-VNNI tiles too, where the CPU has
+ * them. */
+TEST(kernels_simd_vec_dot_tile_equals_vec_dot) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    int n_tile;
+    check_tiles(&simd, &n_tile);
     CHECK_EQ_INT(n_tile, 4); /* q4_0, q8_0, q4_K, q6_K */
+    if (!kern_cpu_has_avx_vnni()) SKIP("CPU has no AVX-VNNI: only the AVX2 tiles were tested");
+    kern_avx_vnni_fill(&simd);
+    CHECK_STR(simd.name, "avx2-vnni");
+    check_tiles(&simd, &n_tile);
+    CHECK_EQ_INT(n_tile, 4);
 }
 
 /* The SIMD exp (softmax, swiglu) against expf over the whole float range, and the

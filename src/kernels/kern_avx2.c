@@ -247,6 +247,57 @@ static inline __m256i q4_0_block_quants(const block_q4_0 *b) {
 BLOCK32_TILE(tile_q8_0, block_q8_0, q8_0_block_quants)
 BLOCK32_TILE(tile_q4_0, block_q4_0, q4_0_block_quants)
 
+/* AVX-VNNI variant (run time choice, kern_cpu_has_avx_vnni()): vpdpbusd multiplies
+ * unsigned by signed bytes and sums each 4 into an int32 lane without saturating, so
+ * with u = y + 128 (y xor 0x80) and the weights signed, lane = sum(x*y) + 128*sum(x).
+ * Starting the lane at -128*sum(x) (once per weight block) leaves exactly the int32 lanes
+ * of madd(maddubs(|x|, sign(y, x)), 1): results stay bit-identical to the dots above,
+ * with one instruction per pair where the AVX2 path needs three. The 8 scale products
+ * of a block come from one vector multiply (lane-wise the same float product as the
+ * scalar dx * dy) and are broadcast from memory. */
+#define VNNI_FN static __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define BLOCK32_TILE_VNNI(NAME, WBLOCK, QUANTS)                                                    \
+    VNNI_FN void NAME(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride,   \
+                      float *out, size_t out_stride) {                                             \
+        const WBLOCK *x0 = w;                                                                      \
+        const WBLOCK *x1 = (const WBLOCK *)((const uint8_t *)w + w_stride);                        \
+        const block_q8_0 *y[4];                                                                    \
+        UNROLL for (int t = 0; t < 4; t++)                                                         \
+            y[t] = (const block_q8_0 *)((const uint8_t *)vec + (size_t)t * stride);                \
+        const __m256i k80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();          \
+        __m256 acc0[4], acc1[4];                                                                   \
+        _Alignas(32) float dd[8]; /* dx[r] * dy[t] at 4r + t */                                    \
+        UNROLL for (int t = 0; t < 4; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();               \
+        for (int64_t i = 0; i < n / 32; i++) {                                                     \
+            const __m128 dy = _mm_cvtph_ps(_mm_setr_epi16((short)y[0][i].d, (short)y[1][i].d,      \
+                                                          (short)y[2][i].d, (short)y[3][i].d, 0,   \
+                                                          0, 0, 0));                               \
+            const __m128i dxh = _mm_setr_epi16((short)x0[i].d, (short)x0[i].d, (short)x0[i].d,     \
+                                               (short)x0[i].d, (short)x1[i].d, (short)x1[i].d,     \
+                                               (short)x1[i].d, (short)x1[i].d);                    \
+            _mm256_store_ps(dd, _mm256_mul_ps(_mm256_cvtph_ps(dxh), _mm256_set_m128(dy, dy)));     \
+            const __m256i q0 = QUANTS(&x0[i]), q1 = QUANTS(&x1[i]);                                \
+            const __m256i c0 = _mm256_sub_epi32(zero, _mm256_dpbusd_avx_epi32(zero, k80, q0));     \
+            const __m256i c1 = _mm256_sub_epi32(zero, _mm256_dpbusd_avx_epi32(zero, k80, q1));     \
+            UNROLL for (int t = 0; t < 4; t++) {                                                   \
+                const __m256i u = _mm256_xor_si256(load256(y[t][i].qs), k80);                      \
+                const __m256i p0 = _mm256_dpbusd_avx_epi32(c0, u, q0);                             \
+                const __m256i p1 = _mm256_dpbusd_avx_epi32(c1, u, q1);                             \
+                acc0[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[t]), _mm256_cvtepi32_ps(p0),     \
+                                          acc0[t]);                                                \
+                acc1[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[4 + t]),                         \
+                                          _mm256_cvtepi32_ps(p1), acc1[t]);                        \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int t = 0; t < 4; t++) {                                                       \
+            out[(size_t)t * out_stride] = hsum_ps(acc0[t]);                                        \
+            out[(size_t)t * out_stride + 1] = hsum_ps(acc1[t]);                                    \
+        }                                                                                          \
+    }
+
+BLOCK32_TILE_VNNI(tile_q8_0_vnni, block_q8_0, q8_0_block_quants)
+BLOCK32_TILE_VNNI(tile_q4_0_vnni, block_q4_0, q4_0_block_quants)
+
 /* ---- K-quants against Q8_K ---------------------------------------------------------- */
 
 /* Q2_K: 2-bit quants; per 16 elements a 4-bit scale (low nibble) and 4-bit min
@@ -860,4 +911,10 @@ void kern_avx2_fill(kern_table *t) {
     t->exp_shift_sum = exp_shift_sum;
     t->swiglu = swiglu;
     t->axpy = axpy;
+}
+
+void kern_avx_vnni_fill(kern_table *t) {
+    t->name = "avx2-vnni";
+    t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_vnni;
+    t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_vnni;
 }

@@ -50,11 +50,17 @@ const kern_table *kern_table_ref(void);
 /* The table kern_init() chose (ref or avx2). */
 const kern_table *kern_table_active(void);
 
-/* The variant kern_init() picks for a HEARTH_CPU value (NULL: unset): "ref" or "avx2". */
+/* The variant kern_init() picks for a HEARTH_CPU value (NULL: unset): "ref", "avx2", or
+ * "avx2-vnni" (AVX2 plus the AVX-VNNI prefill tiles; HEARTH_CPU=avx2 leaves them out). */
 const char *kern_choose_variant(const char *hearth_cpu);
 /* True if this CPU runs the AVX2 variants (avx2 + fma + f16c). */
 bool kern_cpu_has_avx2(void);
 /* Overrides t's entries with the AVX2 ones. Call only if kern_cpu_has_avx2(). */
 void kern_avx2_fill(kern_table *t);
+/* True if this CPU also has AVX-VNNI (vpdpbusd on ymm, CPUID.(7,1):EAX[4]). */
+bool kern_cpu_has_avx_vnni(void);
+/* Overrides t's Q8_0/Q4_0 tiles with AVX-VNNI ones, after kern_avx2_fill(). Results are
+ * bit-identical to the AVX2 tiles. Call only if kern_cpu_has_avx_vnni(). */
+void kern_avx_vnni_fill(kern_table *t);
 
 #endif

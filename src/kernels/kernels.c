@@ -2,7 +2,8 @@
  * kernels.c - kernel selection (kern_init) and matmul.
  *
  * kern_init() picks the AVX2 table when the CPU has avx2+fma+f16c, unless
- * HEARTH_CPU=ref. kern_matmul() quantizes the activations once into the caller's
+ * HEARTH_CPU=ref, plus the AVX-VNNI prefill tiles when the CPU has them, unless
+ * HEARTH_CPU=avx2. kern_matmul() quantizes the activations once into the caller's
  * scratch, then splits weight rows across the pool. With several tokens (prefill)
  * each thread walks its rows once per tile of KERN_TOK_TILE tokens, so a weight row
  * comes from memory once per tile and from L1 for the other tokens of the tile.
@@ -40,14 +41,27 @@ bool kern_cpu_has_avx2(void) {
 #endif
 }
 
+bool kern_cpu_has_avx_vnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    return kern_cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+#else
+    return false;
+#endif
+}
+
 const char *kern_choose_variant(const char *hearth_cpu) {
     if (hearth_cpu && strcmp(hearth_cpu, "ref") == 0) return "ref";
-    return kern_cpu_has_avx2() ? "avx2" : "ref";
+    if (!kern_cpu_has_avx2()) return "ref";
+    if (hearth_cpu && strcmp(hearth_cpu, "avx2") == 0) return "avx2";
+    return kern_cpu_has_avx_vnni() ? "avx2-vnni" : "avx2";
 }
 
 static void init_once(void) {
     g_active = *kern_table_ref();
-    if (strcmp(kern_choose_variant(getenv("HEARTH_CPU")), "avx2") == 0) kern_avx2_fill(&g_active);
+    const char *v = kern_choose_variant(getenv("HEARTH_CPU"));
+    if (strncmp(v, "avx2", 4) == 0) kern_avx2_fill(&g_active);
+    if (strcmp(v, "avx2-vnni") == 0) kern_avx_vnni_fill(&g_active);
 }
 
 void kern_init(void) { pthread_once(&g_once, init_once); }

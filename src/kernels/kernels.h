@@ -4,7 +4,8 @@
  *
  * Each kernel has a scalar reference (_ref, always built, never removed) and may
  * have SIMD variants chosen once at run time (kern_init(), __builtin_cpu_supports).
- * HEARTH_CPU=ref forces the reference path, for tests and comparisons.
+ * HEARTH_CPU=ref forces the reference path, for tests and comparisons; HEARTH_CPU=avx2
+ * leaves out the AVX-VNNI prefill tiles ("avx2-vnni") on CPUs that have them.
  *
  * Matmul: W is n_rows x n_cols of a weight type, row-major, each row hl_row_size()
  * bytes; x is n_tok x n_cols f32; out is n_tok x n_rows f32 (out[t*n_rows + r] =
