@@ -369,7 +369,7 @@ TEST(kernels_simd_quantize_matches_ref) {
 /* matmul == the vec_dot of every (row, token) pair, bit for bit, for any thread
  * count and token tiling; and close to the float product. */
 TEST(kernels_matmul_matches_naive) {
-    static const int toks[] = {1, 3, 6, 8, 17, 23};
+    static const int toks[] = {1, 3, 6, 8, 17, 23, 70}; /* 70: two token blocks */
     static const int threads[] = {1, 3};
     const int64_t n_rows = 37, n_cols = 512;
     for (int th = 0; th < 2; th++) {
@@ -382,7 +382,7 @@ TEST(kernels_matmul_matches_naive) {
             const size_t rb = hl_row_size(t, n_cols);
             uint8_t *w = malloc(rb * (size_t)n_rows);
             for (int64_t r = 0; r < n_rows; r++) random_weights(t, w + r * rb, n_cols);
-            for (int k = 0; k < 6; k++) {
+            for (int k = 0; k < 7; k++) {
                 const int64_t nt = toks[k];
                 float *x = malloc((size_t)(nt * n_cols) * sizeof *x);
                 float *out = malloc((size_t)(nt * n_rows) * sizeof *out);

@@ -11,13 +11,13 @@
  * bytes; x is n_tok x n_cols f32; out is n_tok x n_rows f32 (out[t*n_rows + r] =
  * dot(W[r], x[t])). Activations are first converted to the weight type's
  * vec_dot_type in caller-provided scratch (kern_matmul_scratch_size() bytes), so the
- * hot path never allocates. Work is split across the pool by rows.
+ * hot path never allocates. The pool threads claim chunks of rows x tokens dynamically.
  *
  * Activation types (vec_dot_type): Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K
  * for the K-quants, F32 for F32/F16/BF16 (no scratch needed). n_cols must be a
  * multiple of the weight type's block size. Results for a token do not depend on
- * n_tok or the thread count (prefill and decode agree bit for bit). The AVX2 integer
- * dots assume quants in [-127, 127], as every ggml/hearth quantizer writes them.
+ * n_tok, the thread count or how the work is chunked (prefill and decode agree bit for
+ * bit). The AVX2 integer dots assume quants in [-127, 127], as every ggml/hearth quantizer writes them.
  * Variants live in kern_ref.c and kern_avx2.c; kern_internal.h has the table.
  */
 #ifndef HL_KERNELS_H
