@@ -15,6 +15,7 @@
 #include "model/internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -297,6 +298,7 @@ typedef struct attn_job {
     const model_ctx *c;
     const kv_blocks *kv;
     int32_t layer, p0, n_tok;
+    _Atomic int64_t next_chunk; /* perf: see attn_worker */
 } attn_job;
 
 static void attn_one(const attn_job *j, int32_t t, int32_t h) {
@@ -336,12 +338,23 @@ static void attn_one(const attn_job *j, int32_t t, int32_t h) {
     for (int32_t d = 0; d < hdv; d++) out[d] *= inv;
 }
 
+/* perf: threads claim chunks (one token x the query heads of one KV head) from a counter,
+ * latest token first: causal rows grow with the position, so a static split gave the
+ * thread with the late tokens 3/4 of a prefill's work, and a descheduled thread no
+ * longer holds up the others. Each (token, head) is computed alike in any order. */
 static void attn_worker(void *ctx, int ith, int nth) {
-    const attn_job *j = ctx;
-    const int32_t n_head = j->c->m->hp.n_head;
-    const int64_t total = (int64_t)j->n_tok * n_head;
-    const int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth;
-    for (int64_t i = lo; i < hi; i++) attn_one(j, (int32_t)(i / n_head), (int32_t)(i % n_head));
+    attn_job *j = ctx;
+    (void)ith;
+    (void)nth;
+    const int32_t n_head = j->c->m->hp.n_head, group = n_head / j->c->m->hp.n_head_kv;
+    const int64_t per_tok = n_head / group, n_chunks = (int64_t)j->n_tok * per_tok;
+    for (;;) {
+        const int64_t c = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed);
+        if (c >= n_chunks) break;
+        const int64_t i = n_chunks - 1 - c;
+        const int32_t t = (int32_t)(i / per_tok), h0 = (int32_t)(i % per_tok) * group;
+        for (int32_t h = h0; h < h0 + group; h++) attn_one(j, t, h);
+    }
 }
 
 /* Writes the batch's (already rotated) keys and values into the cache at p0... */
@@ -386,7 +399,7 @@ static void forward_chunk(model_ctx *c, kv_blocks *kv, const int32_t *tokens, in
         rope(c, c->q, n_tok, hp->n_head);
         rope(c, c->k, n_tok, hp->n_head_kv);
         kv_store(kv, c, l, p0, n_tok);
-        attn_job job = {.c = c, .kv = kv, .layer = l, .p0 = p0, .n_tok = n_tok};
+        attn_job job = {.c = c, .kv = kv, .layer = l, .p0 = p0, .n_tok = n_tok, .next_chunk = 0};
         hl_pool_run(c->pool, attn_worker, &job);
         matmul(c, &ly->wo, c->att, n_tok, c->proj);
         for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->proj[i];
