@@ -331,6 +331,47 @@ TEST(kernels_simd_small_ops_match_ref) {
     }
 }
 
+/* Attention helpers: scores close to the reference and, for a key, the same bits for
+ * any run length and slot; the value sum equal to one fmaf per key and element in key
+ * order, bit for bit, in both variants. Head sizes with and without a multiple of 8 or 32. */
+TEST(kernels_attention_rows_match_ref) {
+    kern_table simd = *kern_table_ref();
+    if (kern_cpu_has_avx2()) kern_avx2_fill(&simd);
+    const kern_table *tabs[2] = {kern_table_ref(), &simd};
+    static const int dims[] = {64, 40, 12, 7};
+    enum { NK = 13, LD = 70 };
+    static float q[LD], k[NK * LD], v[NK * LD], p[NK], y[2][LD], want[LD];
+    for (int di = 0; di < 4; di++) {
+        const int d = dims[di];
+        for (int i = 0; i < NK * LD; i++) {
+            k[i] = frand();
+            v[i] = frand();
+        }
+        for (int i = 0; i < LD; i++) q[i] = frand();
+        for (int j = 0; j < NK; j++) p[j] = fabsf(frand());
+        float s[2][NK];
+        for (int ti = 0; ti < 2; ti++) {
+            tabs[ti]->dot_rows(s[ti], q, k, LD, NK, d, 0.125f);
+            for (int j = 0; j < NK; j++) {
+                double exact = 0;
+                for (int i = 0; i < d; i++) exact += (double)q[i] * k[j * LD + i];
+                CHECK_NEAR(s[ti][j], 0.125 * exact, 1e-5);
+                float one[NK];
+                tabs[ti]->dot_rows(one, q, k + j * LD, LD, NK - j, d, 0.125f); /* key j first */
+                CHECK_MSG(one[0] == s[ti][j], "%s d=%d key %d: %g vs %g", tabs[ti]->name, d, j,
+                          one[0], s[ti][j]);
+            }
+            for (int i = 0; i < d; i++) y[ti][i] = want[i] = frand();
+            tabs[ti]->axpy_rows(y[ti], p, v, LD, NK, d);
+            for (int j = 0; j < NK; j++)
+                for (int i = 0; i < d; i++) want[i] = fmaf(p[j], v[j * LD + i], want[i]);
+            for (int i = 0; i < d; i++)
+                CHECK_MSG(y[ti][i] == want[i], "%s d=%d elem %d: %g vs %g", tabs[ti]->name, d, i,
+                          y[ti][i], want[i]);
+        }
+    }
+}
+
 /* SIMD activation quantizers must produce the reference bytes exactly. */
 TEST(kernels_simd_quantize_matches_ref) {
     if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");

@@ -882,6 +882,74 @@ static void axpy(float *y, float a, const float *x, int64_t n) {
     for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]); /* fused like the vector lanes */
 }
 
+/* Attention scores: four keys at a time share each load of q, and their four sums come
+ * out of one hadd tree. A key's arithmetic is the same in every slot (the tail runs a
+ * full group with repeated keys), so its score does not depend on nk or its position. */
+static void dot_rows(float *out, const float *q, const float *k, int64_t ldk, int64_t nk,
+                     int64_t d, float scale) {
+    if (d % 8 != 0) {
+        for (int64_t j = 0; j < nk; j++) out[j] = scale * dot_f32(d, k + j * ldk, q);
+        return;
+    }
+    for (int64_t j = 0; j < nk; j += 4) {
+        const float *kr[4];
+        for (int r = 0; r < 4; r++) kr[r] = k + (j + r < nk ? j + r : j) * ldk;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        for (int64_t i = 0; i < d; i += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + i);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(kr[0] + i), qv, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(kr[1] + i), qv, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(kr[2] + i), qv, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(kr[3] + i), qv, a3);
+        }
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        const __m128 s = _mm_mul_ps(
+            _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), _mm_set1_ps(scale));
+        if (j + 4 <= nk) {
+            _mm_storeu_ps(out + j, s);
+        } else {
+            float tmp[4];
+            _mm_storeu_ps(tmp, s);
+            for (int64_t r = 0; j + r < nk; r++) out[j + r] = tmp[r];
+        }
+    }
+}
+
+/* Weighted sum of values: y stays in registers across the keys, one fma per key and
+ * element in key order (the same bits as kern_axpy per key). */
+static void axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64_t nk,
+                      int64_t d) {
+    int64_t i = 0;
+    for (; i + 32 <= d; i += 32) {
+        __m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
+        __m256 y2 = _mm256_loadu_ps(y + i + 16), y3 = _mm256_loadu_ps(y + i + 24);
+        for (int64_t j = 0; j < nk; j++) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            const float *vj = v + j * ldv + i;
+            y0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj), y0);
+            y1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8), y1);
+            y2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 16), y2);
+            y3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 24), y3);
+        }
+        _mm256_storeu_ps(y + i, y0);
+        _mm256_storeu_ps(y + i + 8, y1);
+        _mm256_storeu_ps(y + i + 16, y2);
+        _mm256_storeu_ps(y + i + 24, y3);
+    }
+    for (; i + 8 <= d; i += 8) {
+        __m256 y0 = _mm256_loadu_ps(y + i);
+        for (int64_t j = 0; j < nk; j++)
+            y0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * ldv + i), y0);
+        _mm256_storeu_ps(y + i, y0);
+    }
+    for (; i < d; i++) {
+        float acc = y[i];
+        for (int64_t j = 0; j < nk; j++) acc = fmaf(p[j], v[j * ldv + i], acc);
+        y[i] = acc;
+    }
+}
+
 void kern_avx2_fill(kern_table *t) {
     t->name = "avx2";
     t->vec_dot[HL_TYPE_F32] = dot_f32;
@@ -911,6 +979,8 @@ void kern_avx2_fill(kern_table *t) {
     t->exp_shift_sum = exp_shift_sum;
     t->swiglu = swiglu;
     t->axpy = axpy;
+    t->dot_rows = dot_rows;
+    t->axpy_rows = axpy_rows;
 }
 
 void kern_avx_vnni_fill(kern_table *t) {

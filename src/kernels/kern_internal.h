@@ -44,6 +44,11 @@ typedef struct kern_table {
     float (*exp_shift_sum)(float *x, int64_t n, float shift); /* x = exp(x - shift) */
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a * x */
+    /* attention: out[j] = scale * dot(q, k + j*ldk) over d; y += sum_j p[j] * (v + j*ldv) */
+    void (*dot_rows)(float *out, const float *q, const float *k, int64_t ldk, int64_t nk,
+                     int64_t d, float scale);
+    void (*axpy_rows)(float *y, const float *p, const float *v, int64_t ldv, int64_t nk,
+                      int64_t d);
 } kern_table;
 
 const kern_table *kern_table_ref(void);

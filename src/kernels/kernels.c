@@ -308,6 +308,15 @@ void kern_axpy(float *y, float a, const float *x, int64_t n) {
     if (n > 0) kern_table_active()->axpy(y, a, x, n);
 }
 
+void kern_dot_rows(float *out, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t d,
+                   float scale) {
+    if (nk > 0 && d > 0) kern_table_active()->dot_rows(out, q, k, ldk, nk, d, scale);
+}
+
+void kern_axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64_t nk, int64_t d) {
+    if (nk > 0 && d > 0) kern_table_active()->axpy_rows(y, p, v, ldv, nk, d);
+}
+
 float kern_exp_shift_sum(float *x, int64_t n, float shift) {
     return n > 0 ? kern_table_active()->exp_shift_sum(x, n, shift) : 0.0f;
 }

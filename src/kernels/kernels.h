@@ -62,6 +62,13 @@ void kern_softmax(float *x, int64_t n);
 void kern_swiglu(float *out, const float *gate, const float *up, int64_t n);
 /* y[i] += a * x[i] (attention's weighted sum of values). */
 void kern_axpy(float *y, float a, const float *x, int64_t n);
+/* Attention over a run of keys: out[j] = scale * dot(q, k_j) with k_j = k + j*ldk, for
+ * j < nk, each of d floats. The result for a key does not depend on nk or j. */
+void kern_dot_rows(float *out, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t d,
+                   float scale);
+/* y[i] += sum_j p[j] * v_j[i] with v_j = v + j*ldv: one fused multiply-add (fmaf) per key
+ * and element, in key order, in every variant. */
+void kern_axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64_t nk, int64_t d);
 /* x[i] = exp(x[i] - shift); returns the sum (attention's online softmax). */
 float kern_exp_shift_sum(float *x, int64_t n, float shift);
 

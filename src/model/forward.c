@@ -318,21 +318,19 @@ static void attn_one(const attn_job *j, int32_t t, int32_t h) {
         if (nb > j->kv->B - k0 % j->kv->B) nb = j->kv->B - k0 % j->kv->B;
         const float *K = kv_k_at(j->kv, hp, j->layer, kvh, k0);
         const float *V = kv_v_at(j->kv, hp, j->layer, kvh, k0);
+        kern_dot_rows(score, q, K, hdk, nb, hdk, scale); /* perf: 4 keys per pass */
         float block_max = -INFINITY;
-        for (int32_t i = 0; i < nb; i++) {
-            const float s = kern_vec_dot(HL_TYPE_F32, hdk, K + (int64_t)i * hdk, q) * scale;
-            score[i] = s;
-            if (s > block_max) block_max = s;
-        }
+        for (int32_t i = 0; i < nb; i++)
+            if (score[i] > block_max) block_max = score[i];
         if (block_max > run_max) {
             const float r = expf(run_max - block_max); /* 0 on the first block */
             run_sum *= r;
             for (int32_t d = 0; d < hdv; d++) out[d] *= r;
             run_max = block_max;
         }
-        /* perf: vector exp over the block and a SIMD axpy per key */
+        /* perf: vector exp over the block; the value sum with out held in registers */
         run_sum += kern_exp_shift_sum(score, nb, run_max);
-        for (int32_t i = 0; i < nb; i++) kern_axpy(out, score[i], V + (int64_t)i * hdv, hdv);
+        kern_axpy_rows(out, score, V, hdv, nb, hdv);
     }
     const float inv = 1.0f / run_sum;
     for (int32_t d = 0; d < hdv; d++) out[d] *= inv;
