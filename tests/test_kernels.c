@@ -136,11 +136,15 @@ TEST(kernels_vec_dot_close_to_float_dot) {
 
 TEST(kernels_variant_selection) {
     CHECK_STR(kern_choose_variant("ref"), "ref");
-    CHECK_STR(kern_choose_variant(NULL), !kern_cpu_has_avx2()     ? "ref"
-                                         : kern_cpu_has_avx_vnni() ? "avx2-vnni"
-                                                                   : "avx2");
+    const char *best = kern_cpu_has_avx512()     ? "avx512"
+                       : kern_cpu_has_avx_vnni() ? "avx2-vnni"
+                       : kern_cpu_has_avx2()     ? "avx2"
+                                                 : "ref";
+    CHECK_STR(kern_choose_variant(NULL), best);
+    CHECK_STR(kern_choose_variant("bogus"), best);
     CHECK_STR(kern_choose_variant("avx2"), kern_cpu_has_avx2() ? "avx2" : "ref");
     CHECK(!kern_cpu_has_avx_vnni() || kern_cpu_has_avx2());
+    CHECK(!kern_cpu_has_avx512() || kern_cpu_has_avx2());
     const char *env = getenv("HEARTH_CPU");
     CHECK_STR(kern_variant(), kern_choose_variant(env));
     for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++)
@@ -267,8 +271,8 @@ static void check_tiles(const kern_table *simd, int *n_tile) {
 
 /* The register-blocked tiles (2 weight rows x 4 tokens) must equal the single-token dot
  * exactly for every (row, token) pair, with strides other than the row sizes and an
- * output stride other than the tile width; the AVX-VNNI tiles too, where the CPU has
- * them. */
+ * output stride other than the tile width; the AVX-VNNI and AVX-512 tiles too, where
+ * the CPU has them. */
 TEST(kernels_simd_vec_dot_tile_equals_vec_dot) {
     if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
     kern_table simd = *kern_table_ref();
@@ -276,9 +280,15 @@ TEST(kernels_simd_vec_dot_tile_equals_vec_dot) {
     int n_tile;
     check_tiles(&simd, &n_tile);
     CHECK_EQ_INT(n_tile, 4); /* q4_0, q8_0, q4_K, q6_K */
-    if (!kern_cpu_has_avx_vnni()) SKIP("CPU has no AVX-VNNI: only the AVX2 tiles were tested");
-    kern_avx_vnni_fill(&simd);
-    CHECK_STR(simd.name, "avx2-vnni");
+    if (kern_cpu_has_avx_vnni()) {
+        kern_avx_vnni_fill(&simd);
+        CHECK_STR(simd.name, "avx2-vnni");
+        check_tiles(&simd, &n_tile);
+        CHECK_EQ_INT(n_tile, 4);
+    }
+    if (!kern_cpu_has_avx512()) SKIP("CPU has no AVX-512: its tiles were not tested");
+    kern_avx512_fill(&simd);
+    CHECK_STR(simd.name, "avx512");
     check_tiles(&simd, &n_tile);
     CHECK_EQ_INT(n_tile, 4);
 }

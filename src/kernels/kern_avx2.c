@@ -536,6 +536,84 @@ static void tile_q4_K(int64_t n, const void *w, size_t w_stride, const void *vec
     }
 }
 
+/* AVX-512 (run time choice, kern_cpu_has_avx512()) version of tile_q4_K: one zmm holds
+ * both sub-blocks of a 32-byte run of quants (low nibbles, then high), matching the 64
+ * contiguous activation bytes, so each maddubs/madd/add covers 64 elements. Folding the
+ * two 256-bit halves of the int32 sums before the float step gives exactly the int32
+ * lanes of the AVX2 code (integer sums), so the float arithmetic and the results are
+ * identical to tile_q4_K and dot_q4_K. */
+#define AVX512_FN static __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+AVX512_FN void tile_q4_K_avx512(int64_t n, const void *w, size_t w_stride, const void *vec,
+                                size_t stride, float *out, size_t out_stride) {
+    const block_q4_K *xr[2] = {w, (const block_q4_K *)((const uint8_t *)w + w_stride)};
+    const uint8_t *v = vec;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m256 acc[2][4];
+    __m128 acc_min[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+    UNROLL for (int t = 0; t < 4; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[4];
+        UNROLL for (int t = 0; t < 4; t++) y[t] = (const block_q8_K *)(v + (size_t)t * stride) + i;
+        const __m128 yd = _mm_setr_ps(y[0]->d, y[1]->d, y[2]->d, y[3]->d);
+        __m512i sc16[2];
+        float dx[2];
+        UNROLL for (int r = 0; r < 2; r++) {
+            const block_q4_K *x = &xr[r][i];
+            uint8_t sc[8], mn[8];
+            q4_K_scales_mins(x->scales, sc, mn);
+            dx[r] = fp16_to_f32(x->d);
+            uint64_t sc8, mn8;
+            memcpy(&sc8, sc, 8);
+            memcpy(&mn8, mn, 8);
+            sc16[r] = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+            const __m128i mnb = _mm_cvtsi64_si128((long long)mn8);
+            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
+            const __m128i summ = hsum4_epi32(_mm256_madd_epi16(load256(y[0]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[1]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[2]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[3]->bsums), mins16));
+            const __m128 dmin = _mm_mul_ps(yd, _mm_set1_ps(fp16_to_f32(x->dmin)));
+            acc_min[r] = _mm_add_ps(acc_min[r], _mm_mul_ps(dmin, _mm_cvtepi32_ps(summ)));
+        }
+        __m512i sumi[2][4];
+        UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm512_setzero_si512();
+        UNROLL for (int j = 0; j < 4; j++) {
+            /* int16 lanes 0..15 take scale 2j, 16..31 scale 2j+1 */
+            const __m512i sidx = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * j))),
+                _mm256_set1_epi16((short)(2 * j + 1)), 1);
+            __m512i q[2], s[2];
+            UNROLL for (int r = 0; r < 2; r++) {
+                const __m512i q4 = _mm512_broadcast_i64x4(load256(xr[r][i].qs + 32 * j));
+                q[r] = _mm512_and_si512(_mm512_srlv_epi16(q4, nib_shift), low4);
+                s[r] = _mm512_permutexvar_epi16(sidx, sc16[r]);
+            }
+            UNROLL for (int t = 0; t < 4; t++) {
+                const __m512i yv = _mm512_loadu_si512((const void *)(y[t]->qs + 64 * j));
+                UNROLL for (int r = 0; r < 2; r++)
+                    sumi[r][t] = _mm512_add_epi32(
+                        sumi[r][t], _mm512_madd_epi16(_mm512_maddubs_epi16(q[r], yv), s[r]));
+            }
+        }
+        UNROLL for (int t = 0; t < 4; t++) {
+            UNROLL for (int r = 0; r < 2; r++) {
+                const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r][t]),
+                                                    _mm512_extracti64x4_epi64(sumi[r][t], 1));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx[r]),
+                                            _mm256_cvtepi32_ps(si), acc[r][t]);
+            }
+        }
+    }
+    float mins[2][4];
+    _mm_storeu_ps(mins[0], acc_min[0]);
+    _mm_storeu_ps(mins[1], acc_min[1]);
+    UNROLL for (int t = 0; t < 4; t++) {
+        out[(size_t)t * out_stride] = hsum_ps(acc[0][t]) - mins[0][t];
+        out[(size_t)t * out_stride + 1] = hsum_ps(acc[1][t]) - mins[1][t];
+    }
+}
+
 /* Q5_K: Q4_K plus a 5th bit per element: bit 2j / 2j+1 of qh[l] for sub-blocks 2j / 2j+1. */
 static float dot_q5_K(int64_t n, const void *row, const void *vec) {
     const block_q5_K *x = row;
@@ -686,6 +764,81 @@ static void tile_q6_K(int64_t n, const void *w, size_t w_stride, const void *vec
             UNROLL for (int t = 0; t < 4; t++)
                 acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx),
                                             _mm256_cvtepi32_ps(sumi[r][t]), acc[r][t]);
+        }
+    }
+    UNROLL for (int t = 0; t < 4; t++) {
+        out[(size_t)t * out_stride] = hsum_ps(acc[0][t]);
+        out[(size_t)t * out_stride + 1] = hsum_ps(acc[1][t]);
+    }
+}
+
+/* AVX-512 version of tile_q6_K: a zmm holds two consecutive 32-element groups (their
+ * 64 activation bytes are contiguous); the int32 sums are folded to 256 bits before the
+ * float step, so results are identical to tile_q6_K and dot_q6_K. */
+AVX512_FN void tile_q6_K_avx512(int64_t n, const void *w, size_t w_stride, const void *vec,
+                                size_t stride, float *out, size_t out_stride) {
+    const block_q6_K *xr[2] = {w, (const block_q6_K *)((const uint8_t *)w + w_stride)};
+    const uint8_t *v = vec;
+    const __m512i low4 = _mm512_set1_epi8(0x0f), three = _mm512_set1_epi8(3);
+    const __m512i m32 = _mm512_set1_epi8(32);
+    __m256 acc[2][4];
+    UNROLL for (int t = 0; t < 4; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[4];
+        UNROLL for (int t = 0; t < 4; t++) y[t] = (const block_q8_K *)(v + (size_t)t * stride) + i;
+        __m512i sumi[2][4];
+        UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm512_setzero_si512();
+        for (int half = 0; half < 2; half++) {
+            UNROLL for (int pr = 0; pr < 2; pr++) { /* groups g = 2pr, 2pr+1 */
+                /* high bits of group g sit at bit 2g of qh; scale of int16 lane l is
+                 * sc[4pr + l/8] */
+                const __m512i hshift =
+                    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * pr))),
+                                       _mm256_set1_epi16((short)(4 * pr + 2)), 1);
+                const __m512i sidx = _mm512_set_epi64(
+                    0x0003000300030003LL + 0x0004000400040004LL * pr,
+                    0x0003000300030003LL + 0x0004000400040004LL * pr,
+                    0x0002000200020002LL + 0x0004000400040004LL * pr,
+                    0x0002000200020002LL + 0x0004000400040004LL * pr,
+                    0x0001000100010001LL + 0x0004000400040004LL * pr,
+                    0x0001000100010001LL + 0x0004000400040004LL * pr,
+                    0x0000000000000000LL + 0x0004000400040004LL * pr,
+                    0x0000000000000000LL + 0x0004000400040004LL * pr);
+                __m512i q[2], scale[2];
+                UNROLL for (int r = 0; r < 2; r++) {
+                    const block_q6_K *x = &xr[r][i];
+                    const __m512i ql = _mm512_loadu_si512((const void *)(x->ql + 64 * half));
+                    const __m512i qh = _mm512_broadcast_i64x4(load256(x->qh + 32 * half));
+                    const __m512i l = pr ? _mm512_srli_epi16(ql, 4) : ql;
+                    q[r] = _mm512_or_si512(
+                        _mm512_and_si512(l, low4),
+                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, hshift), three),
+                                          4));
+                    int64_t sc8;
+                    memcpy(&sc8, x->scales + 8 * half, 8);
+                    scale[r] = _mm512_permutexvar_epi16(
+                        sidx, _mm512_castsi128_si512(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(sc8))));
+                }
+                UNROLL for (int t = 0; t < 4; t++) {
+                    const __m512i yv =
+                        _mm512_loadu_si512((const void *)(y[t]->qs + 128 * half + 64 * pr));
+                    const __m512i bias = _mm512_maddubs_epi16(m32, yv);
+                    UNROLL for (int r = 0; r < 2; r++) {
+                        const __m512i p16 =
+                            _mm512_sub_epi16(_mm512_maddubs_epi16(q[r], yv), bias);
+                        sumi[r][t] = _mm512_add_epi32(sumi[r][t], _mm512_madd_epi16(p16, scale[r]));
+                    }
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < 2; r++) {
+            const float dx = fp16_to_f32(xr[r][i].d);
+            UNROLL for (int t = 0; t < 4; t++) {
+                const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r][t]),
+                                                    _mm512_extracti64x4_epi64(sumi[r][t], 1));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx), _mm256_cvtepi32_ps(si),
+                                            acc[r][t]);
+            }
         }
     }
     UNROLL for (int t = 0; t < 4; t++) {
@@ -987,4 +1140,10 @@ void kern_avx_vnni_fill(kern_table *t) {
     t->name = "avx2-vnni";
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_vnni;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_vnni;
+}
+
+void kern_avx512_fill(kern_table *t) {
+    t->name = "avx512";
+    t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;
+    t->vec_dot_tile[HL_TYPE_Q6_K] = tile_q6_K_avx512;
 }

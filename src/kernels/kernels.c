@@ -2,8 +2,8 @@
  * kernels.c - kernel selection (kern_init) and matmul.
  *
  * kern_init() picks the AVX2 table when the CPU has avx2+fma+f16c, unless
- * HEARTH_CPU=ref, plus the AVX-VNNI prefill tiles when the CPU has them, unless
- * HEARTH_CPU=avx2. kern_matmul() quantizes the activations once into the caller's
+ * HEARTH_CPU=ref, plus the AVX-VNNI and AVX-512 prefill tiles when the CPU has them
+ * (HEARTH_CPU=avx2 or avx2-vnni caps the choice). kern_matmul() quantizes the activations once into the caller's
  * scratch, then the pool's threads claim chunks of rows x tokens (many_job). Within a
  * chunk the rows are walked once per tile of KERN_TOK_TILE tokens, so a weight row
  * comes from L2 once per tile and from L1 for the other tokens of the tile.
@@ -54,18 +54,37 @@ bool kern_cpu_has_avx_vnni(void) {
 #endif
 }
 
+bool kern_cpu_has_avx512(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    /* __builtin_cpu_supports also checks that the OS saves the zmm state */
+    return kern_cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#else
+    return false;
+#endif
+}
+
+/* From the most capable down; HEARTH_CPU names a ceiling. */
 const char *kern_choose_variant(const char *hearth_cpu) {
-    if (hearth_cpu && strcmp(hearth_cpu, "ref") == 0) return "ref";
-    if (!kern_cpu_has_avx2()) return "ref";
-    if (hearth_cpu && strcmp(hearth_cpu, "avx2") == 0) return "avx2";
-    return kern_cpu_has_avx_vnni() ? "avx2-vnni" : "avx2";
+    static const char *const ladder[] = {"avx512", "avx2-vnni", "avx2", "ref"};
+    const bool have[] = {kern_cpu_has_avx512(), kern_cpu_has_avx_vnni(), kern_cpu_has_avx2(),
+                         true};
+    size_t start = 0;
+    for (size_t i = 0; hearth_cpu && i < 4; i++)
+        if (strcmp(hearth_cpu, ladder[i]) == 0) start = i;
+    for (size_t i = start; i < 4; i++)
+        if (have[i]) return ladder[i];
+    return "ref";
 }
 
 static void init_once(void) {
     g_active = *kern_table_ref();
     const char *v = kern_choose_variant(getenv("HEARTH_CPU"));
-    if (strncmp(v, "avx2", 4) == 0) kern_avx2_fill(&g_active);
-    if (strcmp(v, "avx2-vnni") == 0) kern_avx_vnni_fill(&g_active);
+    if (strcmp(v, "ref") == 0) return;
+    kern_avx2_fill(&g_active);
+    if (strcmp(v, "avx2") == 0) return;
+    if (kern_cpu_has_avx_vnni()) kern_avx_vnni_fill(&g_active);
+    if (strcmp(v, "avx512") == 0) kern_avx512_fill(&g_active);
 }
 
 void kern_init(void) { pthread_once(&g_once, init_once); }

@@ -5,7 +5,7 @@
  * Each kernel has a scalar reference (_ref, always built, never removed) and may
  * have SIMD variants chosen once at run time (kern_init(), __builtin_cpu_supports).
  * HEARTH_CPU=ref forces the reference path, for tests and comparisons; HEARTH_CPU=avx2
- * leaves out the AVX-VNNI prefill tiles ("avx2-vnni") on CPUs that have them.
+ * or avx2-vnni caps the choice below the AVX-VNNI / AVX-512 prefill tiles.
  *
  * Matmul: W is n_rows x n_cols of a weight type, row-major, each row hl_row_size()
  * bytes; x is n_tok x n_cols f32; out is n_tok x n_rows f32 (out[t*n_rows + r] =
