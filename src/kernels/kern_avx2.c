@@ -542,7 +542,8 @@ static void tile_q4_K(int64_t n, const void *w, size_t w_stride, const void *vec
  * two 256-bit halves of the int32 sums before the float step gives exactly the int32
  * lanes of the AVX2 code (integer sums), so the float arithmetic and the results are
  * identical to tile_q4_K and dot_q4_K. */
-#define AVX512_FN static __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+#define AVX512_FN                                                                                  \
+    static __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 AVX512_FN void tile_q4_K_avx512(int64_t n, const void *w, size_t w_stride, const void *vec,
                                 size_t stride, float *out, size_t out_stride) {
     const block_q4_K *xr[2] = {w, (const block_q4_K *)((const uint8_t *)w + w_stride)};
@@ -847,6 +848,65 @@ AVX512_FN void tile_q6_K_avx512(int64_t n, const void *w, size_t w_stride, const
     }
 }
 
+/* AVX-512 version of the 32-element tiles: a zmm holds one weight block twice and the
+ * same block of two tokens, so one vpdpbusd/cvt/fma does two (row, token) pairs. Each
+ * 256-bit half accumulates its pair exactly as the ymm code does (same int32 lanes,
+ * same scale product dx * dy, same fma chain, same final hsum), so results are
+ * identical to the AVX2 and AVX-VNNI tiles and dots. */
+static inline __m256 zmm_high_ps(__m512 v) __attribute__((target("avx512f")));
+static inline __m256 zmm_high_ps(__m512 v) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+#define BLOCK32_TILE_AVX512(NAME, WBLOCK, QUANTS)                                                  \
+    AVX512_FN void NAME(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride, \
+                        float *out, size_t out_stride) {                                           \
+        const WBLOCK *x[2] = {w, (const WBLOCK *)((const uint8_t *)w + w_stride)};                 \
+        const block_q8_0 *y[4];                                                                    \
+        UNROLL for (int t = 0; t < 4; t++)                                                         \
+            y[t] = (const block_q8_0 *)((const uint8_t *)vec + (size_t)t * stride);                \
+        const __m512i k80 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();          \
+        /* dy of tokens 2p (lanes 0..7) and 2p+1 (lanes 8..15) */                                  \
+        const __m512i pidx[2] = {                                                                  \
+            _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1),                   \
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2)),                       \
+                               _mm256_set1_epi32(3), 1)};                                          \
+        __m512 acc[2][2];                                                                          \
+        UNROLL for (int r = 0; r < 2; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();           \
+        for (int64_t i = 0; i < n / 32; i++) {                                                     \
+            const __m512 dy = _mm512_castps128_ps512(                                              \
+                _mm_cvtph_ps(_mm_setr_epi16((short)y[0][i].d, (short)y[1][i].d,                    \
+                                            (short)y[2][i].d, (short)y[3][i].d, 0, 0, 0, 0)));     \
+            __m512 dyp[2];                                                                         \
+            __m512i u[2];                                                                          \
+            UNROLL for (int p = 0; p < 2; p++) {                                                   \
+                dyp[p] = _mm512_permutexvar_ps(pidx[p], dy);                                       \
+                u[p] = _mm512_xor_si512(                                                           \
+                    _mm512_inserti64x4(_mm512_castsi256_si512(load256(y[2 * p][i].qs)),            \
+                                       load256(y[2 * p + 1][i].qs), 1),                            \
+                    k80);                                                                          \
+            }                                                                                      \
+            UNROLL for (int r = 0; r < 2; r++) {                                                   \
+                const __m512i q = _mm512_broadcast_i64x4(QUANTS(&x[r][i]));                        \
+                const __m512i c = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k80, q));       \
+                const __m512 dx = _mm512_set1_ps(fp16_to_f32(x[r][i].d));                          \
+                UNROLL for (int p = 0; p < 2; p++)                                                 \
+                    acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dyp[p]),                         \
+                                                _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, u[p], q)), \
+                                                acc[r][p]);                                        \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int p = 0; p < 2; p++) {                                                       \
+            UNROLL for (int r = 0; r < 2; r++) {                                                   \
+                out[(size_t)(2 * p) * out_stride + r] = hsum_ps(_mm512_castps512_ps256(acc[r][p])); \
+                out[(size_t)(2 * p + 1) * out_stride + r] = hsum_ps(zmm_high_ps(acc[r][p]));       \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+BLOCK32_TILE_AVX512(tile_q8_0_avx512, block_q8_0, q8_0_block_quants)
+BLOCK32_TILE_AVX512(tile_q4_0_avx512, block_q4_0, q4_0_block_quants)
+
 /* ---- activation quantizer --------------------------------------------------------- */
 
 /* roundf(): half away from zero, as the reference quantizer rounds. v - trunc(v)
@@ -1144,6 +1204,8 @@ void kern_avx_vnni_fill(kern_table *t) {
 
 void kern_avx512_fill(kern_table *t) {
     t->name = "avx512";
+    t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
+    t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;
     t->vec_dot_tile[HL_TYPE_Q6_K] = tile_q6_K_avx512;
 }

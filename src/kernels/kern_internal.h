@@ -56,8 +56,8 @@ const kern_table *kern_table_ref(void);
 const kern_table *kern_table_active(void);
 
 /* The variant kern_init() picks for a HEARTH_CPU value (NULL: unset): the best of "ref",
- * "avx2", "avx2-vnni" (plus the AVX-VNNI Q8_0/Q4_0 tiles) and "avx512" (plus the AVX-512
- * Q4_K/Q6_K tiles) that the CPU runs; a HEARTH_CPU of one of these names is a ceiling. */
+ * "avx2", "avx2-vnni" (plus the AVX-VNNI Q8_0/Q4_0 tiles) and "avx512" (AVX-512 tiles for
+ * Q8_0/Q4_0/Q4_K/Q6_K) that the CPU runs; a HEARTH_CPU of one of these names is a ceiling. */
 const char *kern_choose_variant(const char *hearth_cpu);
 /* True if this CPU runs the AVX2 variants (avx2 + fma + f16c). */
 bool kern_cpu_has_avx2(void);
@@ -68,10 +68,10 @@ bool kern_cpu_has_avx_vnni(void);
 /* Overrides t's Q8_0/Q4_0 tiles with AVX-VNNI ones, after kern_avx2_fill(). Results are
  * bit-identical to the AVX2 tiles. Call only if kern_cpu_has_avx_vnni(). */
 void kern_avx_vnni_fill(kern_table *t);
-/* True if this CPU runs the AVX-512 tiles (avx512f + avx512bw + avx512vl, OS-enabled). */
+/* True if this CPU runs the AVX-512 tiles (avx512f/bw/vl/vnni, OS-enabled). */
 bool kern_cpu_has_avx512(void);
-/* Overrides t's Q4_K/Q6_K tiles with AVX-512 ones (bit-identical to the AVX2 tiles).
- * Call only if kern_cpu_has_avx512(). */
+/* Overrides t's Q8_0/Q4_0/Q4_K/Q6_K tiles with AVX-512 ones (bit-identical to the AVX2
+ * tiles). Call only if kern_cpu_has_avx512(). */
 void kern_avx512_fill(kern_table *t);
 
 #endif

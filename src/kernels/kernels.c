@@ -58,7 +58,8 @@ bool kern_cpu_has_avx512(void) {
 #if defined(__x86_64__) || defined(__i386__)
     /* __builtin_cpu_supports also checks that the OS saves the zmm state */
     return kern_cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
 #else
     return false;
 #endif
