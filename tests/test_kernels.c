@@ -291,6 +291,31 @@ TEST(kernels_simd_vec_dot_tile_equals_vec_dot) {
     CHECK_STR(simd.name, "avx512");
     check_tiles(&simd, &n_tile);
     CHECK_EQ_INT(n_tile, 4);
+    /* its single-token dots return the AVX2 dots' bits, so any variant's prefill and
+     * decode agree */
+    kern_table avx2 = *kern_table_ref();
+    kern_avx2_fill(&avx2);
+    int n_dot = 0;
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const hl_type t = g_weight_types[ti];
+        if (simd.vec_dot[t] == avx2.vec_dot[t]) continue;
+        n_dot++;
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        for (int blocks = 1; blocks <= 33; blocks += 8) {
+            const int64_t n = blocks * hl_type_traits_get(t)->block_size;
+            void *w = row_alloc(t, n), *xq = row_alloc(vdt, n);
+            float *x = malloc((size_t)n * sizeof *x);
+            random_weights(t, w, n);
+            for (int64_t i = 0; i < n; i++) x[i] = frand();
+            hl_quantize_row(vdt, x, xq, n);
+            CHECK_MSG(simd.vec_dot[t](n, w, xq) == avx2.vec_dot[t](n, w, xq), "%s n=%lld",
+                      hl_type_name(t), (long long)n);
+            free(w);
+            free(xq);
+            free(x);
+        }
+    }
+    CHECK_EQ_INT(n_dot, 2); /* q4_K, q6_K */
 }
 
 /* The SIMD exp (softmax, swiglu) against expf over the whole float range, and the

@@ -907,6 +907,94 @@ static inline __m256 zmm_high_ps(__m512 v) {
 BLOCK32_TILE_AVX512(tile_q8_0_avx512, block_q8_0, q8_0_block_quants)
 BLOCK32_TILE_AVX512(tile_q4_0_avx512, block_q4_0, q4_0_block_quants)
 
+/* AVX-512 single-token dots for decode: tile_q4_K_avx512 / tile_q6_K_avx512 for one row and
+ * one token. They fold to the same int32 lanes and then do the float steps of
+ * dot_q4_K / dot_q6_K, so they return the same bits (tested against the AVX2 dots). */
+AVX512_FN float dot_q4_K_avx512(int64_t n, const void *row, const void *vec) {
+    const block_q4_K *x = row;
+    const block_q8_K *y = vec;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        q4_K_scales_mins(x[i].scales, sc, mn);
+        uint64_t sc8, mn8;
+        memcpy(&sc8, sc, 8);
+        memcpy(&mn8, mn, 8);
+        const __m128i mnb = _mm_cvtsi64_si128((long long)mn8);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
+        const int summ = hsum_epi32(_mm256_madd_epi16(load256(y[i].bsums), mins16));
+        acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
+        const __m512i sc16 =
+            _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+        __m512i sumi = _mm512_setzero_si512();
+        UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i sidx = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * j))),
+                _mm256_set1_epi16((short)(2 * j + 1)), 1);
+            const __m512i q4 = _mm512_broadcast_i64x4(load256(x[i].qs + 32 * j));
+            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q4, nib_shift), low4);
+            const __m512i yv = _mm512_loadu_si512((const void *)(y[i].qs + 64 * j));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q, yv),
+                                                            _mm512_permutexvar_epi16(sidx, sc16)));
+        }
+        const __m256i si =
+            _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(si),
+                              acc);
+    }
+    return hsum_ps(acc) - acc_min;
+}
+
+AVX512_FN float dot_q6_K_avx512(int64_t n, const void *row, const void *vec) {
+    const block_q6_K *x = row;
+    const block_q8_K *y = vec;
+    const __m512i low4 = _mm512_set1_epi8(0x0f), three = _mm512_set1_epi8(3);
+    const __m512i m32 = _mm512_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m512i sumi = _mm512_setzero_si512();
+        for (int half = 0; half < 2; half++) {
+            const __m512i ql = _mm512_loadu_si512((const void *)(x[i].ql + 64 * half));
+            const __m512i qh = _mm512_broadcast_i64x4(load256(x[i].qh + 32 * half));
+            int64_t sc8;
+            memcpy(&sc8, x[i].scales + 8 * half, 8);
+            const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(sc8)));
+            UNROLL for (int pr = 0; pr < 2; pr++) {
+                const __m512i hshift =
+                    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * pr))),
+                                       _mm256_set1_epi16((short)(4 * pr + 2)), 1);
+                const __m512i sidx = _mm512_set_epi64(
+                    0x0003000300030003LL + 0x0004000400040004LL * pr,
+                    0x0003000300030003LL + 0x0004000400040004LL * pr,
+                    0x0002000200020002LL + 0x0004000400040004LL * pr,
+                    0x0002000200020002LL + 0x0004000400040004LL * pr,
+                    0x0001000100010001LL + 0x0004000400040004LL * pr,
+                    0x0001000100010001LL + 0x0004000400040004LL * pr,
+                    0x0000000000000000LL + 0x0004000400040004LL * pr,
+                    0x0000000000000000LL + 0x0004000400040004LL * pr);
+                const __m512i l = pr ? _mm512_srli_epi16(ql, 4) : ql;
+                const __m512i q = _mm512_or_si512(
+                    _mm512_and_si512(l, low4),
+                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, hshift), three), 4));
+                const __m512i yv =
+                    _mm512_loadu_si512((const void *)(y[i].qs + 128 * half + 64 * pr));
+                const __m512i p16 =
+                    _mm512_sub_epi16(_mm512_maddubs_epi16(q, yv), _mm512_maddubs_epi16(m32, yv));
+                sumi = _mm512_add_epi32(
+                    sumi, _mm512_madd_epi16(p16, _mm512_permutexvar_epi16(sidx, sc16)));
+            }
+        }
+        const __m256i si =
+            _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(si),
+                              acc);
+    }
+    return hsum_ps(acc);
+}
+
 /* ---- activation quantizer --------------------------------------------------------- */
 
 /* roundf(): half away from zero, as the reference quantizer rounds. v - trunc(v)
@@ -1208,4 +1296,6 @@ void kern_avx512_fill(kern_table *t) {
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;
     t->vec_dot_tile[HL_TYPE_Q6_K] = tile_q6_K_avx512;
+    t->vec_dot[HL_TYPE_Q4_K] = dot_q4_K_avx512;
+    t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K_avx512;
 }
