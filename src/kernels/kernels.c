@@ -258,7 +258,7 @@ static void many_run(hl_pool *pool, many_job *m) {
     m->n_chunks = m->n_row_chunks * ((m->n_tok + KERN_TOK_BLOCK - 1) / KERN_TOK_BLOCK);
     atomic_store_explicit(&m->next_chunk, 0, memory_order_relaxed);
     quantize_activations(pool, &m->items[0]); /* the items share x's quantized rows */
-    hl_pool_run(pool, many_worker, m);         /* publishes the job to the workers */
+    hl_pool_run_any(pool, many_worker, m); /* a late worker skips instead of stalling it */
 }
 
 void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int64_t n_cols,

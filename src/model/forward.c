@@ -398,7 +398,7 @@ static void forward_chunk(model_ctx *c, kv_blocks *kv, const int32_t *tokens, in
         rope(c, c->k, n_tok, hp->n_head_kv);
         kv_store(kv, c, l, p0, n_tok);
         attn_job job = {.c = c, .kv = kv, .layer = l, .p0 = p0, .n_tok = n_tok, .next_chunk = 0};
-        hl_pool_run(c->pool, attn_worker, &job);
+        hl_pool_run_any(c->pool, attn_worker, &job); /* perf: chunks claimed dynamically */
         matmul(c, &ly->wo, c->att, n_tok, c->proj);
         for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->proj[i];
 
