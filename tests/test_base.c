@@ -1,6 +1,7 @@
 #include "test.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -172,6 +173,54 @@ TEST(base_pool_stress_spin_and_sleep) {
         }
     }
     set_spin(NULL);
+}
+
+/* run_any: whichever threads enter claim the items from a counter; every item is done
+ * exactly once, the caller always enters, and runs mix with plain hl_pool_run ones
+ * (a worker late for a run_any must still do its share of the next static run). */
+typedef struct any_ctx {
+    _Atomic int next;
+    int n_items;
+    int done[257];
+    int entered[16];
+} any_ctx;
+
+static void any_work(void *ctx, int ith, int nth) {
+    any_ctx *c = ctx;
+    if (ith < 0 || ith >= nth || nth > 16) return;
+    c->entered[ith]++;
+    for (int i; (i = atomic_fetch_add(&c->next, 1)) < c->n_items;) c->done[i]++;
+}
+
+TEST(base_pool_run_any_claims_all_work) {
+    const char *spins[] = {"0", NULL};
+    for (int k = 0; k < 2; k++) {
+        set_spin(spins[k]);
+        for (int nt = 2; nt <= 5; nt += 3) {
+            hl_pool *p = NULL;
+            hl_err err;
+            CHECK_OK(hl_pool_create(nt, &p, &err), &err);
+            static any_ctx c;
+            bool ok = true;
+            for (int r = 0; r < 2000 && ok; r++) {
+                memset(&c, 0, sizeof c);
+                c.n_items = 1 + r % 257;
+                hl_pool_run_any(p, any_work, &c);
+                ok = c.entered[0] == 1;
+                for (int i = 0; i < c.n_items; i++) ok = ok && c.done[i] == 1;
+                for (int i = 1; i < nt; i++) ok = ok && c.entered[i] <= 1;
+                if (r % 3 == 0) ok = ok && stress_rounds(p, nt, 1, 0);
+            }
+            CHECK_MSG(ok, "spin %s, %d threads", spins[k] ? spins[k] : "default", nt);
+            hl_pool_destroy(p);
+        }
+    }
+    set_spin(NULL);
+    any_ctx one;
+    memset(&one, 0, sizeof one);
+    one.n_items = 7;
+    hl_pool_run_any(NULL, any_work, &one);
+    CHECK(one.entered[0] == 1 && one.done[6] == 1);
 }
 
 TEST(base_pool_create_destroy_churn) {

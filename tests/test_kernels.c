@@ -136,7 +136,15 @@ TEST(kernels_vec_dot_close_to_float_dot) {
 
 TEST(kernels_variant_selection) {
     CHECK_STR(kern_choose_variant("ref"), "ref");
-    CHECK_STR(kern_choose_variant(NULL), kern_cpu_has_avx2() ? "avx2" : "ref");
+    const char *best = kern_cpu_has_avx512()     ? "avx512"
+                       : kern_cpu_has_avx_vnni() ? "avx2-vnni"
+                       : kern_cpu_has_avx2()     ? "avx2"
+                                                 : "ref";
+    CHECK_STR(kern_choose_variant(NULL), best);
+    CHECK_STR(kern_choose_variant("bogus"), best);
+    CHECK_STR(kern_choose_variant("avx2"), kern_cpu_has_avx2() ? "avx2" : "ref");
+    CHECK(!kern_cpu_has_avx_vnni() || kern_cpu_has_avx2());
+    CHECK(!kern_cpu_has_avx512() || kern_cpu_has_avx2());
     const char *env = getenv("HEARTH_CPU");
     CHECK_STR(kern_variant(), kern_choose_variant(env));
     for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++)
@@ -219,6 +227,97 @@ TEST(kernels_simd_vec_dot4_equals_vec_dot) {
     CHECK(n_dot4 >= 2);
 }
 
+/* The register-blocked tiles (2 weight rows x 4 tokens) must equal the single-token dot
+ * exactly for every (row, token) pair, with strides other than the row sizes and an
+ * output stride other than the tile width. */
+static void check_tiles(const kern_table *simd, int *n_tile) {
+    *n_tile = 0;
+    static const int blocks[] = {1, 3, 7, 33};
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const hl_type t = g_weight_types[ti];
+        if (!simd->vec_dot_tile[t]) continue;
+        (*n_tile)++;
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        for (int k = 0; k < 4; k++) {
+            const int64_t n = blocks[k] * hl_type_traits_get(t)->block_size;
+            const size_t wr = hl_row_size(t, n) + 6, xr = hl_row_size(vdt, n) + 4;
+            uint8_t *w = malloc(KERN_TILE_ROWS * wr);
+            uint8_t *xq = malloc(KERN_TILE_TOKS * xr);
+            float *x = malloc((size_t)n * sizeof *x);
+            for (int r = 0; r < KERN_TILE_ROWS; r++) random_weights(t, w + r * wr, n);
+            for (int tok = 0; tok < KERN_TILE_TOKS; tok++) {
+                for (int64_t i = 0; i < n; i++) x[i] = frand() * (float)(tok + 1);
+                hl_quantize_row(vdt, x, xq + tok * xr, n);
+            }
+            const size_t os = KERN_TILE_ROWS + 3;
+            float out[KERN_TILE_TOKS * (KERN_TILE_ROWS + 3)];
+            for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) out[i] = -1234.5f;
+            simd->vec_dot_tile[t](n, w, wr, xq, xr, out, os);
+            for (int tok = 0; tok < KERN_TILE_TOKS; tok++) {
+                for (int r = 0; r < KERN_TILE_ROWS; r++) {
+                    const float want = simd->vec_dot[t](n, w + r * wr, xq + tok * xr);
+                    CHECK_MSG(out[tok * os + r] == want, "%s %s n=%lld row %d tok %d: %g vs %g",
+                              simd->name, hl_type_name(t), (long long)n, r, tok, out[tok * os + r],
+                              want);
+                }
+                for (size_t r = KERN_TILE_ROWS; r < os; r++) CHECK(out[tok * os + r] == -1234.5f);
+            }
+            free(w);
+            free(xq);
+            free(x);
+        }
+    }
+}
+
+/* The register-blocked tiles (2 weight rows x 4 tokens) must equal the single-token dot
+ * exactly for every (row, token) pair, with strides other than the row sizes and an
+ * output stride other than the tile width; the AVX-VNNI and AVX-512 tiles too, where
+ * the CPU has them. */
+TEST(kernels_simd_vec_dot_tile_equals_vec_dot) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    int n_tile;
+    check_tiles(&simd, &n_tile);
+    CHECK_EQ_INT(n_tile, 4); /* q4_0, q8_0, q4_K, q6_K */
+    if (kern_cpu_has_avx_vnni()) {
+        kern_avx_vnni_fill(&simd);
+        CHECK_STR(simd.name, "avx2-vnni");
+        check_tiles(&simd, &n_tile);
+        CHECK_EQ_INT(n_tile, 4);
+    }
+    if (!kern_cpu_has_avx512()) SKIP("CPU has no AVX-512: its tiles were not tested");
+    kern_avx512_fill(&simd);
+    CHECK_STR(simd.name, "avx512");
+    check_tiles(&simd, &n_tile);
+    CHECK_EQ_INT(n_tile, 4);
+    /* its single-token dots return the AVX2 dots' bits, so any variant's prefill and
+     * decode agree */
+    kern_table avx2 = *kern_table_ref();
+    kern_avx2_fill(&avx2);
+    int n_dot = 0;
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const hl_type t = g_weight_types[ti];
+        if (simd.vec_dot[t] == avx2.vec_dot[t]) continue;
+        n_dot++;
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        for (int blocks = 1; blocks <= 33; blocks += 8) {
+            const int64_t n = blocks * hl_type_traits_get(t)->block_size;
+            void *w = row_alloc(t, n), *xq = row_alloc(vdt, n);
+            float *x = malloc((size_t)n * sizeof *x);
+            random_weights(t, w, n);
+            for (int64_t i = 0; i < n; i++) x[i] = frand();
+            hl_quantize_row(vdt, x, xq, n);
+            CHECK_MSG(simd.vec_dot[t](n, w, xq) == avx2.vec_dot[t](n, w, xq), "%s n=%lld",
+                      hl_type_name(t), (long long)n);
+            free(w);
+            free(xq);
+            free(x);
+        }
+    }
+    CHECK_EQ_INT(n_dot, 2); /* q4_K, q6_K */
+}
+
 /* The SIMD exp (softmax, swiglu) against expf over the whole float range, and the
  * other small ops against the reference, on lengths with tails. */
 TEST(kernels_simd_small_ops_match_ref) {
@@ -259,11 +358,57 @@ TEST(kernels_simd_small_ops_match_ref) {
         for (int i = 0; i < n; i++) CHECK_NEAR(a[i], b[i], 1e-6 * (fabsf(b[i]) + 1e-3f));
         memcpy(a, y, (size_t)n * sizeof *a);
         memcpy(b, y, (size_t)n * sizeof *b);
+        float y0[64];
+        memcpy(y0, a, (size_t)n * sizeof *a);
         simd.axpy(a, 0.37f, x, n);
         ref->axpy(b, 0.37f, x, n);
-        for (int i = 0; i < n; i++) CHECK_NEAR(a[i], b[i], 1e-6 * (fabsf(b[i]) + 1e-3f));
+        /* fused vs separate multiply-add: the error scales with the terms, not with the
+         * (possibly near-cancelled) result */
+        for (int i = 0; i < n; i++)
+            CHECK_NEAR(a[i], b[i], 1e-6 * (fabsf(y0[i]) + 0.37f * fabsf(x[i]) + 1e-3f));
         const float ss = simd.sum_squares(x, n), sr = ref->sum_squares(x, n);
         CHECK_NEAR(ss, sr, 1e-6 * sr);
+    }
+}
+
+/* Attention helpers: scores close to the reference and, for a key, the same bits for
+ * any run length and slot; the value sum equal to one fmaf per key and element in key
+ * order, bit for bit, in both variants. Head sizes with and without a multiple of 8 or 32. */
+TEST(kernels_attention_rows_match_ref) {
+    kern_table simd = *kern_table_ref();
+    if (kern_cpu_has_avx2()) kern_avx2_fill(&simd);
+    const kern_table *tabs[2] = {kern_table_ref(), &simd};
+    static const int dims[] = {64, 40, 12, 7};
+    enum { NK = 13, LD = 70 };
+    static float q[LD], k[NK * LD], v[NK * LD], p[NK], y[2][LD], want[LD];
+    for (int di = 0; di < 4; di++) {
+        const int d = dims[di];
+        for (int i = 0; i < NK * LD; i++) {
+            k[i] = frand();
+            v[i] = frand();
+        }
+        for (int i = 0; i < LD; i++) q[i] = frand();
+        for (int j = 0; j < NK; j++) p[j] = fabsf(frand());
+        float s[2][NK];
+        for (int ti = 0; ti < 2; ti++) {
+            tabs[ti]->dot_rows(s[ti], q, k, LD, NK, d, 0.125f);
+            for (int j = 0; j < NK; j++) {
+                double exact = 0;
+                for (int i = 0; i < d; i++) exact += (double)q[i] * k[j * LD + i];
+                CHECK_NEAR(s[ti][j], 0.125 * exact, 1e-5);
+                float one[NK];
+                tabs[ti]->dot_rows(one, q, k + j * LD, LD, NK - j, d, 0.125f); /* key j first */
+                CHECK_MSG(one[0] == s[ti][j], "%s d=%d key %d: %g vs %g", tabs[ti]->name, d, j,
+                          one[0], s[ti][j]);
+            }
+            for (int i = 0; i < d; i++) y[ti][i] = want[i] = frand();
+            tabs[ti]->axpy_rows(y[ti], p, v, LD, NK, d);
+            for (int j = 0; j < NK; j++)
+                for (int i = 0; i < d; i++) want[i] = fmaf(p[j], v[j * LD + i], want[i]);
+            for (int i = 0; i < d; i++)
+                CHECK_MSG(y[ti][i] == want[i], "%s d=%d elem %d: %g vs %g", tabs[ti]->name, d, i,
+                          y[ti][i], want[i]);
+        }
     }
 }
 
@@ -305,7 +450,7 @@ TEST(kernels_simd_quantize_matches_ref) {
 /* matmul == the vec_dot of every (row, token) pair, bit for bit, for any thread
  * count and token tiling; and close to the float product. */
 TEST(kernels_matmul_matches_naive) {
-    static const int toks[] = {1, 3, 8, 17};
+    static const int toks[] = {1, 3, 6, 8, 17, 23, 70}; /* 70: two token blocks */
     static const int threads[] = {1, 3};
     const int64_t n_rows = 37, n_cols = 512;
     for (int th = 0; th < 2; th++) {
@@ -318,7 +463,7 @@ TEST(kernels_matmul_matches_naive) {
             const size_t rb = hl_row_size(t, n_cols);
             uint8_t *w = malloc(rb * (size_t)n_rows);
             for (int64_t r = 0; r < n_rows; r++) random_weights(t, w + r * rb, n_cols);
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < 7; k++) {
                 const int64_t nt = toks[k];
                 float *x = malloc((size_t)(nt * n_cols) * sizeof *x);
                 float *out = malloc((size_t)(nt * n_rows) * sizeof *out);

@@ -9,6 +9,14 @@
  * token is ~150 back-to-back small ops, and waking a sleeping thread costs more
  * than most of them. After the budget a thread sleeps, so an idle pool costs no CPU.
  *
+ * Joining a run: a worker that sees generation g enters it only by a CAS on run_state
+ * (g in the high 32 bits, bit 31 = closed, the low bits = threads inside fn), and reads
+ * fn/ctx only once inside. hl_pool_run never closes its run (every worker must do its
+ * share; pending counts them out). hl_pool_run_any closes the run when the caller's own
+ * fn returns, then waits only for the workers inside: a late worker's CAS fails, and it
+ * goes back to waiting. The caller cannot publish the next run while a worker is inside,
+ * so fn/ctx/any are stable for it.
+ *
  * Lost wake-ups are ruled out Dekker-style with seq_cst atomics: a sleeper raises
  * its `sleeping` count under the mutex and re-checks the condition before waiting;
  * the waker changes the condition, then reads `sleeping`, and if it is non-zero takes
@@ -44,9 +52,22 @@ struct hl_pool {
     atomic_int workers_sleeping;
     atomic_int caller_sleeping;
     atomic_int stop;
-    hl_pool_fn fn; /* written before the generation bump, read after seeing it */
+    _Atomic uint64_t run_state; /* see "Joining a run" above */
+    hl_pool_fn fn; /* written before the generation bump, read after joining */
     void *ctx;
+    int any; /* the run is hl_pool_run_any's */
 };
+
+#define RUN_CLOSED ((uint64_t)1 << 31)
+#define RUN_INSIDE_MASK (RUN_CLOSED - 1)
+
+/* Enters run `gen` unless it is closed or already replaced; true if entered. */
+static int join_run(hl_pool *p, unsigned gen) {
+    uint64_t s = atomic_load(&p->run_state);
+    while ((uint32_t)(s >> 32) == gen && !(s & RUN_CLOSED))
+        if (atomic_compare_exchange_weak(&p->run_state, &s, s + 1)) return 1;
+    return 0;
+}
 
 typedef struct worker_arg {
     hl_pool *pool;
@@ -92,8 +113,13 @@ static void *worker_main(void *arg) {
         }
         seen = atomic_load_explicit(&p->generation, memory_order_acquire);
         if (atomic_load(&p->stop)) break;
+        if (!join_run(p, seen)) continue; /* a run_any that finished without us */
+        const int any = p->any;
         p->fn(p->ctx, ith, p->n_threads);
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeping)) {
+        const uint64_t left = atomic_fetch_sub(&p->run_state, 1) - 1;
+        const int last = any ? (left & RUN_CLOSED) && (left & RUN_INSIDE_MASK) == 0
+                             : atomic_fetch_sub(&p->pending, 1) == 1;
+        if (last && atomic_load(&p->caller_sleeping)) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done_cv);
             pthread_mutex_unlock(&p->mu);
@@ -135,6 +161,7 @@ hl_status hl_pool_create(int n_threads, hl_pool **out, hl_err *err) {
     atomic_init(&p->workers_sleeping, 0);
     atomic_init(&p->caller_sleeping, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->run_state, 0);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     if (!p->threads) {
         hl_pool_destroy(p);
@@ -176,20 +203,30 @@ void hl_pool_destroy(hl_pool *p) {
 
 int hl_pool_n_threads(const hl_pool *p) { return p ? p->n_threads : 1; }
 
-void hl_pool_run(hl_pool *p, hl_pool_fn fn, void *ctx) {
+/* True once the run is over: all workers out (pending) or, for run_any, nobody inside. */
+static int run_done(hl_pool *p) {
+    if (p->any) return (atomic_load(&p->run_state) & RUN_INSIDE_MASK) == 0;
+    return atomic_load_explicit(&p->pending, memory_order_acquire) == 0;
+}
+
+static void run(hl_pool *p, hl_pool_fn fn, void *ctx, int any) {
     if (!p || p->n_threads == 1) {
         fn(ctx, 0, 1);
         return;
     }
     p->fn = fn;
     p->ctx = ctx;
+    p->any = any;
+    const unsigned gen = atomic_load(&p->generation) + 1;
     atomic_store(&p->pending, p->n_threads - 1);
-    atomic_fetch_add(&p->generation, 1); /* seq_cst: publishes fn/ctx/pending */
+    atomic_store(&p->run_state, (uint64_t)gen << 32);
+    atomic_fetch_add(&p->generation, 1); /* seq_cst: publishes fn/ctx/any/pending/run_state */
     wake_workers(p);
     fn(ctx, 0, p->n_threads);
-    /* spin, then sleep, until every worker has finished */
+    if (any) atomic_fetch_or(&p->run_state, RUN_CLOSED); /* late workers now skip it */
+    /* spin, then sleep, until the workers are done */
     int64_t deadline = 0;
-    for (unsigned i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
+    for (unsigned i = 1; !run_done(p); i++) {
         cpu_relax();
         if ((i & 63) != 0 && p->spin_ns > 0) continue;
         sched_yield();
@@ -199,10 +236,14 @@ void hl_pool_run(hl_pool *p, hl_pool_fn fn, void *ctx) {
         } else if (t >= deadline) {
             pthread_mutex_lock(&p->mu);
             atomic_store(&p->caller_sleeping, 1);
-            while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done_cv, &p->mu);
+            while (!run_done(p)) pthread_cond_wait(&p->done_cv, &p->mu);
             atomic_store(&p->caller_sleeping, 0);
             pthread_mutex_unlock(&p->mu);
             break;
         }
     }
 }
+
+void hl_pool_run(hl_pool *p, hl_pool_fn fn, void *ctx) { run(p, fn, ctx, 0); }
+
+void hl_pool_run_any(hl_pool *p, hl_pool_fn fn, void *ctx) { run(p, fn, ctx, 1); }

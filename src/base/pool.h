@@ -5,7 +5,7 @@
  * hl_pool_run(pool, fn, ctx) calls fn(ctx, ith, nth) on every worker (ith in
  * [0, nth)) and returns when all have finished: ggml-style row splitting, no thread
  * creation per op. A NULL pool runs fn(ctx, 0, 1) inline. Only one thread may call
- * hl_pool_run on a given pool at a time.
+ * hl_pool_run / hl_pool_run_any on a given pool at a time.
  */
 #ifndef HL_BASE_POOL_H
 #define HL_BASE_POOL_H
@@ -20,5 +20,12 @@ hl_status hl_pool_create(int n_threads, hl_pool **out, hl_err *err);
 void hl_pool_destroy(hl_pool *p); /* accepts NULL; joins the workers */
 int hl_pool_n_threads(const hl_pool *p); /* 1 for NULL */
 void hl_pool_run(hl_pool *p, hl_pool_fn fn, void *ctx);
+/* Like hl_pool_run for work that the threads claim dynamically (e.g. chunks from an
+ * atomic counter), so that any subset of them completes it: fn(ctx, 0, nth) runs on
+ * the caller, and fn(ctx, ith, nth) on each worker that wakes up before the caller has
+ * returned from its own call. A worker that is late (descheduled on a busy machine)
+ * skips the run instead of holding it up. Returns once every thread that entered fn
+ * has left it. */
+void hl_pool_run_any(hl_pool *p, hl_pool_fn fn, void *ctx);
 
 #endif

@@ -199,6 +199,105 @@ static void dot4_q8_0(int64_t n, const void *row, const void *vec, size_t stride
     q8_0_rows(n, row, vec, stride, 4, out);
 }
 
+/* ---- register-blocked prefill tiles (KERN_TILE_ROWS x KERN_TILE_TOKS) ---------------
+ * Per (row, token) pair the arithmetic is exactly that of the dots above (same int32
+ * lanes, same float scale product, same fma chain over blocks, same final hsum), so a
+ * tile's outputs equal vec_dot bit for bit; what changes is that the 8 accumulators stay
+ * in registers and each loaded block serves the whole tile. */
+#define UNROLL _Pragma("GCC unroll 8")
+
+static inline __m256i q8_0_block_quants(const block_q8_0 *b) { return load256(b->qs); }
+static inline __m256i q4_0_block_quants(const block_q4_0 *b) {
+    return _mm256_sub_epi8(unpack_nibbles(b->qs), _mm256_set1_epi8(8));
+}
+
+#define BLOCK32_TILE(NAME, WBLOCK, QUANTS)                                                         \
+    static void NAME(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride,    \
+                     float *out, size_t out_stride) {                                              \
+        const WBLOCK *x0 = w;                                                                      \
+        const WBLOCK *x1 = (const WBLOCK *)((const uint8_t *)w + w_stride);                        \
+        const uint8_t *v = vec;                                                                    \
+        const __m256i ones = _mm256_set1_epi16(1);                                                 \
+        __m256 acc0[4], acc1[4];                                                                   \
+        UNROLL for (int t = 0; t < 4; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();               \
+        for (int64_t i = 0; i < n / 32; i++) {                                                     \
+            const __m256i q0 = QUANTS(&x0[i]), q1 = QUANTS(&x1[i]);                                \
+            const __m256i a0 = _mm256_sign_epi8(q0, q0), a1 = _mm256_sign_epi8(q1, q1);            \
+            const float d0 = fp16_to_f32(x0[i].d), d1 = fp16_to_f32(x1[i].d);                      \
+            UNROLL for (int t = 0; t < 4; t++) {                                                   \
+                const block_q8_0 *y = (const block_q8_0 *)(v + (size_t)t * stride) + i;            \
+                const __m256i yv = load256(y->qs);                                                 \
+                const float dy = fp16_to_f32(y->d);                                                \
+                const __m256i p0 = _mm256_madd_epi16(                                              \
+                    _mm256_maddubs_epi16(a0, _mm256_sign_epi8(yv, q0)), ones);                     \
+                const __m256i p1 = _mm256_madd_epi16(                                              \
+                    _mm256_maddubs_epi16(a1, _mm256_sign_epi8(yv, q1)), ones);                     \
+                acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dy), _mm256_cvtepi32_ps(p0),         \
+                                          acc0[t]);                                                \
+                acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * dy), _mm256_cvtepi32_ps(p1),         \
+                                          acc1[t]);                                                \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int t = 0; t < 4; t++) {                                                       \
+            out[(size_t)t * out_stride] = hsum_ps(acc0[t]);                                        \
+            out[(size_t)t * out_stride + 1] = hsum_ps(acc1[t]);                                    \
+        }                                                                                          \
+    }
+
+BLOCK32_TILE(tile_q8_0, block_q8_0, q8_0_block_quants)
+BLOCK32_TILE(tile_q4_0, block_q4_0, q4_0_block_quants)
+
+/* AVX-VNNI variant (run time choice, kern_cpu_has_avx_vnni()): vpdpbusd multiplies
+ * unsigned by signed bytes and sums each 4 into an int32 lane without saturating, so
+ * with u = y + 128 (y xor 0x80) and the weights signed, lane = sum(x*y) + 128*sum(x).
+ * Starting the lane at -128*sum(x) (once per weight block) leaves exactly the int32 lanes
+ * of madd(maddubs(|x|, sign(y, x)), 1): results stay bit-identical to the dots above,
+ * with one instruction per pair where the AVX2 path needs three. The 8 scale products
+ * of a block come from one vector multiply (lane-wise the same float product as the
+ * scalar dx * dy) and are broadcast from memory. */
+#define VNNI_FN static __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define BLOCK32_TILE_VNNI(NAME, WBLOCK, QUANTS)                                                    \
+    VNNI_FN void NAME(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride,   \
+                      float *out, size_t out_stride) {                                             \
+        const WBLOCK *x0 = w;                                                                      \
+        const WBLOCK *x1 = (const WBLOCK *)((const uint8_t *)w + w_stride);                        \
+        const block_q8_0 *y[4];                                                                    \
+        UNROLL for (int t = 0; t < 4; t++)                                                         \
+            y[t] = (const block_q8_0 *)((const uint8_t *)vec + (size_t)t * stride);                \
+        const __m256i k80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();          \
+        __m256 acc0[4], acc1[4];                                                                   \
+        _Alignas(32) float dd[8]; /* dx[r] * dy[t] at 4r + t */                                    \
+        UNROLL for (int t = 0; t < 4; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();               \
+        for (int64_t i = 0; i < n / 32; i++) {                                                     \
+            const __m128 dy = _mm_cvtph_ps(_mm_setr_epi16((short)y[0][i].d, (short)y[1][i].d,      \
+                                                          (short)y[2][i].d, (short)y[3][i].d, 0,   \
+                                                          0, 0, 0));                               \
+            const __m128i dxh = _mm_setr_epi16((short)x0[i].d, (short)x0[i].d, (short)x0[i].d,     \
+                                               (short)x0[i].d, (short)x1[i].d, (short)x1[i].d,     \
+                                               (short)x1[i].d, (short)x1[i].d);                    \
+            _mm256_store_ps(dd, _mm256_mul_ps(_mm256_cvtph_ps(dxh), _mm256_set_m128(dy, dy)));     \
+            const __m256i q0 = QUANTS(&x0[i]), q1 = QUANTS(&x1[i]);                                \
+            const __m256i c0 = _mm256_sub_epi32(zero, _mm256_dpbusd_avx_epi32(zero, k80, q0));     \
+            const __m256i c1 = _mm256_sub_epi32(zero, _mm256_dpbusd_avx_epi32(zero, k80, q1));     \
+            UNROLL for (int t = 0; t < 4; t++) {                                                   \
+                const __m256i u = _mm256_xor_si256(load256(y[t][i].qs), k80);                      \
+                const __m256i p0 = _mm256_dpbusd_avx_epi32(c0, u, q0);                             \
+                const __m256i p1 = _mm256_dpbusd_avx_epi32(c1, u, q1);                             \
+                acc0[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[t]), _mm256_cvtepi32_ps(p0),     \
+                                          acc0[t]);                                                \
+                acc1[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[4 + t]),                         \
+                                          _mm256_cvtepi32_ps(p1), acc1[t]);                        \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int t = 0; t < 4; t++) {                                                       \
+            out[(size_t)t * out_stride] = hsum_ps(acc0[t]);                                        \
+            out[(size_t)t * out_stride + 1] = hsum_ps(acc1[t]);                                    \
+        }                                                                                          \
+    }
+
+BLOCK32_TILE_VNNI(tile_q8_0_vnni, block_q8_0, q8_0_block_quants)
+BLOCK32_TILE_VNNI(tile_q4_0_vnni, block_q4_0, q4_0_block_quants)
+
 /* ---- K-quants against Q8_K ---------------------------------------------------------- */
 
 /* Q2_K: 2-bit quants; per 16 elements a 4-bit scale (low nibble) and 4-bit min
@@ -359,6 +458,163 @@ static void dot4_q4_K(int64_t n, const void *row, const void *vec, size_t stride
     q4_K_rows(n, row, vec, stride, 4, out);
 }
 
+/* sums of 8 int32 lanes of four vectors: {sum(a), sum(b), sum(c), sum(d)} (exact) */
+static inline __m128i hsum4_epi32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* 2 rows x 4 tokens of q4_K_rows. The min term is computed for the 4 tokens at once: the
+ * integer sums exactly, then (y.d * dmin) * summ and the running sum as 4-lane float ops,
+ * which round each lane as the scalar code does. */
+static void tile_q4_K(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride,
+                      float *out, size_t out_stride) {
+    const block_q4_K *xr[2] = {w, (const block_q4_K *)((const uint8_t *)w + w_stride)};
+    const uint8_t *v = vec;
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[2][4];
+    __m128 acc_min[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+    UNROLL for (int t = 0; t < 4; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[4];
+        UNROLL for (int t = 0; t < 4; t++) y[t] = (const block_q8_K *)(v + (size_t)t * stride) + i;
+        const __m128 yd = _mm_setr_ps(y[0]->d, y[1]->d, y[2]->d, y[3]->d);
+        __m256i sc16[2];
+        float dx[2];
+        UNROLL for (int r = 0; r < 2; r++) {
+            const block_q4_K *x = &xr[r][i];
+            uint8_t sc[8], mn[8];
+            q4_K_scales_mins(x->scales, sc, mn);
+            dx[r] = fp16_to_f32(x->d);
+            uint64_t sc8, mn8;
+            memcpy(&sc8, sc, 8);
+            memcpy(&mn8, mn, 8);
+            sc16[r] = _mm256_broadcastsi128_si256(
+                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+            const __m128i mnb = _mm_cvtsi64_si128((long long)mn8);
+            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
+            const __m128i summ = hsum4_epi32(_mm256_madd_epi16(load256(y[0]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[1]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[2]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[3]->bsums), mins16));
+            const __m128 dmin = _mm_mul_ps(yd, _mm_set1_ps(fp16_to_f32(x->dmin)));
+            acc_min[r] = _mm_add_ps(acc_min[r], _mm_mul_ps(dmin, _mm_cvtepi32_ps(summ)));
+        }
+        __m256i sumi[2][4];
+        UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm256_setzero_si256();
+        UNROLL for (int j = 0; j < 4; j++) {
+            __m256i lo[2], hi[2], s0[2], s1[2];
+            UNROLL for (int r = 0; r < 2; r++) {
+                const __m256i q4 = load256(xr[r][i].qs + 32 * j);
+                lo[r] = _mm256_and_si256(q4, low4);
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
+                s0[r] = _mm256_shuffle_epi8(sc16[r], _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
+                s1[r] = _mm256_shuffle_epi8(sc16[r], _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
+            }
+            UNROLL for (int t = 0; t < 4; t++) {
+                const __m256i y0 = load256(y[t]->qs + 64 * j);
+                const __m256i y1 = load256(y[t]->qs + 64 * j + 32);
+                UNROLL for (int r = 0; r < 2; r++) {
+                    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], y0), s0[r]);
+                    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], y1), s1[r]);
+                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_add_epi32(p0, p1));
+                }
+            }
+        }
+        UNROLL for (int t = 0; t < 4; t++) {
+            UNROLL for (int r = 0; r < 2; r++)
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx[r]),
+                                            _mm256_cvtepi32_ps(sumi[r][t]), acc[r][t]);
+        }
+    }
+    float mins[2][4];
+    _mm_storeu_ps(mins[0], acc_min[0]);
+    _mm_storeu_ps(mins[1], acc_min[1]);
+    UNROLL for (int t = 0; t < 4; t++) {
+        out[(size_t)t * out_stride] = hsum_ps(acc[0][t]) - mins[0][t];
+        out[(size_t)t * out_stride + 1] = hsum_ps(acc[1][t]) - mins[1][t];
+    }
+}
+
+/* AVX-512 (run time choice, kern_cpu_has_avx512()) version of tile_q4_K: one zmm holds
+ * both sub-blocks of a 32-byte run of quants (low nibbles, then high), matching the 64
+ * contiguous activation bytes, so each maddubs/madd/add covers 64 elements. Folding the
+ * two 256-bit halves of the int32 sums before the float step gives exactly the int32
+ * lanes of the AVX2 code (integer sums), so the float arithmetic and the results are
+ * identical to tile_q4_K and dot_q4_K. */
+#define AVX512_FN                                                                                  \
+    static __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+AVX512_FN void tile_q4_K_avx512(int64_t n, const void *w, size_t w_stride, const void *vec,
+                                size_t stride, float *out, size_t out_stride) {
+    const block_q4_K *xr[2] = {w, (const block_q4_K *)((const uint8_t *)w + w_stride)};
+    const uint8_t *v = vec;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m256 acc[2][4];
+    __m128 acc_min[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+    UNROLL for (int t = 0; t < 4; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[4];
+        UNROLL for (int t = 0; t < 4; t++) y[t] = (const block_q8_K *)(v + (size_t)t * stride) + i;
+        const __m128 yd = _mm_setr_ps(y[0]->d, y[1]->d, y[2]->d, y[3]->d);
+        __m512i sc16[2];
+        float dx[2];
+        UNROLL for (int r = 0; r < 2; r++) {
+            const block_q4_K *x = &xr[r][i];
+            uint8_t sc[8], mn[8];
+            q4_K_scales_mins(x->scales, sc, mn);
+            dx[r] = fp16_to_f32(x->d);
+            uint64_t sc8, mn8;
+            memcpy(&sc8, sc, 8);
+            memcpy(&mn8, mn, 8);
+            sc16[r] = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+            const __m128i mnb = _mm_cvtsi64_si128((long long)mn8);
+            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
+            const __m128i summ = hsum4_epi32(_mm256_madd_epi16(load256(y[0]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[1]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[2]->bsums), mins16),
+                                             _mm256_madd_epi16(load256(y[3]->bsums), mins16));
+            const __m128 dmin = _mm_mul_ps(yd, _mm_set1_ps(fp16_to_f32(x->dmin)));
+            acc_min[r] = _mm_add_ps(acc_min[r], _mm_mul_ps(dmin, _mm_cvtepi32_ps(summ)));
+        }
+        __m512i sumi[2][4];
+        UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm512_setzero_si512();
+        UNROLL for (int j = 0; j < 4; j++) {
+            /* int16 lanes 0..15 take scale 2j, 16..31 scale 2j+1 */
+            const __m512i sidx = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * j))),
+                _mm256_set1_epi16((short)(2 * j + 1)), 1);
+            __m512i q[2], s[2];
+            UNROLL for (int r = 0; r < 2; r++) {
+                const __m512i q4 = _mm512_broadcast_i64x4(load256(xr[r][i].qs + 32 * j));
+                q[r] = _mm512_and_si512(_mm512_srlv_epi16(q4, nib_shift), low4);
+                s[r] = _mm512_permutexvar_epi16(sidx, sc16[r]);
+            }
+            UNROLL for (int t = 0; t < 4; t++) {
+                const __m512i yv = _mm512_loadu_si512((const void *)(y[t]->qs + 64 * j));
+                UNROLL for (int r = 0; r < 2; r++)
+                    sumi[r][t] = _mm512_add_epi32(
+                        sumi[r][t], _mm512_madd_epi16(_mm512_maddubs_epi16(q[r], yv), s[r]));
+            }
+        }
+        UNROLL for (int t = 0; t < 4; t++) {
+            UNROLL for (int r = 0; r < 2; r++) {
+                const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r][t]),
+                                                    _mm512_extracti64x4_epi64(sumi[r][t], 1));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx[r]),
+                                            _mm256_cvtepi32_ps(si), acc[r][t]);
+            }
+        }
+    }
+    float mins[2][4];
+    _mm_storeu_ps(mins[0], acc_min[0]);
+    _mm_storeu_ps(mins[1], acc_min[1]);
+    UNROLL for (int t = 0; t < 4; t++) {
+        out[(size_t)t * out_stride] = hsum_ps(acc[0][t]) - mins[0][t];
+        out[(size_t)t * out_stride + 1] = hsum_ps(acc[1][t]) - mins[1][t];
+    }
+}
+
 /* Q5_K: Q4_K plus a 5th bit per element: bit 2j / 2j+1 of qh[l] for sub-blocks 2j / 2j+1. */
 static float dot_q5_K(int64_t n, const void *row, const void *vec) {
     const block_q5_K *x = row;
@@ -460,6 +716,283 @@ static float dot_q6_K(int64_t n, const void *row, const void *vec) {
 
 static void dot4_q6_K(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
     q6_K_rows(n, row, vec, stride, 4, out);
+}
+
+/* 2 rows x 4 tokens of q6_K_rows; the bias term maddubs(32, y) depends on the token
+ * only, so the two rows share it. */
+static void tile_q6_K(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride,
+                      float *out, size_t out_stride) {
+    const block_q6_K *xr[2] = {w, (const block_q6_K *)((const uint8_t *)w + w_stride)};
+    const uint8_t *v = vec;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
+    const __m256i m32 = _mm256_set1_epi8(32);
+    __m256 acc[2][4];
+    UNROLL for (int t = 0; t < 4; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[4];
+        UNROLL for (int t = 0; t < 4; t++) y[t] = (const block_q8_K *)(v + (size_t)t * stride) + i;
+        __m256i sumi[2][4];
+        UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            UNROLL for (int g = 0; g < 4; g++) {
+                __m256i q[2], scale[2];
+                UNROLL for (int r = 0; r < 2; r++) {
+                    const block_q6_K *x = &xr[r][i];
+                    const __m256i ql = load256(x->ql + 64 * half + 32 * (g & 1));
+                    const __m256i qh = load256(x->qh + 32 * half);
+                    const __m256i l = g < 2 ? ql : _mm256_srli_epi16(ql, 4);
+                    q[r] = _mm256_or_si256(
+                        _mm256_and_si256(l, low4),
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), two), 4));
+                    const int8_t *sc = x->scales + 8 * half;
+                    scale[r] =
+                        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])),
+                                                _mm_set1_epi16(sc[2 * g + 1]), 1);
+                }
+                UNROLL for (int t = 0; t < 4; t++) {
+                    const __m256i yv = load256(y[t]->qs + 128 * half + 32 * g);
+                    const __m256i bias = _mm256_maddubs_epi16(m32, yv);
+                    UNROLL for (int r = 0; r < 2; r++) {
+                        const __m256i p16 =
+                            _mm256_sub_epi16(_mm256_maddubs_epi16(q[r], yv), bias);
+                        sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(p16, scale[r]));
+                    }
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < 2; r++) {
+            const float dx = fp16_to_f32(xr[r][i].d);
+            UNROLL for (int t = 0; t < 4; t++)
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx),
+                                            _mm256_cvtepi32_ps(sumi[r][t]), acc[r][t]);
+        }
+    }
+    UNROLL for (int t = 0; t < 4; t++) {
+        out[(size_t)t * out_stride] = hsum_ps(acc[0][t]);
+        out[(size_t)t * out_stride + 1] = hsum_ps(acc[1][t]);
+    }
+}
+
+/* AVX-512 version of tile_q6_K: a zmm holds two consecutive 32-element groups (their
+ * 64 activation bytes are contiguous); the int32 sums are folded to 256 bits before the
+ * float step, so results are identical to tile_q6_K and dot_q6_K. */
+AVX512_FN void tile_q6_K_avx512(int64_t n, const void *w, size_t w_stride, const void *vec,
+                                size_t stride, float *out, size_t out_stride) {
+    const block_q6_K *xr[2] = {w, (const block_q6_K *)((const uint8_t *)w + w_stride)};
+    const uint8_t *v = vec;
+    const __m512i low4 = _mm512_set1_epi8(0x0f), three = _mm512_set1_epi8(3);
+    const __m512i m32 = _mm512_set1_epi8(32);
+    __m256 acc[2][4];
+    UNROLL for (int t = 0; t < 4; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[4];
+        UNROLL for (int t = 0; t < 4; t++) y[t] = (const block_q8_K *)(v + (size_t)t * stride) + i;
+        __m512i sumi[2][4];
+        UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm512_setzero_si512();
+        for (int half = 0; half < 2; half++) {
+            UNROLL for (int pr = 0; pr < 2; pr++) { /* groups g = 2pr, 2pr+1 */
+                /* high bits of group g sit at bit 2g of qh; scale of int16 lane l is
+                 * sc[4pr + l/8] */
+                const __m512i hshift =
+                    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * pr))),
+                                       _mm256_set1_epi16((short)(4 * pr + 2)), 1);
+                const __m512i sidx = _mm512_set_epi64(
+                    0x0003000300030003LL + 0x0004000400040004LL * pr,
+                    0x0003000300030003LL + 0x0004000400040004LL * pr,
+                    0x0002000200020002LL + 0x0004000400040004LL * pr,
+                    0x0002000200020002LL + 0x0004000400040004LL * pr,
+                    0x0001000100010001LL + 0x0004000400040004LL * pr,
+                    0x0001000100010001LL + 0x0004000400040004LL * pr,
+                    0x0000000000000000LL + 0x0004000400040004LL * pr,
+                    0x0000000000000000LL + 0x0004000400040004LL * pr);
+                __m512i q[2], scale[2];
+                UNROLL for (int r = 0; r < 2; r++) {
+                    const block_q6_K *x = &xr[r][i];
+                    const __m512i ql = _mm512_loadu_si512((const void *)(x->ql + 64 * half));
+                    const __m512i qh = _mm512_broadcast_i64x4(load256(x->qh + 32 * half));
+                    const __m512i l = pr ? _mm512_srli_epi16(ql, 4) : ql;
+                    q[r] = _mm512_or_si512(
+                        _mm512_and_si512(l, low4),
+                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, hshift), three),
+                                          4));
+                    int64_t sc8;
+                    memcpy(&sc8, x->scales + 8 * half, 8);
+                    scale[r] = _mm512_permutexvar_epi16(
+                        sidx, _mm512_castsi128_si512(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(sc8))));
+                }
+                UNROLL for (int t = 0; t < 4; t++) {
+                    const __m512i yv =
+                        _mm512_loadu_si512((const void *)(y[t]->qs + 128 * half + 64 * pr));
+                    const __m512i bias = _mm512_maddubs_epi16(m32, yv);
+                    UNROLL for (int r = 0; r < 2; r++) {
+                        const __m512i p16 =
+                            _mm512_sub_epi16(_mm512_maddubs_epi16(q[r], yv), bias);
+                        sumi[r][t] = _mm512_add_epi32(sumi[r][t], _mm512_madd_epi16(p16, scale[r]));
+                    }
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < 2; r++) {
+            const float dx = fp16_to_f32(xr[r][i].d);
+            UNROLL for (int t = 0; t < 4; t++) {
+                const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r][t]),
+                                                    _mm512_extracti64x4_epi64(sumi[r][t], 1));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx), _mm256_cvtepi32_ps(si),
+                                            acc[r][t]);
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < 4; t++) {
+        out[(size_t)t * out_stride] = hsum_ps(acc[0][t]);
+        out[(size_t)t * out_stride + 1] = hsum_ps(acc[1][t]);
+    }
+}
+
+/* AVX-512 version of the 32-element tiles: a zmm holds one weight block twice and the
+ * same block of two tokens, so one vpdpbusd/cvt/fma does two (row, token) pairs. Each
+ * 256-bit half accumulates its pair exactly as the ymm code does (same int32 lanes,
+ * same scale product dx * dy, same fma chain, same final hsum), so results are
+ * identical to the AVX2 and AVX-VNNI tiles and dots. */
+static inline __m256 zmm_high_ps(__m512 v) __attribute__((target("avx512f")));
+static inline __m256 zmm_high_ps(__m512 v) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+#define BLOCK32_TILE_AVX512(NAME, WBLOCK, QUANTS)                                                  \
+    AVX512_FN void NAME(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride, \
+                        float *out, size_t out_stride) {                                           \
+        const WBLOCK *x[2] = {w, (const WBLOCK *)((const uint8_t *)w + w_stride)};                 \
+        const block_q8_0 *y[4];                                                                    \
+        UNROLL for (int t = 0; t < 4; t++)                                                         \
+            y[t] = (const block_q8_0 *)((const uint8_t *)vec + (size_t)t * stride);                \
+        const __m512i k80 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();          \
+        /* dy of tokens 2p (lanes 0..7) and 2p+1 (lanes 8..15) */                                  \
+        const __m512i pidx[2] = {                                                                  \
+            _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1),                   \
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2)),                       \
+                               _mm256_set1_epi32(3), 1)};                                          \
+        __m512 acc[2][2];                                                                          \
+        UNROLL for (int r = 0; r < 2; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();           \
+        for (int64_t i = 0; i < n / 32; i++) {                                                     \
+            const __m512 dy = _mm512_castps128_ps512(                                              \
+                _mm_cvtph_ps(_mm_setr_epi16((short)y[0][i].d, (short)y[1][i].d,                    \
+                                            (short)y[2][i].d, (short)y[3][i].d, 0, 0, 0, 0)));     \
+            __m512 dyp[2];                                                                         \
+            __m512i u[2];                                                                          \
+            UNROLL for (int p = 0; p < 2; p++) {                                                   \
+                dyp[p] = _mm512_permutexvar_ps(pidx[p], dy);                                       \
+                u[p] = _mm512_xor_si512(                                                           \
+                    _mm512_inserti64x4(_mm512_castsi256_si512(load256(y[2 * p][i].qs)),            \
+                                       load256(y[2 * p + 1][i].qs), 1),                            \
+                    k80);                                                                          \
+            }                                                                                      \
+            UNROLL for (int r = 0; r < 2; r++) {                                                   \
+                const __m512i q = _mm512_broadcast_i64x4(QUANTS(&x[r][i]));                        \
+                const __m512i c = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k80, q));       \
+                const __m512 dx = _mm512_set1_ps(fp16_to_f32(x[r][i].d));                          \
+                UNROLL for (int p = 0; p < 2; p++)                                                 \
+                    acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dyp[p]),                         \
+                                                _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, u[p], q)), \
+                                                acc[r][p]);                                        \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int p = 0; p < 2; p++) {                                                       \
+            UNROLL for (int r = 0; r < 2; r++) {                                                   \
+                out[(size_t)(2 * p) * out_stride + r] = hsum_ps(_mm512_castps512_ps256(acc[r][p])); \
+                out[(size_t)(2 * p + 1) * out_stride + r] = hsum_ps(zmm_high_ps(acc[r][p]));       \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+BLOCK32_TILE_AVX512(tile_q8_0_avx512, block_q8_0, q8_0_block_quants)
+BLOCK32_TILE_AVX512(tile_q4_0_avx512, block_q4_0, q4_0_block_quants)
+
+/* AVX-512 single-token dots for decode: tile_q4_K_avx512 / tile_q6_K_avx512 for one row and
+ * one token. They fold to the same int32 lanes and then do the float steps of
+ * dot_q4_K / dot_q6_K, so they return the same bits (tested against the AVX2 dots). */
+AVX512_FN float dot_q4_K_avx512(int64_t n, const void *row, const void *vec) {
+    const block_q4_K *x = row;
+    const block_q8_K *y = vec;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        q4_K_scales_mins(x[i].scales, sc, mn);
+        uint64_t sc8, mn8;
+        memcpy(&sc8, sc, 8);
+        memcpy(&mn8, mn, 8);
+        const __m128i mnb = _mm_cvtsi64_si128((long long)mn8);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
+        const int summ = hsum_epi32(_mm256_madd_epi16(load256(y[i].bsums), mins16));
+        acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
+        const __m512i sc16 =
+            _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+        __m512i sumi = _mm512_setzero_si512();
+        UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i sidx = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * j))),
+                _mm256_set1_epi16((short)(2 * j + 1)), 1);
+            const __m512i q4 = _mm512_broadcast_i64x4(load256(x[i].qs + 32 * j));
+            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q4, nib_shift), low4);
+            const __m512i yv = _mm512_loadu_si512((const void *)(y[i].qs + 64 * j));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q, yv),
+                                                            _mm512_permutexvar_epi16(sidx, sc16)));
+        }
+        const __m256i si =
+            _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(si),
+                              acc);
+    }
+    return hsum_ps(acc) - acc_min;
+}
+
+AVX512_FN float dot_q6_K_avx512(int64_t n, const void *row, const void *vec) {
+    const block_q6_K *x = row;
+    const block_q8_K *y = vec;
+    const __m512i low4 = _mm512_set1_epi8(0x0f), three = _mm512_set1_epi8(3);
+    const __m512i m32 = _mm512_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m512i sumi = _mm512_setzero_si512();
+        for (int half = 0; half < 2; half++) {
+            const __m512i ql = _mm512_loadu_si512((const void *)(x[i].ql + 64 * half));
+            const __m512i qh = _mm512_broadcast_i64x4(load256(x[i].qh + 32 * half));
+            int64_t sc8;
+            memcpy(&sc8, x[i].scales + 8 * half, 8);
+            const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(sc8)));
+            UNROLL for (int pr = 0; pr < 2; pr++) {
+                const __m512i hshift =
+                    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * pr))),
+                                       _mm256_set1_epi16((short)(4 * pr + 2)), 1);
+                const __m512i sidx = _mm512_set_epi64(
+                    0x0003000300030003LL + 0x0004000400040004LL * pr,
+                    0x0003000300030003LL + 0x0004000400040004LL * pr,
+                    0x0002000200020002LL + 0x0004000400040004LL * pr,
+                    0x0002000200020002LL + 0x0004000400040004LL * pr,
+                    0x0001000100010001LL + 0x0004000400040004LL * pr,
+                    0x0001000100010001LL + 0x0004000400040004LL * pr,
+                    0x0000000000000000LL + 0x0004000400040004LL * pr,
+                    0x0000000000000000LL + 0x0004000400040004LL * pr);
+                const __m512i l = pr ? _mm512_srli_epi16(ql, 4) : ql;
+                const __m512i q = _mm512_or_si512(
+                    _mm512_and_si512(l, low4),
+                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, hshift), three), 4));
+                const __m512i yv =
+                    _mm512_loadu_si512((const void *)(y[i].qs + 128 * half + 64 * pr));
+                const __m512i p16 =
+                    _mm512_sub_epi16(_mm512_maddubs_epi16(q, yv), _mm512_maddubs_epi16(m32, yv));
+                sumi = _mm512_add_epi32(
+                    sumi, _mm512_madd_epi16(p16, _mm512_permutexvar_epi16(sidx, sc16)));
+            }
+        }
+        const __m256i si =
+            _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(si),
+                              acc);
+    }
+    return hsum_ps(acc);
 }
 
 /* ---- activation quantizer --------------------------------------------------------- */
@@ -650,6 +1183,74 @@ static void axpy(float *y, float a, const float *x, int64_t n) {
     for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]); /* fused like the vector lanes */
 }
 
+/* Attention scores: four keys at a time share each load of q, and their four sums come
+ * out of one hadd tree. A key's arithmetic is the same in every slot (the tail runs a
+ * full group with repeated keys), so its score does not depend on nk or its position. */
+static void dot_rows(float *out, const float *q, const float *k, int64_t ldk, int64_t nk,
+                     int64_t d, float scale) {
+    if (d % 8 != 0) {
+        for (int64_t j = 0; j < nk; j++) out[j] = scale * dot_f32(d, k + j * ldk, q);
+        return;
+    }
+    for (int64_t j = 0; j < nk; j += 4) {
+        const float *kr[4];
+        for (int r = 0; r < 4; r++) kr[r] = k + (j + r < nk ? j + r : j) * ldk;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        for (int64_t i = 0; i < d; i += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + i);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(kr[0] + i), qv, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(kr[1] + i), qv, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(kr[2] + i), qv, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(kr[3] + i), qv, a3);
+        }
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        const __m128 s = _mm_mul_ps(
+            _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), _mm_set1_ps(scale));
+        if (j + 4 <= nk) {
+            _mm_storeu_ps(out + j, s);
+        } else {
+            float tmp[4];
+            _mm_storeu_ps(tmp, s);
+            for (int64_t r = 0; j + r < nk; r++) out[j + r] = tmp[r];
+        }
+    }
+}
+
+/* Weighted sum of values: y stays in registers across the keys, one fma per key and
+ * element in key order (the same bits as kern_axpy per key). */
+static void axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64_t nk,
+                      int64_t d) {
+    int64_t i = 0;
+    for (; i + 32 <= d; i += 32) {
+        __m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
+        __m256 y2 = _mm256_loadu_ps(y + i + 16), y3 = _mm256_loadu_ps(y + i + 24);
+        for (int64_t j = 0; j < nk; j++) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            const float *vj = v + j * ldv + i;
+            y0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj), y0);
+            y1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8), y1);
+            y2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 16), y2);
+            y3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 24), y3);
+        }
+        _mm256_storeu_ps(y + i, y0);
+        _mm256_storeu_ps(y + i + 8, y1);
+        _mm256_storeu_ps(y + i + 16, y2);
+        _mm256_storeu_ps(y + i + 24, y3);
+    }
+    for (; i + 8 <= d; i += 8) {
+        __m256 y0 = _mm256_loadu_ps(y + i);
+        for (int64_t j = 0; j < nk; j++)
+            y0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * ldv + i), y0);
+        _mm256_storeu_ps(y + i, y0);
+    }
+    for (; i < d; i++) {
+        float acc = y[i];
+        for (int64_t j = 0; j < nk; j++) acc = fmaf(p[j], v[j * ldv + i], acc);
+        y[i] = acc;
+    }
+}
+
 void kern_avx2_fill(kern_table *t) {
     t->name = "avx2";
     t->vec_dot[HL_TYPE_F32] = dot_f32;
@@ -669,10 +1270,32 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot4[HL_TYPE_Q8_0] = dot4_q8_0;
     t->vec_dot4[HL_TYPE_Q4_K] = dot4_q4_K;
     t->vec_dot4[HL_TYPE_Q6_K] = dot4_q6_K;
+    t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0;
+    t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0;
+    t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K;
+    t->vec_dot_tile[HL_TYPE_Q6_K] = tile_q6_K;
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
     t->quantize[HL_TYPE_Q8_K] = quantize_q8_K;
     t->sum_squares = sum_squares;
     t->exp_shift_sum = exp_shift_sum;
     t->swiglu = swiglu;
     t->axpy = axpy;
+    t->dot_rows = dot_rows;
+    t->axpy_rows = axpy_rows;
+}
+
+void kern_avx_vnni_fill(kern_table *t) {
+    t->name = "avx2-vnni";
+    t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_vnni;
+    t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_vnni;
+}
+
+void kern_avx512_fill(kern_table *t) {
+    t->name = "avx512";
+    t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
+    t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
+    t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;
+    t->vec_dot_tile[HL_TYPE_Q6_K] = tile_q6_K_avx512;
+    t->vec_dot[HL_TYPE_Q4_K] = dot_q4_K_avx512;
+    t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K_avx512;
 }

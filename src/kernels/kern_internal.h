@@ -22,6 +22,14 @@ typedef float (*kern_vec_dot_fn)(int64_t n, const void *row, const void *vec);
  * equal vec_dot(n, row, vec + t*stride) exactly. Optional (NULL: matmul loops). */
 typedef void (*kern_vec_dot4_fn)(int64_t n, const void *row, const void *vec, size_t stride,
                                  float *out);
+/* Register-blocked prefill tile: KERN_TILE_ROWS weight rows (w_stride bytes apart) times
+ * KERN_TILE_TOKS activation rows (stride bytes apart); out[t*out_stride + r] must equal
+ * vec_dot(n, row r, token t) exactly. Each weight block is unpacked once for all the
+ * tile's tokens and each activation block loaded once for all its rows, with the
+ * accumulators in registers. Optional (NULL: dot4 / vec_dot). */
+enum { KERN_TILE_ROWS = 2, KERN_TILE_TOKS = 4 };
+typedef void (*kern_vec_dot_tile_fn)(int64_t n, const void *w, size_t w_stride, const void *vec,
+                                     size_t stride, float *out, size_t out_stride);
 /* Converts n f32 activations to a row of the table slot's type. */
 typedef void (*kern_quantize_fn)(const float *x, void *dst, int64_t n);
 
@@ -29,23 +37,41 @@ typedef struct kern_table {
     const char *name;
     kern_vec_dot_fn vec_dot[HL_TYPE_COUNT];   /* by weight type */
     kern_vec_dot4_fn vec_dot4[HL_TYPE_COUNT]; /* by weight type, optional */
+    kern_vec_dot_tile_fn vec_dot_tile[HL_TYPE_COUNT]; /* by weight type, optional */
     kern_quantize_fn quantize[HL_TYPE_COUNT]; /* by vec_dot_type */
     /* small f32 ops */
     float (*sum_squares)(const float *x, int64_t n);
     float (*exp_shift_sum)(float *x, int64_t n, float shift); /* x = exp(x - shift) */
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a * x */
+    /* attention: out[j] = scale * dot(q, k + j*ldk) over d; y += sum_j p[j] * (v + j*ldv) */
+    void (*dot_rows)(float *out, const float *q, const float *k, int64_t ldk, int64_t nk,
+                     int64_t d, float scale);
+    void (*axpy_rows)(float *y, const float *p, const float *v, int64_t ldv, int64_t nk,
+                      int64_t d);
 } kern_table;
 
 const kern_table *kern_table_ref(void);
 /* The table kern_init() chose (ref or avx2). */
 const kern_table *kern_table_active(void);
 
-/* The variant kern_init() picks for a HEARTH_CPU value (NULL: unset): "ref" or "avx2". */
+/* The variant kern_init() picks for a HEARTH_CPU value (NULL: unset): the best of "ref",
+ * "avx2", "avx2-vnni" (plus the AVX-VNNI Q8_0/Q4_0 tiles) and "avx512" (AVX-512 tiles for
+ * Q8_0/Q4_0/Q4_K/Q6_K) that the CPU runs; a HEARTH_CPU of one of these names is a ceiling. */
 const char *kern_choose_variant(const char *hearth_cpu);
 /* True if this CPU runs the AVX2 variants (avx2 + fma + f16c). */
 bool kern_cpu_has_avx2(void);
 /* Overrides t's entries with the AVX2 ones. Call only if kern_cpu_has_avx2(). */
 void kern_avx2_fill(kern_table *t);
+/* True if this CPU also has AVX-VNNI (vpdpbusd on ymm, CPUID.(7,1):EAX[4]). */
+bool kern_cpu_has_avx_vnni(void);
+/* Overrides t's Q8_0/Q4_0 tiles with AVX-VNNI ones, after kern_avx2_fill(). Results are
+ * bit-identical to the AVX2 tiles. Call only if kern_cpu_has_avx_vnni(). */
+void kern_avx_vnni_fill(kern_table *t);
+/* True if this CPU runs the AVX-512 tiles (avx512f/bw/vl/vnni, OS-enabled). */
+bool kern_cpu_has_avx512(void);
+/* Overrides t's Q8_0/Q4_0/Q4_K/Q6_K tiles with AVX-512 ones (bit-identical to the AVX2
+ * tiles). Call only if kern_cpu_has_avx512(). */
+void kern_avx512_fill(kern_table *t);
 
 #endif

@@ -279,6 +279,21 @@ static void axpy(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+static void dot_rows(float *out, const float *q, const float *k, int64_t ldk, int64_t nk,
+                     int64_t d, float scale) {
+    for (int64_t j = 0; j < nk; j++) out[j] = scale * dot_f32(d, k + j * ldk, q);
+}
+
+/* fused like the SIMD lanes, so both variants give the same bits */
+static void axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64_t nk,
+                      int64_t d) {
+    for (int64_t i = 0; i < d; i++) {
+        float acc = y[i];
+        for (int64_t j = 0; j < nk; j++) acc = fmaf(p[j], v[j * ldv + i], acc);
+        y[i] = acc;
+    }
+}
+
 static const kern_table g_ref = {
     .name = "ref",
     .vec_dot =
@@ -301,6 +316,8 @@ static const kern_table g_ref = {
     .exp_shift_sum = exp_shift_sum,
     .swiglu = swiglu,
     .axpy = axpy,
+    .dot_rows = dot_rows,
+    .axpy_rows = axpy_rows,
     .quantize =
         {
             [HL_TYPE_Q8_0] = quantize_q8_0,

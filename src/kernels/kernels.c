@@ -2,10 +2,11 @@
  * kernels.c - kernel selection (kern_init) and matmul.
  *
  * kern_init() picks the AVX2 table when the CPU has avx2+fma+f16c, unless
- * HEARTH_CPU=ref. kern_matmul() quantizes the activations once into the caller's
- * scratch, then splits weight rows across the pool. With several tokens (prefill)
- * each thread walks its rows once per tile of KERN_TOK_TILE tokens, so a weight row
- * comes from memory once per tile and from L1 for the other tokens of the tile.
+ * HEARTH_CPU=ref, plus the AVX-VNNI and AVX-512 prefill tiles when the CPU has them
+ * (HEARTH_CPU=avx2 or avx2-vnni caps the choice). kern_matmul() quantizes the activations once into the caller's
+ * scratch, then the pool's threads claim chunks of rows x tokens (many_job). Within a
+ * chunk the rows are walked once per tile of KERN_TOK_TILE tokens, so a weight row
+ * comes from L2 once per tile and from L1 for the other tokens of the tile.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kernels.h"
@@ -15,14 +16,18 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kern_internal.h"
 
 enum {
-    KERN_TOK_TILE = 8,  /* tokens per pass over the weight rows */
-    KERN_ROW_ALIGN = 16 /* rows per thread are a multiple of this (no shared out lines) */
+    KERN_TOK_TILE = 8,         /* tokens per pass over a chunk's rows (activations in L1) */
+    KERN_TOK_BLOCK = 64,       /* tokens per work chunk (prefill) */
+    KERN_ROW_ALIGN = 16,       /* chunk rows are a multiple of this (no shared out lines) */
+    KERN_PREFILL_ROWS = 64,    /* at most this many rows per prefill chunk (stay in L2) */
+    KERN_CHUNKS_PER_THREAD = 8 /* decode: chunks per thread, so an early finisher helps */
 };
 
 static kern_table g_active;
@@ -40,14 +45,47 @@ bool kern_cpu_has_avx2(void) {
 #endif
 }
 
+bool kern_cpu_has_avx_vnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    return kern_cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+#else
+    return false;
+#endif
+}
+
+bool kern_cpu_has_avx512(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    /* __builtin_cpu_supports also checks that the OS saves the zmm state */
+    return kern_cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
+/* From the most capable down; HEARTH_CPU names a ceiling. */
 const char *kern_choose_variant(const char *hearth_cpu) {
-    if (hearth_cpu && strcmp(hearth_cpu, "ref") == 0) return "ref";
-    return kern_cpu_has_avx2() ? "avx2" : "ref";
+    static const char *const ladder[] = {"avx512", "avx2-vnni", "avx2", "ref"};
+    const bool have[] = {kern_cpu_has_avx512(), kern_cpu_has_avx_vnni(), kern_cpu_has_avx2(),
+                         true};
+    size_t start = 0;
+    for (size_t i = 0; hearth_cpu && i < 4; i++)
+        if (strcmp(hearth_cpu, ladder[i]) == 0) start = i;
+    for (size_t i = start; i < 4; i++)
+        if (have[i]) return ladder[i];
+    return "ref";
 }
 
 static void init_once(void) {
     g_active = *kern_table_ref();
-    if (strcmp(kern_choose_variant(getenv("HEARTH_CPU")), "avx2") == 0) kern_avx2_fill(&g_active);
+    const char *v = kern_choose_variant(getenv("HEARTH_CPU"));
+    if (strcmp(v, "ref") == 0) return;
+    kern_avx2_fill(&g_active);
+    if (strcmp(v, "avx2") == 0) return;
+    if (kern_cpu_has_avx_vnni()) kern_avx_vnni_fill(&g_active);
+    if (strcmp(v, "avx512") == 0) kern_avx512_fill(&g_active);
 }
 
 void kern_init(void) { pthread_once(&g_once, init_once); }
@@ -74,6 +112,7 @@ size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok) {
 typedef struct matmul_job {
     kern_vec_dot_fn dot;
     kern_vec_dot4_fn dot4; /* NULL if the variant has none for this type */
+    kern_vec_dot_tile_fn tile; /* NULL if the variant has none for this type */
     kern_quantize_fn quantize;
     const uint8_t *w;
     size_t w_row_bytes;
@@ -101,32 +140,39 @@ static void quantize_worker(void *ctx, int ith, int nth) {
                     j->n_cols);
 }
 
-static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1) {
-    for (int64_t t0 = 0; t0 < j->n_tok; t0 += KERN_TOK_TILE) {
-        const int64_t t1 = t0 + KERN_TOK_TILE < j->n_tok ? t0 + KERN_TOK_TILE : j->n_tok;
-        for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *row = j->w + (size_t)r * j->w_row_bytes;
-            int64_t t = t0;
-            if (j->dot4) {
-                for (; t + 4 <= t1; t += 4) {
-                    float o[4];
-                    j->dot4(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes,
-                            o);
-                    for (int k = 0; k < 4; k++) j->out[(t + k) * j->n_rows + r] = o[k];
-                }
-            }
-            for (; t < t1; t++)
-                j->out[t * j->n_rows + r] =
-                    j->dot(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes);
+/* One row against tokens [t0, t1): 4 at a time through dot4 where there is one. */
+static void matmul_row(const matmul_job *j, int64_t r, int64_t t0, int64_t t1) {
+    const uint8_t *row = j->w + (size_t)r * j->w_row_bytes;
+    int64_t t = t0;
+    if (j->dot4) {
+        for (; t + 4 <= t1; t += 4) {
+            float o[4];
+            j->dot4(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes, o);
+            for (int k = 0; k < 4; k++) j->out[(t + k) * j->n_rows + r] = o[k];
         }
     }
+    for (; t < t1; t++)
+        j->out[t * j->n_rows + r] = j->dot(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes);
 }
 
-static void matmul_worker(void *ctx, int ith, int nth) {
-    const matmul_job *j = ctx;
-    int64_t r0, r1;
-    range_split(j->n_rows, KERN_ROW_ALIGN, ith, nth, &r0, &r1);
-    matmul_rows(j, r0, r1);
+/* Rows [r0, r1) x tokens [tb0, tb1), a token tile at a time. */
+static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1, int64_t tb0, int64_t tb1) {
+    for (int64_t t0 = tb0; t0 < tb1; t0 += KERN_TOK_TILE) {
+        const int64_t t1 = t0 + KERN_TOK_TILE < tb1 ? t0 + KERN_TOK_TILE : tb1;
+        int64_t r = r0;
+        /* perf: register tiles of KERN_TILE_ROWS x KERN_TILE_TOKS, then the leftovers */
+        const int64_t t_tiles = j->tile ? t0 + (t1 - t0) / KERN_TILE_TOKS * KERN_TILE_TOKS : t0;
+        if (t_tiles > t0) {
+            for (; r + KERN_TILE_ROWS <= r1; r += KERN_TILE_ROWS) {
+                const uint8_t *w = j->w + (size_t)r * j->w_row_bytes;
+                for (int64_t t = t0; t < t_tiles; t += KERN_TILE_TOKS)
+                    j->tile(j->n_cols, w, j->w_row_bytes, j->xq + (size_t)t * j->xq_row_bytes,
+                            j->xq_row_bytes, j->out + t * j->n_rows + r, (size_t)j->n_rows);
+                for (int64_t rr = r; rr < r + KERN_TILE_ROWS; rr++) matmul_row(j, rr, t_tiles, t1);
+            }
+        }
+        for (; r < r1; r++) matmul_row(j, r, t0, t1);
+    }
 }
 
 static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *it,
@@ -135,6 +181,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
     matmul_job j = {
         .dot = tab->vec_dot[it->type],
         .dot4 = tab->vec_dot4[it->type],
+        .tile = tab->vec_dot_tile[it->type],
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
         .w_row_bytes = hl_row_size(it->type, n_cols),
@@ -164,35 +211,64 @@ static void quantize_activations(hl_pool *pool, matmul_job *j) {
         hl_pool_run(pool, quantize_worker, j);
 }
 
+/* One or more matmuls over the same quantized activations, as one pool run. The work
+ * is cut into chunks (a range of the items' rows laid end to end x a block of tokens)
+ * that the threads claim from an atomic counter: a thread that is descheduled on a busy
+ * machine takes fewer chunks instead of holding up the others. Per (row, token) the
+ * arithmetic does not depend on the chunking (tile, dot4 and dot agree bit for bit), so
+ * outputs equal those of any split. Chunks of one token block are numbered
+ * consecutively, so the threads work on the same activations at the same time. */
+typedef struct many_job {
+    matmul_job items[KERN_MATMUL_MAX_ITEMS];
+    int n_items;
+    int64_t total_rows, n_tok;
+    int64_t rows_per_chunk, n_row_chunks, n_chunks;
+    _Atomic int64_t next_chunk;
+} many_job;
+
+static void many_worker(void *ctx, int ith, int nth) {
+    many_job *m = ctx;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        const int64_t c = atomic_fetch_add_explicit(&m->next_chunk, 1, memory_order_relaxed);
+        if (c >= m->n_chunks) break;
+        const int64_t r0 = c % m->n_row_chunks * m->rows_per_chunk;
+        const int64_t r1 = r0 + m->rows_per_chunk < m->total_rows ? r0 + m->rows_per_chunk
+                                                                  : m->total_rows;
+        const int64_t t0 = c / m->n_row_chunks * KERN_TOK_BLOCK;
+        const int64_t t1 = t0 + KERN_TOK_BLOCK < m->n_tok ? t0 + KERN_TOK_BLOCK : m->n_tok;
+        int64_t base = 0;
+        for (int k = 0; k < m->n_items && base < r1; base += m->items[k].n_rows, k++) {
+            const matmul_job *j = &m->items[k];
+            const int64_t lo = r0 > base ? r0 - base : 0;
+            const int64_t hi = r1 - base < j->n_rows ? r1 - base : j->n_rows;
+            if (lo < hi) matmul_rows(j, lo, hi, t0, t1);
+        }
+    }
+}
+
+static void many_run(hl_pool *pool, many_job *m) {
+    const int64_t nth = hl_pool_n_threads(pool);
+    int64_t per = (m->total_rows + nth * KERN_CHUNKS_PER_THREAD - 1) / (nth * KERN_CHUNKS_PER_THREAD);
+    per = (per + KERN_ROW_ALIGN - 1) / KERN_ROW_ALIGN * KERN_ROW_ALIGN;
+    if (m->n_tok > KERN_TOK_TILE && per > KERN_PREFILL_ROWS) per = KERN_PREFILL_ROWS;
+    m->rows_per_chunk = per;
+    m->n_row_chunks = (m->total_rows + per - 1) / per;
+    m->n_chunks = m->n_row_chunks * ((m->n_tok + KERN_TOK_BLOCK - 1) / KERN_TOK_BLOCK);
+    atomic_store_explicit(&m->next_chunk, 0, memory_order_relaxed);
+    quantize_activations(pool, &m->items[0]); /* the items share x's quantized rows */
+    hl_pool_run_any(pool, many_worker, m); /* a late worker skips instead of stalling it */
+}
+
 void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int64_t n_cols,
                  const float *x, int64_t n_tok, float *out, void *scratch) {
     const hl_type_traits *tr = hl_type_traits_get(type);
     if (!tr || !tr->can_matmul || n_rows <= 0 || n_tok <= 0) return;
     const kern_matmul_item it = {type, w, n_rows, out};
-    matmul_job j = matmul_job_for(kern_table_active(), &it, n_cols, x, n_tok, scratch);
-    quantize_activations(pool, &j);
-    hl_pool_run(pool, matmul_worker, &j);
-}
-
-typedef struct many_job {
-    matmul_job items[KERN_MATMUL_MAX_ITEMS];
-    int n_items;
-    int64_t total_rows;
-} many_job;
-
-/* Each thread takes a range of the items' rows laid end to end. Per row the work is
- * matmul_worker's, so outputs equal separate kern_matmul calls bit for bit. */
-static void many_worker(void *ctx, int ith, int nth) {
-    const many_job *m = ctx;
-    int64_t r0, r1;
-    range_split(m->total_rows, KERN_ROW_ALIGN, ith, nth, &r0, &r1);
-    int64_t base = 0;
-    for (int k = 0; k < m->n_items && base < r1; base += m->items[k].n_rows, k++) {
-        const matmul_job *j = &m->items[k];
-        const int64_t lo = r0 > base ? r0 - base : 0;
-        const int64_t hi = r1 - base < j->n_rows ? r1 - base : j->n_rows;
-        if (lo < hi) matmul_rows(j, lo, hi);
-    }
+    many_job m = {.n_items = 1, .total_rows = n_rows, .n_tok = n_tok};
+    m.items[0] = matmul_job_for(kern_table_active(), &it, n_cols, x, n_tok, scratch);
+    many_run(pool, &m);
 }
 
 void kern_matmul_many(hl_pool *pool, const kern_matmul_item *items, int n_items, int64_t n_cols,
@@ -210,13 +286,12 @@ void kern_matmul_many(hl_pool *pool, const kern_matmul_item *items, int n_items,
                         items[k].out, scratch);
         return;
     }
-    many_job m = {.n_items = n_items};
+    many_job m = {.n_items = n_items, .n_tok = n_tok};
     for (int k = 0; k < n_items; k++) {
         m.items[k] = matmul_job_for(tab, &items[k], n_cols, x, n_tok, scratch);
         m.total_rows += items[k].n_rows;
     }
-    quantize_activations(pool, &m.items[0]); /* the items share x's quantized rows */
-    hl_pool_run(pool, many_worker, &m);
+    many_run(pool, &m);
 }
 
 void kern_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
@@ -251,6 +326,15 @@ void kern_swiglu(float *out, const float *gate, const float *up, int64_t n) {
 
 void kern_axpy(float *y, float a, const float *x, int64_t n) {
     if (n > 0) kern_table_active()->axpy(y, a, x, n);
+}
+
+void kern_dot_rows(float *out, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t d,
+                   float scale) {
+    if (nk > 0 && d > 0) kern_table_active()->dot_rows(out, q, k, ldk, nk, d, scale);
+}
+
+void kern_axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64_t nk, int64_t d) {
+    if (nk > 0 && d > 0) kern_table_active()->axpy_rows(y, p, v, ldv, nk, d);
 }
 
 float kern_exp_shift_sum(float *x, int64_t n, float shift) {

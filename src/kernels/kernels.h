@@ -4,19 +4,20 @@
  *
  * Each kernel has a scalar reference (_ref, always built, never removed) and may
  * have SIMD variants chosen once at run time (kern_init(), __builtin_cpu_supports).
- * HEARTH_CPU=ref forces the reference path, for tests and comparisons.
+ * HEARTH_CPU=ref forces the reference path, for tests and comparisons; HEARTH_CPU=avx2
+ * or avx2-vnni caps the choice below the AVX-VNNI / AVX-512 prefill tiles.
  *
  * Matmul: W is n_rows x n_cols of a weight type, row-major, each row hl_row_size()
  * bytes; x is n_tok x n_cols f32; out is n_tok x n_rows f32 (out[t*n_rows + r] =
  * dot(W[r], x[t])). Activations are first converted to the weight type's
  * vec_dot_type in caller-provided scratch (kern_matmul_scratch_size() bytes), so the
- * hot path never allocates. Work is split across the pool by rows.
+ * hot path never allocates. The pool threads claim chunks of rows x tokens dynamically.
  *
  * Activation types (vec_dot_type): Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K
  * for the K-quants, F32 for F32/F16/BF16 (no scratch needed). n_cols must be a
  * multiple of the weight type's block size. Results for a token do not depend on
- * n_tok or the thread count (prefill and decode agree bit for bit). The AVX2 integer
- * dots assume quants in [-127, 127], as every ggml/hearth quantizer writes them.
+ * n_tok, the thread count or how the work is chunked (prefill and decode agree bit for
+ * bit). The AVX2 integer dots assume quants in [-127, 127], as every ggml/hearth quantizer writes them.
  * Variants live in kern_ref.c and kern_avx2.c; kern_internal.h has the table.
  */
 #ifndef HL_KERNELS_H
@@ -61,6 +62,13 @@ void kern_softmax(float *x, int64_t n);
 void kern_swiglu(float *out, const float *gate, const float *up, int64_t n);
 /* y[i] += a * x[i] (attention's weighted sum of values). */
 void kern_axpy(float *y, float a, const float *x, int64_t n);
+/* Attention over a run of keys: out[j] = scale * dot(q, k_j) with k_j = k + j*ldk, for
+ * j < nk, each of d floats. The result for a key does not depend on nk or j. */
+void kern_dot_rows(float *out, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t d,
+                   float scale);
+/* y[i] += sum_j p[j] * v_j[i] with v_j = v + j*ldv: one fused multiply-add (fmaf) per key
+ * and element, in key order, in every variant. */
+void kern_axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64_t nk, int64_t d);
 /* x[i] = exp(x[i] - shift); returns the sum (attention's online softmax). */
 float kern_exp_shift_sum(float *x, int64_t n, float shift);
 

@@ -15,6 +15,7 @@
 #include "model/internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -313,6 +314,7 @@ static void rope(const model_ctx *c, float *x, int32_t n_tok, int32_t n_heads) {
 typedef struct attn_job {
     const model_ctx *c;
     int32_t layer, n_tok;
+    _Atomic int64_t next_chunk; /* perf: see attn_worker */
 } attn_job;
 
 static void attn_one(const attn_job *j, int32_t t, int32_t h) {
@@ -333,32 +335,41 @@ static void attn_one(const attn_job *j, int32_t t, int32_t h) {
         if (nb > kv->B - k0 % kv->B) nb = kv->B - k0 % kv->B;
         const float *K = kv_k_at(kv, hp, j->layer, kvh, k0);
         const float *V = kv_v_at(kv, hp, j->layer, kvh, k0);
+        kern_dot_rows(score, q, K, hdk, nb, hdk, scale); /* perf: 4 keys per pass */
         float block_max = -INFINITY;
-        for (int32_t i = 0; i < nb; i++) {
-            const float s = kern_vec_dot(HL_TYPE_F32, hdk, K + (int64_t)i * hdk, q) * scale;
-            score[i] = s;
-            if (s > block_max) block_max = s;
-        }
+        for (int32_t i = 0; i < nb; i++)
+            if (score[i] > block_max) block_max = score[i];
         if (block_max > run_max) {
             const float r = expf(run_max - block_max); /* 0 on the first block */
             run_sum *= r;
             for (int32_t d = 0; d < hdv; d++) out[d] *= r;
             run_max = block_max;
         }
-        /* perf: vector exp over the block and a SIMD axpy per key */
+        /* perf: vector exp over the block; the value sum with out held in registers */
         run_sum += kern_exp_shift_sum(score, nb, run_max);
-        for (int32_t i = 0; i < nb; i++) kern_axpy(out, score[i], V + (int64_t)i * hdv, hdv);
+        kern_axpy_rows(out, score, V, hdv, nb, hdv);
     }
     const float inv = 1.0f / run_sum;
     for (int32_t d = 0; d < hdv; d++) out[d] *= inv;
 }
 
+/* perf: threads claim chunks (one token x the query heads of one KV head) from a counter,
+ * latest token first: causal rows grow with the position, so a static split gave the
+ * thread with the late tokens 3/4 of a prefill's work, and a descheduled thread no
+ * longer holds up the others. Each (token, head) is computed alike in any order. */
 static void attn_worker(void *ctx, int ith, int nth) {
-    const attn_job *j = ctx;
-    const int32_t n_head = j->c->m->hp.n_head;
-    const int64_t total = (int64_t)j->n_tok * n_head;
-    const int64_t lo = total * ith / nth, hi = total * (ith + 1) / nth;
-    for (int64_t i = lo; i < hi; i++) attn_one(j, (int32_t)(i / n_head), (int32_t)(i % n_head));
+    attn_job *j = ctx;
+    (void)ith;
+    (void)nth;
+    const int32_t n_head = j->c->m->hp.n_head, group = n_head / j->c->m->hp.n_head_kv;
+    const int64_t per_tok = n_head / group, n_chunks = (int64_t)j->n_tok * per_tok;
+    for (;;) {
+        const int64_t c = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed);
+        if (c >= n_chunks) break;
+        const int64_t i = n_chunks - 1 - c;
+        const int32_t t = (int32_t)(i / per_tok), h0 = (int32_t)(i % per_tok) * group;
+        for (int32_t h = h0; h < h0 + group; h++) attn_one(j, t, h);
+    }
 }
 
 /* Writes the batch's (already rotated) keys and values into each token's sequence at its
@@ -409,8 +420,8 @@ static void forward_batch(model_ctx *c, int32_t n_tok, const int32_t *rows, int3
         rope(c, c->q, n_tok, hp->n_head);
         rope(c, c->k, n_tok, hp->n_head_kv);
         kv_store(c, l, n_tok);
-        attn_job job = {.c = c, .layer = l, .n_tok = n_tok};
-        hl_pool_run(c->pool, attn_worker, &job);
+        attn_job job = {.c = c, .layer = l, .n_tok = n_tok, .next_chunk = 0};
+        hl_pool_run_any(c->pool, attn_worker, &job); /* perf: chunks claimed dynamically */
         matmul(c, &ly->wo, c->att, n_tok, c->proj);
         for (int64_t i = 0; i < n_tok * E; i++) c->x[i] += c->proj[i];
 
