@@ -776,3 +776,95 @@ TEST(server_stream_cancel_on_disconnect_and_errors) {
     CHECK_EQ_INT(st_nostream, 500);
     CHECK_STR(nostream_body, "{\"error\":\"boom\"}");
 }
+
+/* Sends a raw request head and body_len filler bytes, then reads the whole response
+ * (the server closes the connection after it). Returns false on a transport error. */
+static bool raw_upload(int port, const char *head, size_t body_len, char *out, size_t cap) {
+    out[0] = '\0';
+    int fd = raw_connect(port);
+    if (fd < 0) return false;
+    bool ok = send(fd, head, strlen(head), MSG_NOSIGNAL) == (ssize_t)strlen(head);
+    char chunk[65536];
+    memset(chunk, 'x', sizeof chunk);
+    for (size_t sent = 0; ok && sent < body_len;) {
+        size_t n = body_len - sent < sizeof chunk ? body_len - sent : sizeof chunk;
+        ssize_t w = send(fd, chunk, n, MSG_NOSIGNAL);
+        ok = w > 0;
+        if (ok) sent += (size_t)w;
+    }
+    size_t n = 0;
+    ssize_t got = 0;
+    while (ok && n + 1 < cap && (got = recv(fd, out + n, cap - 1 - n, 0)) > 0) n += (size_t)got;
+    out[n] = '\0';
+    close(fd);
+    return ok && got >= 0;
+}
+
+/* An error answered on the request's headers (bad digest, unknown route, wrong method,
+ * too-large body, Host check) still reaches a client that is sending a large body:
+ * the server reads and drops the body first, instead of closing with it unread. */
+TEST(server_early_errors_reach_uploading_clients) {
+    server_config cfg = {.max_body = (size_t)1 << 20, .quiet = 1};
+    char models[1100];
+    snprintf(models, sizeof models, "%s/models", test_tmpdir());
+    cfg.models_dir = models;
+    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
+    hl_server *srv;
+    hl_err err;
+    CHECK_OK(server_start(&cfg, &srv, &err), &err);
+    srv_proc p = {.port = server_port(srv)};
+    net_host_parse("127.0.0.1", &p.host, NULL);
+    p.host.port = p.port;
+    size_t len = (size_t)8 << 20; /* far more than the socket buffers hold */
+    char *data = malloc(len);
+    if (data) memset(data, '{', len);
+
+    int st_digest = data ? req_bytes(&p, "POST", "/api/blobs/sha256:nothex", data, len) : -2;
+    char digest_err[256];
+    snprintf(digest_err, sizeof digest_err, "%s", resp_error());
+    int st_route = data ? req_bytes(&p, "POST", "/api/nothing", data, len) : -2;
+    char route_body[256];
+    snprintf(route_body, sizeof route_body, "%s", g_resp ? g_resp : "");
+    int st_method = data ? req_bytes(&p, "POST", "/api/tags", data, len) : -2;
+    char method_body[256];
+    snprintf(method_body, sizeof method_body, "%s", g_resp ? g_resp : "");
+    int st_large = data ? req_bytes(&p, "POST", "/api/show", data, len) : -2;
+    char large_err[256];
+    snprintf(large_err, sizeof large_err, "%s", resp_error());
+    free(data);
+
+    char host_resp[4096];
+    char head[256];
+    snprintf(head, sizeof head, "POST /api/show HTTP/1.1\r\nHost: evil.example\r\n"
+                                "Connection: close\r\nContent-Length: %zu\r\n\r\n", len);
+    bool host_ok = raw_upload(p.port, head, len, host_resp, sizeof host_resp);
+    /* a declared size too large to read for nothing: answered at once, then closed */
+    char huge_resp[4096];
+    bool huge_ok = raw_upload(p.port, "POST /api/show HTTP/1.1\r\nHost: localhost\r\n"
+                                      "Content-Length: 1000000000000\r\n\r\n", 1000,
+                              huge_resp, sizeof huge_resp);
+    /* a client that waits for "100 Continue" gets the error instead and sends nothing */
+    char expect_resp[4096];
+    bool expect_ok = raw_upload(p.port, "POST /api/nothing HTTP/1.1\r\nHost: localhost\r\n"
+                                        "Expect: 100-continue\r\nContent-Length: 1000000\r\n\r\n",
+                                0, expect_resp, sizeof expect_resp);
+    int st_after = req(&p, "GET", "/api/version", NULL);
+    server_stop(srv);
+
+    CHECK_EQ_INT(st_digest, 400);
+    CHECK_STR(digest_err, "invalid digest format");
+    CHECK_EQ_INT(st_route, 404);
+    CHECK_STR(route_body, "404 page not found");
+    CHECK_EQ_INT(st_method, 405);
+    CHECK_STR(method_body, "405 method not allowed");
+    CHECK_EQ_INT(st_large, 413);
+    CHECK_STR(large_err, "request body too large (limit 1048576 bytes)");
+    CHECK(host_ok);
+    CHECK_MSG(strncmp(host_resp, "HTTP/1.1 403", 12) == 0, "%s", host_resp);
+    CHECK(huge_ok);
+    CHECK_MSG(strncmp(huge_resp, "HTTP/1.1 413", 12) == 0, "%s", huge_resp);
+    CHECK_MSG(strstr(huge_resp, "\r\n\r\n{\"error\":\"request body too large"), "%s", huge_resp);
+    CHECK(expect_ok);
+    CHECK_MSG(strncmp(expect_resp, "HTTP/1.1 404", 12) == 0, "%s", expect_resp);
+    CHECK_EQ_INT(st_after, 200);
+}

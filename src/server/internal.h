@@ -89,6 +89,14 @@ struct srv_request {
     size_t body_len, body_cap;
     bool too_large;
     bool replied;
+    /* A reply made before the whole body is in waits here, the body is read and dropped
+     * (see server.c, first_call): answering mid-upload would close the connection with
+     * data unread, and the client would meet a reset instead of the reply. */
+    bool body_read;       /* the final call came: replies go out at once */
+    bool reply_now;       /* early replies go out at once (no body worth reading) */
+    struct MHD_Response *pending;
+    unsigned pending_status;
+    uint64_t discarded;   /* body bytes dropped after an early reply */
     char cors_origin[512]; /* echoed in Access-Control-Allow-Origin when non-empty */
     int status; /* for the log */
     uint64_t start_ns;
