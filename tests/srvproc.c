@@ -116,11 +116,11 @@ int sp_req(const srv_proc *p, const char *method, const char *path, const char *
     return status;
 }
 
-bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, const char *extra) {
+int sp_upload_file(const srv_proc *p, const char *path, char digest[80]) {
     char *data;
     size_t len;
-    if (hl_file_read(gguf, &data, &len, NULL) != HL_OK) return false;
-    char digest[80] = "sha256:";
+    if (hl_file_read(path, &data, &len, NULL) != HL_OK) return -1;
+    strcpy(digest, "sha256:");
     sha256_hex(data, len, digest + 7);
     char url[128];
     snprintf(url, sizeof url, "/api/blobs/%s", digest);
@@ -132,6 +132,12 @@ bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, cons
     if (status != 200) net_http_request(&p->host, "POST", url, data, len, &status, &resp, NULL, NULL);
     free(resp);
     free(data);
+    return status;
+}
+
+bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, const char *extra) {
+    char digest[80];
+    int status = sp_upload_file(p, gguf, digest);
     if (status != 200 && status != 201) return false;
     char body[4096];
     snprintf(body, sizeof body,

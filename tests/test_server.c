@@ -11,123 +11,18 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/file.h"
 #include "net/http_client.h"
 #include "store/sha256.h"
+#include "srvproc.h"
 #include "test.h"
 
-typedef struct srv_proc {
-    pid_t pid;
-    int port;
-    net_host host;
-    char models[1024];
-    char log[1024];
-} srv_proc;
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Starts the server; 0 ok, 1 no binary (skip), -1 failure. */
-static int srv_spawn(srv_proc *p) {
-    memset(p, 0, sizeof *p);
-    const char *bin = getenv("HEARTH_BIN");
-    if (!bin || access(bin, X_OK) != 0) return 1;
-    snprintf(p->models, sizeof p->models, "%s/models", test_tmpdir());
-    snprintf(p->log, sizeof p->log, "%s/serve.log", test_tmpdir());
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-        int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        setenv("HEARTH_HOST", "127.0.0.1:0", 1);
-        setenv("HEARTH_MODELS", p->models, 1);
-        execl(bin, bin, "serve", (char *)NULL);
-        _exit(127);
-    }
-    p->pid = pid;
-    for (int i = 0; i < 200; i++) { /* up to 10 s (sanitizer builds start slowly) */
-        char *text;
-        size_t len;
-        if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
-            const char *m = strstr(text, "Listening on 127.0.0.1:");
-            if (m) p->port = atoi(m + strlen("Listening on 127.0.0.1:"));
-            free(text);
-            if (p->port > 0) break;
-        }
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            p->pid = 0;
-            return -1;
-        }
-        sleep_ms(50);
-    }
-    if (p->port <= 0) return -1;
-    net_host_parse("127.0.0.1", &p->host, NULL);
-    p->host.port = p->port;
-    return 0;
-}
-
-/* Stops the server (SIGTERM, then SIGKILL after 10 s); returns its exit status. */
-static int srv_stop(srv_proc *p) {
-    if (p->pid <= 0) return -1;
-    kill(p->pid, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 200; i++) {
-        if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
-            p->pid = 0;
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        }
-        sleep_ms(50);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, &status, 0);
-    p->pid = 0;
-    return -2;
-}
-
-static void dump_log(const srv_proc *p) {
-    char *text;
-    size_t len;
-    if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
-        if (len > 4000) fprintf(stderr, "    server log (tail):\n%s\n", text + len - 4000);
-        else fprintf(stderr, "    server log:\n%s\n", text);
-        free(text);
-    }
-}
-
-/* Runs body with a fresh server and always stops it; a nonzero server exit (e.g. a
- * sanitizer report) fails the test. */
-#define WITH_SERVER(body_fn)                                                              \
-    do {                                                                                 \
-        srv_proc p_;                                                                     \
-        int rc_ = srv_spawn(&p_);                                                        \
-        if (rc_ == 1) SKIP("HEARTH_BIN not set (run through make test)");                \
-        if (rc_ != 0) {                                                                  \
-            dump_log(&p_);                                                               \
-            srv_stop(&p_);                                                               \
-            CHECK_MSG(false, "server did not start");                                    \
-        }                                                                                \
-        body_fn(&p_);                                                                    \
-        bool failed_ = test_failed();                                                    \
-        int exit_ = srv_stop(&p_);                                                       \
-        if (failed_ || exit_ != 0) dump_log(&p_);                                        \
-        CHECK_EQ_INT(exit_, 0);                                                          \
-    } while (0)
+#define WITH_SERVER(body_fn) SP_WITH_SERVER("server", NULL, body_fn)
 
 static char *g_resp;
 
@@ -582,10 +477,10 @@ static void abuse(srv_proc *p) {
         CHECK(fd >= 0);
         ssize_t w = send(fd, msgs[i], strlen(msgs[i]), MSG_NOSIGNAL);
         CHECK(w > 0);
-        sleep_ms(20);
+        sp_sleep_ms(20);
         close(fd);
     }
-    sleep_ms(100);
+    sp_sleep_ms(100);
     CHECK_EQ_INT(req(p, "GET", "/api/version", NULL), 200);
     /* the aborted upload left no blob and no temp file */
     char blobs[1100];
@@ -609,7 +504,7 @@ static void abuse(srv_proc *p) {
         CHECK(w > 0);
         close(fd);
     }
-    sleep_ms(100);
+    sp_sleep_ms(100);
     CHECK_EQ_INT(req(p, "GET", "/", NULL), 200);
 }
 
@@ -675,14 +570,14 @@ static void slow_producer(srv_stream *s, void *ctx) {
     for (int i = 0; i < 500 && !srv_stream_cancelled(s); i++) { /* at most ~10 s */
         srv_stream_send(s, json_pack("{s:i}", "tick", i));
         atomic_fetch_add(&g_ticks, 1);
-        sleep_ms(20);
+        sp_sleep_ms(20);
     }
     if (srv_stream_cancelled(s)) atomic_store(&g_saw_cancel, true);
 }
 
 static void silent_producer(srv_stream *s, void *ctx) {
     (void)ctx; /* sends nothing until cancelled: the disconnect must be noticed anyway */
-    for (int i = 0; i < 500 && !srv_stream_cancelled(s); i++) sleep_ms(20);
+    for (int i = 0; i < 500 && !srv_stream_cancelled(s); i++) sp_sleep_ms(20);
     if (srv_stream_cancelled(s)) atomic_store(&g_saw_cancel, true);
 }
 
@@ -714,7 +609,7 @@ static const srv_route k_test_routes[] = {
 };
 
 static bool wait_flag(atomic_bool *flag, int ms) {
-    for (int i = 0; i < ms / 10 && !atomic_load(flag); i++) sleep_ms(10);
+    for (int i = 0; i < ms / 10 && !atomic_load(flag); i++) sp_sleep_ms(10);
     return atomic_load(flag);
 }
 
@@ -749,7 +644,7 @@ TEST(server_stream_cancel_on_disconnect_and_errors) {
     atomic_store(&g_saw_cancel, false);
     h = NULL;
     bool silent_ok = net_http_open(&p.host, "GET", "/test/silent", NULL, -1, &h, &err) == HL_OK;
-    sleep_ms(100);
+    sp_sleep_ms(100);
     net_http_close(h);
     bool silent_cancelled = silent_ok && wait_flag(&g_saw_cancel, 3000);
 
