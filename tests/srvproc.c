@@ -100,6 +100,19 @@ void sp_dump_log(const srv_proc *p) {
     }
 }
 
+hl_status sp_start_in_process(server_config *cfg, hl_server **srv, srv_proc *p, hl_err *err) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->models, sizeof p->models, "%s/models", test_tmpdir());
+    cfg->models_dir = p->models;
+    net_host_parse("127.0.0.1:0", &cfg->bind, NULL);
+    hl_status st = server_start(cfg, srv, err);
+    if (st != HL_OK) return st;
+    p->port = server_port(*srv);
+    net_host_parse("127.0.0.1", &p->host, NULL);
+    p->host.port = p->port;
+    return HL_OK;
+}
+
 int sp_req(const srv_proc *p, const char *method, const char *path, const char *body,
            json_t **out) {
     if (out) *out = NULL;

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "net/host.h"
+#include "server/server.h"
 
 typedef struct srv_proc {
     pid_t pid;
@@ -29,14 +30,14 @@ int sp_spawn(srv_proc *p, const char *tag, const char *const *env);
 int sp_stop(srv_proc *p);
 void sp_dump_log(const srv_proc *p);
 
-/* Runs body_fn(&p) with a fresh server (tag names its store and log) and always stops
- * it. setup (NULL for none) runs first: false fails the test and skips the body. A
+/* Runs body_fn(&p) with a fresh server (tag names its store and log; env as for
+ * sp_spawn) and always stops it. setup (NULL for none) runs first: false fails the test and skips the body. A
  * server that does not start or exits nonzero (e.g. a sanitizer report) fails the test;
  * on any failure the server log is dumped. */
-#define SP_WITH_SERVER(tag, setup, body_fn)                                              \
+#define SP_WITH_SERVER(tag, env, setup, body_fn)                                         \
     do {                                                                                 \
         srv_proc p_;                                                                     \
-        int rc_ = sp_spawn(&p_, tag, NULL);                                              \
+        int rc_ = sp_spawn(&p_, tag, env);                                               \
         if (rc_ == 1) SKIP("HEARTH_BIN not set (run through make test)");                \
         if (rc_ != 0) {                                                                  \
             sp_dump_log(&p_);                                                            \
@@ -51,6 +52,11 @@ void sp_dump_log(const srv_proc *p);
         if (failed_ || exit_ != 0) sp_dump_log(&p_);                                     \
         CHECK_EQ_INT(exit_, 0);                                                          \
     } while (0)
+
+/* Starts the server in this process on a free loopback port, with its store in the
+ * test's temp dir (sets cfg's models_dir, which points into p, and bind); p gets the
+ * port and host (pid 0: stop it with server_stop, not sp_stop). */
+hl_status sp_start_in_process(server_config *cfg, hl_server **srv, srv_proc *p, hl_err *err);
 
 /* A whole request; *out (may be NULL) gets the parsed JSON body or NULL. Returns the
  * HTTP status or -1. */

@@ -427,7 +427,7 @@ TEST(api_json_format_recognizer) {
     do {                                                                                 \
         if (!test_shared_path("models/stories260K/stories260K.gguf"))                    \
             SKIP("models/stories260K/stories260K.gguf not found");                       \
-        SP_WITH_SERVER("api", NULL, body_fn);                                            \
+        SP_WITH_SERVER("api", NULL, NULL, body_fn);                                            \
     } while (0)
 
 static char *g_resp;

@@ -110,16 +110,11 @@ static int get_body(const net_host *h, const char *path, char *out, size_t cap) 
 
 TEST(compat_stream_errors_in_process) {
     server_config cfg = {.extra_routes = k_enc_routes, .n_extra_routes = 4, .quiet = 1};
-    char models[1100];
-    snprintf(models, sizeof models, "%s/models", test_tmpdir());
-    cfg.models_dir = models;
-    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
     hl_server *srv;
+    srv_proc p;
     hl_err err;
-    CHECK_OK(server_start(&cfg, &srv, &err), &err);
-    net_host h;
-    net_host_parse("127.0.0.1", &h, NULL);
-    h.port = server_port(srv);
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    const net_host h = p.host;
     static char oai[4096], anth[4096], oai_early[1024], anth_early[1024];
     int st1 = get_body(&h, "/t/oai-mid", oai, sizeof oai);
     int st2 = get_body(&h, "/t/anth-mid", anth, sizeof anth);
@@ -224,16 +219,11 @@ static json_t *sse_parse(const char *body) {
 
 TEST(compat_encoders_tool_calls_and_thinking) {
     server_config cfg = {.extra_routes = k_tool_routes, .n_extra_routes = 4, .quiet = 1};
-    char models[1100];
-    snprintf(models, sizeof models, "%s/models", test_tmpdir());
-    cfg.models_dir = models;
-    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
     hl_server *srv;
+    srv_proc p;
     hl_err err;
-    CHECK_OK(server_start(&cfg, &srv, &err), &err);
-    net_host h;
-    net_host_parse("127.0.0.1", &h, NULL);
-    h.port = server_port(srv);
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    const net_host h = p.host;
     static char b1[8192], b2[8192], b3[8192], b4[8192];
     int st1 = get_body(&h, "/t/oai", b1, sizeof b1);
     int st2 = get_body(&h, "/t/oai-ns", b2, sizeof b2);
@@ -329,7 +319,7 @@ static bool setup_models(const srv_proc *p);
 #define WITH_SERVER(body_fn)                                                              \
     do {                                                                                 \
         if (!stories()) SKIP("models/stories260K/stories260K.gguf not found");           \
-        SP_WITH_SERVER("compat", setup_models, body_fn);                                 \
+        SP_WITH_SERVER("compat", NULL, setup_models, body_fn);                                 \
     } while (0)
 
 /* ---------------- requests ---------------- */

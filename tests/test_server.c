@@ -22,7 +22,7 @@
 #include "srvproc.h"
 #include "test.h"
 
-#define WITH_SERVER(body_fn) SP_WITH_SERVER("server", NULL, body_fn)
+#define WITH_SERVER(body_fn) SP_WITH_SERVER("server", NULL, NULL, body_fn)
 
 static char *g_resp;
 
@@ -615,16 +615,10 @@ static bool wait_flag(atomic_bool *flag, int ms) {
 
 TEST(server_stream_cancel_on_disconnect_and_errors) {
     server_config cfg = {.extra_routes = k_test_routes, .n_extra_routes = 5, .quiet = 1};
-    char models[1100];
-    snprintf(models, sizeof models, "%s/models", test_tmpdir());
-    cfg.models_dir = models;
-    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
     hl_server *srv;
+    srv_proc p;
     hl_err err;
-    CHECK_OK(server_start(&cfg, &srv, &err), &err);
-    srv_proc p = {.port = server_port(srv)};
-    net_host_parse("127.0.0.1", &p.host, NULL);
-    p.host.port = p.port;
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
     bool ok = true;
 
     /* read two ticks, hang up: the producer must see the cancel flag */
@@ -700,16 +694,10 @@ static bool raw_upload(int port, const char *head, size_t body_len, char *out, s
  * the server reads and drops the body first, instead of closing with it unread. */
 TEST(server_early_errors_reach_uploading_clients) {
     server_config cfg = {.max_body = (size_t)1 << 20, .quiet = 1};
-    char models[1100];
-    snprintf(models, sizeof models, "%s/models", test_tmpdir());
-    cfg.models_dir = models;
-    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
     hl_server *srv;
+    srv_proc p;
     hl_err err;
-    CHECK_OK(server_start(&cfg, &srv, &err), &err);
-    srv_proc p = {.port = server_port(srv)};
-    net_host_parse("127.0.0.1", &p.host, NULL);
-    p.host.port = p.port;
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
     size_t len = (size_t)8 << 20; /* far more than the socket buffers hold */
     char *data = malloc(len);
     if (data) memset(data, '{', len);
