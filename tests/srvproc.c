@@ -181,6 +181,55 @@ bool sp_ps_has(const srv_proc *p, const char *name) {
     return found;
 }
 
+static void read_into(const char *path, char *buf, size_t cap) {
+    char *text;
+    size_t len;
+    buf[0] = '\0';
+    if (hl_file_read(path, &text, &len, NULL) == HL_OK) {
+        snprintf(buf, cap, "%s", text);
+        free(text);
+    }
+}
+
+int sp_run_cli(int port, const char *stdin_text, const char *const *args, char *out,
+               size_t out_cap, char *err, size_t err_cap) {
+    const char *bin = getenv("HEARTH_BIN");
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = bin;
+    for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    char out_path[1100], err_path[1100], in_path[1100];
+    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmpdir());
+    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmpdir());
+    snprintf(in_path, sizeof in_path, "%s/cli.in", test_tmpdir());
+    if (stdin_text) {
+        FILE *f = fopen(in_path, "w");
+        if (f) {
+            fputs(stdin_text, f);
+            fclose(f);
+        }
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (stdin_text) dup2(open(in_path, O_RDONLY), 0);
+        dup2(open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644), 1);
+        dup2(open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);
+        char hostv[64];
+        snprintf(hostv, sizeof hostv, "127.0.0.1:%d", port);
+        setenv("HEARTH_HOST", hostv, 1);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
+    read_into(out_path, out, out_cap);
+    read_into(err_path, err, err_cap);
+    return pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
 int sp_children(pid_t pid, pid_t *out, int cap) {
     DIR *d = opendir("/proc");
     if (!d) return 0;

@@ -70,6 +70,12 @@ bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, cons
 /* /api/ps "models" entries: count, and whether `name` is listed. */
 int sp_ps_count(const srv_proc *p);
 bool sp_ps_has(const srv_proc *p, const char *name);
+/* Runs `$HEARTH_BIN args...` (args: NULL-terminated, 14 at most) with HEARTH_HOST set to
+ * the server on port. stdin_text: piped in (NULL: the CLI inherits this process's stdin).
+ * Its stdout and stderr land in out and err (cut to their caps). Returns its exit code
+ * (128 when a signal ended it). */
+int sp_run_cli(int port, const char *stdin_text, const char *const *args, char *out,
+               size_t out_cap, char *err, size_t err_cap);
 /* The pids of the direct children of pid (runner processes), up to cap; returns count. */
 int sp_children(pid_t pid, pid_t *out, int cap);
 /* Resident set size of a process in bytes (0 if unknown). */

@@ -1280,53 +1280,10 @@ TEST(api_client_disconnect_cancels) { WITH_SERVER(disconnect_api); }
 static int g_port;
 static char g_out[65536], g_err[8192];
 
-/* Runs $HEARTH_BIN with args; stdin_text (may be NULL: /dev/null) is piped in. */
+/* Runs $HEARTH_BIN with args; stdin_text (NULL: empty) is piped in. */
 static int run_cli(const char *stdin_text, const char *const *args) {
-    const char *bin = getenv("HEARTH_BIN");
-    const char *argv[16];
-    int n = 0;
-    argv[n++] = bin;
-    for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    char out_path[1100], err_path[1100], in_path[1100];
-    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmpdir());
-    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmpdir());
-    snprintf(in_path, sizeof in_path, "%s/cli.in", test_tmpdir());
-    FILE *f = fopen(in_path, "w");
-    if (f) {
-        if (stdin_text) fputs(stdin_text, f);
-        fclose(f);
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int i = open(in_path, O_RDONLY);
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(i, 0);
-        dup2(o, 1);
-        dup2(e, 2);
-        char hostv[64];
-        snprintf(hostv, sizeof hostv, "127.0.0.1:%d", g_port);
-        setenv("HEARTH_HOST", hostv, 1);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    char *text;
-    size_t len;
-    g_out[0] = g_err[0] = '\0';
-    if (hl_file_read(out_path, &text, &len, NULL) == HL_OK) {
-        snprintf(g_out, sizeof g_out, "%s", text);
-        free(text);
-    }
-    if (hl_file_read(err_path, &text, &len, NULL) == HL_OK) {
-        snprintf(g_err, sizeof g_err, "%s", text);
-        free(text);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    return sp_run_cli(g_port, stdin_text ? stdin_text : "", args, g_out, sizeof g_out, g_err,
+                      sizeof g_err);
 }
 
 static bool cli_generate_text(const char *prompt, int n, char *out, size_t cap) {

@@ -326,46 +326,14 @@ static int g_port;
 /* Runs `$HEARTH_BIN args...` against the server; stdout/stderr into g_out/g_err. */
 static char g_out[65536], g_err[8192];
 static int run_cli(const char *first, ...) {
-    const char *argv[16];
+    const char *args[15];
     int n = 0;
-    const char *bin = getenv("HEARTH_BIN");
-    argv[n++] = bin;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a && n < 15; a = va_arg(ap, const char *)) argv[n++] = a;
+    for (const char *a = first; a && n < 14; a = va_arg(ap, const char *)) args[n++] = a;
     va_end(ap);
-    argv[n] = NULL;
-    char out_path[1100], err_path[1100];
-    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmpdir());
-    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmpdir());
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(o, 1);
-        dup2(e, 2);
-        char hostv[64];
-        snprintf(hostv, sizeof hostv, "127.0.0.1:%d", g_port);
-        setenv("HEARTH_HOST", hostv, 1);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    char *text;
-    size_t len;
-    g_out[0] = g_err[0] = '\0';
-    if (hl_file_read(out_path, &text, &len, NULL) == HL_OK) {
-        snprintf(g_out, sizeof g_out, "%s", text);
-        free(text);
-    }
-    if (hl_file_read(err_path, &text, &len, NULL) == HL_OK) {
-        snprintf(g_err, sizeof g_err, "%s", text);
-        free(text);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    args[n] = NULL;
+    return sp_run_cli(g_port, NULL, args, g_out, sizeof g_out, g_err, sizeof g_err);
 }
 
 static void cli_flow(srv_proc *p) {
