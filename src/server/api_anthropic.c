@@ -255,7 +255,7 @@ static bool system_text(compat_err *x, const json_t *sys, char **out) {
     }
     if (!json_is_array(sys))
         return compat_fail(x, 400, "system: expected a string or an array of text blocks, got %s",
-                           compat_kind(sys));
+                           srv_json_kind(sys));
     char *acc = strdup("");
     size_t i;
     json_t *b;
@@ -301,7 +301,7 @@ static bool translate_message(compat_err *x, size_t idx, const json_t *m, json_t
     }
     if (!json_is_array(content))
         return compat_fail(x, 400, "messages.%zu.content: expected a string or an array of content "
-                             "blocks, got %s", idx, compat_kind(content));
+                             "blocks, got %s", idx, srv_json_kind(content));
     char *text = strdup(""), *thinking = NULL;
     json_t *calls = json_array(), *results = json_array(), *images = json_array();
     bool ok = true;
@@ -407,11 +407,11 @@ static bool translate(compat_err *x, anth_enc *a, const json_t *in, json_t *out,
     }
     json_t *msgs = json_object_get(in, "messages");
     if (msgs && !json_is_null(msgs) && !json_is_array(msgs))
-        return compat_fail(x, 400, "messages: expected an array, got %s", compat_kind(msgs));
+        return compat_fail(x, 400, "messages: expected an array, got %s", srv_json_kind(msgs));
     if (json_array_size(msgs) == 0) return compat_fail(x, 400, "messages is required");
     json_t *stream = json_object_get(in, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream))
-        return compat_fail(x, 400, "stream: expected a boolean, got %s", compat_kind(stream));
+        return compat_fail(x, 400, "stream: expected a boolean, got %s", srv_json_kind(stream));
     json_object_set_new(out, "stream", json_boolean(json_is_true(stream) && !count_only));
 
     static const char *const nums[] = {"temperature", "top_p", "top_k"};

@@ -126,26 +126,13 @@ static bool vf(vfail *f, unsigned status, const char *fmt, ...) {
     return false;
 }
 
-static const char *kind_of(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER:
-    case JSON_REAL: return "number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "bool";
-    default: return "null";
-    }
-}
-
 static bool get_str(vfail *f, const json_t *req, const char *key, char **out) {
     json_t *v = json_object_get(req, key);
     *out = NULL;
     if (!v || json_is_null(v)) return true;
     if (!json_is_string(v))
         return vf(f, 400, "json: cannot unmarshal %s into Go struct field .%s of type string",
-                  kind_of(v), key);
+                  srv_json_kind(v), key);
     *out = strdup(json_string_value(v));
     return *out != NULL || vf(f, 500, "out of memory");
 }
@@ -156,7 +143,7 @@ static bool get_bool(vfail *f, const json_t *req, const char *key, bool dflt, bo
     if (!v || json_is_null(v)) return true;
     if (!json_is_boolean(v))
         return vf(f, 400, "json: cannot unmarshal %s into Go struct field .%s of type bool",
-                  kind_of(v), key);
+                  srv_json_kind(v), key);
     *out = json_is_true(v);
     return true;
 }
@@ -178,7 +165,7 @@ static bool parse_think(vfail *f, const json_t *v, int *out, char level[8]) {
                   s);
     }
     return vf(f, 400, "invalid think value: %s (must be \"high\", \"medium\", \"low\", \"max\", "
-                      "true, or false)", kind_of(v));
+                      "true, or false)", srv_json_kind(v));
 }
 
 static bool has_images(const json_t *obj) {
@@ -246,12 +233,12 @@ static bool parse_generate(vfail *f, infer_ctx *c, const json_t *req) {
     if (ctx && !json_is_null(ctx)) {
         if (!json_is_array(ctx))
             return vf(f, 400, "json: cannot unmarshal %s into Go struct field .context of type "
-                              "[]int", kind_of(ctx));
+                              "[]int", srv_json_kind(ctx));
         size_t i;
         json_t *v;
         json_array_foreach(ctx, i, v) if (!json_is_integer(v)) return vf(
             f, 400, "json: cannot unmarshal %s into Go struct field .context of type int",
-            kind_of(v));
+            srv_json_kind(v));
         if (json_array_size(ctx) > 0) c->context = json_incref(ctx);
     }
     if (c->raw && ((c->template_override && *c->template_override) ||
@@ -269,20 +256,20 @@ static bool parse_chat(vfail *f, infer_ctx *c, const json_t *req) {
     if (msgs && !json_is_null(msgs)) {
         if (!json_is_array(msgs))
             return vf(f, 400, "json: cannot unmarshal %s into Go struct field ChatRequest.messages "
-                              "of type []api.Message", kind_of(msgs));
+                              "of type []api.Message", srv_json_kind(msgs));
         size_t i;
         json_t *m;
         json_array_foreach(msgs, i, m) {
             if (!json_is_object(m))
                 return vf(f, 400, "json: cannot unmarshal %s into Go struct field "
-                                  "ChatRequest.messages of type api.Message", kind_of(m));
+                                  "ChatRequest.messages of type api.Message", srv_json_kind(m));
             json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
             if (role && !json_is_string(role))
                 return vf(f, 400, "json: cannot unmarshal %s into Go struct field Message.role "
-                                  "of type string", kind_of(role));
+                                  "of type string", srv_json_kind(role));
             if (content && !json_is_null(content) && !json_is_string(content))
                 return vf(f, 400, "json: cannot unmarshal %s into Go struct field "
-                                  "Message.content of type string", kind_of(content));
+                                  "Message.content of type string", srv_json_kind(content));
             if (has_images(m)) return vf(f, 400, "%s does not support vision", c->full_name);
             json_t *copy = json_deep_copy(m);
             if (!copy) return vf(f, 500, "out of memory");
@@ -300,7 +287,7 @@ static bool parse_chat(vfail *f, infer_ctx *c, const json_t *req) {
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools))
             return vf(f, 400, "json: cannot unmarshal %s into Go struct field ChatRequest.tools "
-                              "of type api.Tools", kind_of(tools));
+                              "of type api.Tools", srv_json_kind(tools));
         if (json_array_size(tools) > 0) c->tools = json_incref(tools);
     }
     return true;
@@ -846,14 +833,14 @@ static bool parse_embed(vfail *f, infer_ctx *c, const json_t *req) {
         if (d && !json_is_null(d)) {
             if (!json_is_integer(d))
                 return vf(f, 400, "json: cannot unmarshal %s into Go struct field "
-                                  "EmbedRequest.dimensions of type int", kind_of(d));
+                                  "EmbedRequest.dimensions of type int", srv_json_kind(d));
             json_int_t dv = json_integer_value(d);
             c->dimensions = dv > INT32_MAX ? INT32_MAX : dv < 0 ? -1 : (int32_t)dv;
         }
     } else {
         if (in && !json_is_null(in) && !json_is_string(in))
             return vf(f, 400, "json: cannot unmarshal %s into Go struct field "
-                              "EmbeddingRequest.prompt of type string", kind_of(in));
+                              "EmbeddingRequest.prompt of type string", srv_json_kind(in));
         if (json_is_string(in) && *json_string_value(in)) json_array_append(c->inputs, in);
     }
     return true;

@@ -391,12 +391,12 @@ static bool common_fields(compat_err *x, oai_enc *o, const json_t *in, json_t *o
     json_t *model = json_object_get(in, "model");
     if (model && !json_is_null(model) && !json_is_string(model))
         return compat_fail(x, 400, "invalid type for 'model': expected a string, got %s",
-                           compat_kind(model));
+                           srv_json_kind(model));
     if (model) json_object_set(out, "model", model);
     json_t *stream = json_object_get(in, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream))
         return compat_fail(x, 400, "invalid type for 'stream': expected a boolean, got %s",
-                           compat_kind(stream));
+                           srv_json_kind(stream));
     json_object_set_new(out, "stream", json_boolean(json_is_true(stream)));
     json_t *so = json_object_get(in, "stream_options");
     if (json_is_object(so)) o->include_usage = json_is_true(json_object_get(so, "include_usage"));
@@ -440,10 +440,10 @@ static bool common_fields(compat_err *x, oai_enc *o, const json_t *in, json_t *o
         size_t i;
         json_t *s;
         json_array_foreach(stop, i, s) if (!json_is_string(s)) return compat_fail(
-            x, 400, "invalid type for 'stop' field: %s", compat_kind(s));
+            x, 400, "invalid type for 'stop' field: %s", srv_json_kind(s));
         json_object_set(opts, "stop", stop);
     } else if (stop && !json_is_null(stop)) {
-        return compat_fail(x, 400, "invalid type for 'stop' field: %s", compat_kind(stop));
+        return compat_fail(x, 400, "invalid type for 'stop' field: %s", srv_json_kind(stop));
     }
     json_t *dbg = json_object_get(in, "_debug_render_only");
     if (json_is_true(dbg)) json_object_set_new(out, "_debug_render_only", json_true());
@@ -469,7 +469,7 @@ static bool translate_messages(compat_err *x, const json_t *in, json_t *out) {
     json_t *msgs = json_object_get(in, "messages");
     if (msgs && !json_is_null(msgs) && !json_is_array(msgs))
         return compat_fail(x, 400, "invalid type for 'messages': expected an array, got %s",
-                           compat_kind(msgs));
+                           srv_json_kind(msgs));
     if (json_array_size(msgs) == 0) return compat_fail(x, 400, "[] is too short - 'messages'");
     json_t *native = json_array();
     json_object_set_new(out, "messages", native);
@@ -562,7 +562,7 @@ static bool translate_messages(compat_err *x, const json_t *in, json_t *out) {
                     json_decref(base);
                     json_decref(ncalls);
                     return compat_fail(x, 400, "invalid message content type: %s",
-                                       type ? type : compat_kind(part));
+                                       type ? type : srv_json_kind(part));
                 }
                 if (ncalls && k + 1 == json_array_size(content))
                     json_object_set(nm, "tool_calls", ncalls);
@@ -576,7 +576,7 @@ static bool translate_messages(compat_err *x, const json_t *in, json_t *out) {
         } else {
             json_decref(base);
             json_decref(ncalls);
-            return compat_fail(x, 400, "invalid message content type: %s", compat_kind(content));
+            return compat_fail(x, 400, "invalid message content type: %s", srv_json_kind(content));
         }
         json_decref(base);
         json_decref(ncalls);
@@ -629,7 +629,7 @@ static bool translate_completion(compat_err *x, oai_enc *o, const json_t *in, js
     if (!common_fields(x, o, in, out, true)) return false;
     json_t *prompt = json_object_get(in, "prompt");
     if (prompt && !json_is_null(prompt) && !json_is_string(prompt))
-        return compat_fail(x, 400, "invalid type for 'prompt' field: %s", compat_kind(prompt));
+        return compat_fail(x, 400, "invalid type for 'prompt' field: %s", srv_json_kind(prompt));
     json_object_set_new(out, "prompt", json_string(json_is_string(prompt) ? json_string_value(prompt) : ""));
     json_t *suffix = json_object_get(in, "suffix");
     if (json_is_string(suffix)) json_object_set(out, "suffix", suffix);

@@ -125,6 +125,10 @@ enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt
 enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *content_type,
                                const char *text);
 
+/* The type name of a JSON value in error messages, as Go's encoding/json words it:
+ * "object", "array", "string", "number", "bool", "null" (also for NULL). */
+const char *srv_json_kind(const json_t *v);
+
 /* Parses the body as a JSON object. On failure replies 400 (missing request body /
  * the parser's message) and returns NULL with *ret set. */
 json_t *srv_parse_body(srv_request *r, enum MHD_Result *ret);

@@ -199,8 +199,8 @@ enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *cont
 
 /* ---- JSON helpers ---- */
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
+const char *srv_json_kind(const json_t *v) {
+    switch (v ? json_typeof(v) : JSON_NULL) {
     case JSON_OBJECT: return "object";
     case JSON_ARRAY: return "array";
     case JSON_STRING: return "string";
@@ -223,7 +223,8 @@ json_t *srv_parse_body(srv_request *r, enum MHD_Result *ret) {
         return NULL;
     }
     if (!json_is_object(j)) {
-        *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into a request object", json_kind(j));
+        *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into a request object",
+                               srv_json_kind(j));
         json_decref(j);
         return NULL;
     }
@@ -237,7 +238,7 @@ bool srv_get_string(srv_request *r, json_t *obj, const char *key, const char **o
     if (!v || json_is_null(v)) return true;
     if (!json_is_string(v)) {
         *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into field \"%s\" of type string",
-                               json_kind(v), key);
+                               srv_json_kind(v), key);
         return false;
     }
     *out = json_string_value(v);
@@ -251,7 +252,7 @@ bool srv_get_bool(srv_request *r, json_t *obj, const char *key, bool dflt, bool 
     if (!v || json_is_null(v)) return true;
     if (!json_is_boolean(v)) {
         *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into field \"%s\" of type bool",
-                               json_kind(v), key);
+                               srv_json_kind(v), key);
         return false;
     }
     *out = json_is_true(v);
