@@ -3,7 +3,6 @@
 #include "server/compat.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,13 +104,4 @@ bool compat_number(const json_t *obj, const char *key, double *out, bool *bad) {
     }
     *out = json_number_value(v);
     return true;
-}
-
-bool compat_fail(compat_err *x, unsigned status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(x->msg, sizeof x->msg, fmt, ap);
-    va_end(ap);
-    x->status = status;
-    return false;
 }

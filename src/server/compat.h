@@ -37,15 +37,6 @@ void compat_random_hex(char *out, size_t n);
 char *compat_strip_billing_header(const char *text);
 #define COMPAT_BILLING_HEADER "x-anthropic-billing-header:"
 
-/* A request-translation error: the HTTP status and the layer's message. */
-typedef struct compat_err {
-    unsigned status;
-    char msg[512];
-} compat_err;
-/* Fills x; returns false (for `return compat_fail(...)` in bool translators). */
-bool compat_fail(compat_err *x, unsigned status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 /* Reads a number field: absent/null -> false (out untouched); a number -> true;
  * anything else -> sets *bad. */
 bool compat_number(const json_t *obj, const char *key, double *out, bool *bad);

@@ -125,6 +125,15 @@ enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt
 enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *content_type,
                                const char *text);
 
+/* A request-validation error, for srv_reply_error(r, e.status, "%s", e.msg) later. */
+typedef struct srv_err {
+    unsigned status;
+    char msg[1024];
+} srv_err;
+/* Fills e; returns false (for `return srv_err_set(...)` in bool validators). */
+bool srv_err_set(srv_err *e, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* The type name of a JSON value in error messages, as Go's encoding/json words it:
  * "object", "array", "string", "number", "bool", "null" (also for NULL). */
 const char *srv_json_kind(const json_t *v);

@@ -210,6 +210,15 @@ const char *srv_json_kind(const json_t *v) {
     }
 }
 
+bool srv_err_set(srv_err *e, unsigned status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->status = status;
+    return false;
+}
+
 json_t *srv_parse_body(srv_request *r, enum MHD_Result *ret) {
     if (r->body_len == 0) {
         *ret = srv_reply_error(r, 400, "missing request body");
