@@ -100,6 +100,19 @@ void sp_dump_log(const srv_proc *p) {
     }
 }
 
+hl_status sp_start_in_process(server_config *cfg, hl_server **srv, srv_proc *p, hl_err *err) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->models, sizeof p->models, "%s/models", test_tmpdir());
+    cfg->models_dir = p->models;
+    net_host_parse("127.0.0.1:0", &cfg->bind, NULL);
+    hl_status st = server_start(cfg, srv, err);
+    if (st != HL_OK) return st;
+    p->port = server_port(*srv);
+    net_host_parse("127.0.0.1", &p->host, NULL);
+    p->host.port = p->port;
+    return HL_OK;
+}
+
 int sp_req(const srv_proc *p, const char *method, const char *path, const char *body,
            json_t **out) {
     if (out) *out = NULL;
@@ -116,11 +129,11 @@ int sp_req(const srv_proc *p, const char *method, const char *path, const char *
     return status;
 }
 
-bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, const char *extra) {
+int sp_upload_file(const srv_proc *p, const char *path, char digest[80]) {
     char *data;
     size_t len;
-    if (hl_file_read(gguf, &data, &len, NULL) != HL_OK) return false;
-    char digest[80] = "sha256:";
+    if (hl_file_read(path, &data, &len, NULL) != HL_OK) return -1;
+    strcpy(digest, "sha256:");
     sha256_hex(data, len, digest + 7);
     char url[128];
     snprintf(url, sizeof url, "/api/blobs/%s", digest);
@@ -132,6 +145,12 @@ bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, cons
     if (status != 200) net_http_request(&p->host, "POST", url, data, len, &status, &resp, NULL, NULL);
     free(resp);
     free(data);
+    return status;
+}
+
+bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, const char *extra) {
+    char digest[80];
+    int status = sp_upload_file(p, gguf, digest);
     if (status != 200 && status != 201) return false;
     char body[4096];
     snprintf(body, sizeof body,
@@ -160,6 +179,55 @@ bool sp_ps_has(const srv_proc *p, const char *name) {
     }
     json_decref(j);
     return found;
+}
+
+static void read_into(const char *path, char *buf, size_t cap) {
+    char *text;
+    size_t len;
+    buf[0] = '\0';
+    if (hl_file_read(path, &text, &len, NULL) == HL_OK) {
+        snprintf(buf, cap, "%s", text);
+        free(text);
+    }
+}
+
+int sp_run_cli(int port, const char *stdin_text, const char *const *args, char *out,
+               size_t out_cap, char *err, size_t err_cap) {
+    const char *bin = getenv("HEARTH_BIN");
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = bin;
+    for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    char out_path[1100], err_path[1100], in_path[1100];
+    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmpdir());
+    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmpdir());
+    snprintf(in_path, sizeof in_path, "%s/cli.in", test_tmpdir());
+    if (stdin_text) {
+        FILE *f = fopen(in_path, "w");
+        if (f) {
+            fputs(stdin_text, f);
+            fclose(f);
+        }
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (stdin_text) dup2(open(in_path, O_RDONLY), 0);
+        dup2(open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644), 1);
+        dup2(open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);
+        char hostv[64];
+        snprintf(hostv, sizeof hostv, "127.0.0.1:%d", port);
+        setenv("HEARTH_HOST", hostv, 1);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
+    read_into(out_path, out, out_cap);
+    read_into(err_path, err, err_cap);
+    return pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
 int sp_children(pid_t pid, pid_t *out, int cap) {

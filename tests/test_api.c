@@ -12,7 +12,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,7 +24,7 @@
 #include "server/outproc.h"
 #include "server/prompt.h"
 #include "server/sched.h"
-#include "store/sha256.h"
+#include "srvproc.h"
 #include "test.h"
 
 /* ---------------- in-process: output processing ---------------- */
@@ -424,111 +423,11 @@ TEST(api_json_format_recognizer) {
 
 /* ---------------- the server process ---------------- */
 
-typedef struct srv_proc {
-    pid_t pid;
-    int port;
-    net_host host;
-    char models[1024];
-    char log[1024];
-} srv_proc;
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static int srv_spawn(srv_proc *p) {
-    memset(p, 0, sizeof *p);
-    const char *bin = getenv("HEARTH_BIN");
-    if (!bin || access(bin, X_OK) != 0) return 1;
-    snprintf(p->models, sizeof p->models, "%s/models", test_tmpdir());
-    snprintf(p->log, sizeof p->log, "%s/serve.log", test_tmpdir());
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        setenv("HEARTH_HOST", "127.0.0.1:0", 1);
-        setenv("HEARTH_MODELS", p->models, 1);
-        unsetenv("HEARTH_KEEP_ALIVE");
-        unsetenv("OLLAMA_KEEP_ALIVE");
-        unsetenv("HEARTH_CONTEXT_LENGTH");
-        unsetenv("OLLAMA_CONTEXT_LENGTH");
-        execl(bin, bin, "serve", (char *)NULL);
-        _exit(127);
-    }
-    p->pid = pid;
-    for (int i = 0; i < 200; i++) {
-        char *text;
-        size_t len;
-        if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
-            const char *m = strstr(text, "Listening on 127.0.0.1:");
-            if (m) p->port = atoi(m + strlen("Listening on 127.0.0.1:"));
-            free(text);
-            if (p->port > 0) break;
-        }
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            p->pid = 0;
-            return -1;
-        }
-        sleep_ms(50);
-    }
-    if (p->port <= 0) return -1;
-    net_host_parse("127.0.0.1", &p->host, NULL);
-    p->host.port = p->port;
-    return 0;
-}
-
-static int srv_stop(srv_proc *p) {
-    if (p->pid <= 0) return -1;
-    kill(p->pid, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 200; i++) {
-        if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
-            p->pid = 0;
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        }
-        sleep_ms(50);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, &status, 0);
-    p->pid = 0;
-    return -2;
-}
-
-static void dump_log(const srv_proc *p) {
-    char *text;
-    size_t len;
-    if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
-        fprintf(stderr, "    server log (tail):\n%s\n", len > 4000 ? text + len - 4000 : text);
-        free(text);
-    }
-}
-
 #define WITH_SERVER(body_fn)                                                              \
     do {                                                                                 \
         if (!test_shared_path("models/stories260K/stories260K.gguf"))                    \
             SKIP("models/stories260K/stories260K.gguf not found");                       \
-        srv_proc p_;                                                                     \
-        int rc_ = srv_spawn(&p_);                                                        \
-        if (rc_ == 1) SKIP("HEARTH_BIN not set (run through make test)");                \
-        if (rc_ != 0) {                                                                  \
-            dump_log(&p_);                                                               \
-            srv_stop(&p_);                                                               \
-            CHECK_MSG(false, "server did not start");                                    \
-        }                                                                                \
-        body_fn(&p_);                                                                    \
-        bool failed_ = test_failed();                                                    \
-        int exit_ = srv_stop(&p_);                                                       \
-        if (failed_ || exit_ != 0) dump_log(&p_);                                        \
-        CHECK_EQ_INT(exit_, 0);                                                          \
+        SP_WITH_SERVER("api", NULL, NULL, body_fn);                                            \
     } while (0)
 
 static char *g_resp;
@@ -585,32 +484,11 @@ static int req_stream(const srv_proc *p, const char *path, const char *body) {
     return code;
 }
 
-static int upload_file(const srv_proc *p, const char *path, char digest[80]) {
-    char *data;
-    size_t len;
-    if (hl_file_read(path, &data, &len, NULL) != HL_OK) return -1;
-    strcpy(digest, "sha256:");
-    sha256_hex(data, len, digest + 7);
-    char url[128];
-    snprintf(url, sizeof url, "/api/blobs/%s", digest);
-    free(g_resp);
-    g_resp = NULL;
-    int status = -1;
-    /* like the CLI: upload only what the server lacks */
-    net_http_request(&p->host, "HEAD", url, NULL, 0, &status, &g_resp, NULL, NULL);
-    free(g_resp);
-    g_resp = NULL;
-    if (status != 200)
-        net_http_request(&p->host, "POST", url, data, len, &status, &g_resp, NULL, NULL);
-    free(data);
-    return status;
-}
-
 /* Creates `name` from a GGUF file with extra create fields (a JSON fragment or ""). */
 static bool create_model(const srv_proc *p, const char *name, const char *gguf,
                          const char *extra) {
     char digest[80];
-    int up = upload_file(p, gguf, digest);
+    int up = sp_upload_file(p, gguf, digest);
     if (up != 201 && up != 200) {
         fprintf(stderr, "    upload %s: %d\n", gguf, up);
         return false;
@@ -1031,7 +909,7 @@ static void keepalive_api(srv_proc *p) {
     CHECK_EQ_INT(ps_count(p), 1);
     int n = 1;
     for (int i = 0; i < 60 && n != 0; i++) {
-        sleep_ms(50);
+        sp_sleep_ms(50);
         n = ps_count(p);
     }
     CHECK_EQ_INT(n, 0);
@@ -1323,7 +1201,7 @@ static void errors_api(srv_proc *p) {
     snprintf(path, sizeof path, "%s/gone.gguf", test_tmpdir());
     CHECK(write_templated_gguf(stories(), path, "{{ messages }}", NULL));
     CHECK(create_model(p, "gone", path, ""));
-    CHECK(upload_file(p, path, digest) == 200);
+    CHECK(sp_upload_file(p, path, digest) == 200);
     snprintf(blob, sizeof blob, "%s/blobs/sha256-%s", p->models, digest + 7);
     CHECK_EQ_INT(unlink(blob), 0);
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"gone\",\"prompt\":\"x\"}"), 404);
@@ -1390,7 +1268,7 @@ static void disconnect_api(srv_proc *p) {
     CHECK_OK(net_http_open(&p->host, "POST", "/api/generate", "application/json",
                            (int64_t)strlen(ns), &h, &err), &err);
     CHECK_OK(net_http_send(h, ns, strlen(ns), &err), &err);
-    sleep_ms(30);
+    sp_sleep_ms(30);
     net_http_close(h);
     CHECK_EQ_INT(req(p, "POST", "/api/embed", "{\"model\":\"s260\",\"input\":\"x\"}"), 200);
 }
@@ -1402,53 +1280,10 @@ TEST(api_client_disconnect_cancels) { WITH_SERVER(disconnect_api); }
 static int g_port;
 static char g_out[65536], g_err[8192];
 
-/* Runs $HEARTH_BIN with args; stdin_text (may be NULL: /dev/null) is piped in. */
+/* Runs $HEARTH_BIN with args; stdin_text (NULL: empty) is piped in. */
 static int run_cli(const char *stdin_text, const char *const *args) {
-    const char *bin = getenv("HEARTH_BIN");
-    const char *argv[16];
-    int n = 0;
-    argv[n++] = bin;
-    for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    char out_path[1100], err_path[1100], in_path[1100];
-    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmpdir());
-    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmpdir());
-    snprintf(in_path, sizeof in_path, "%s/cli.in", test_tmpdir());
-    FILE *f = fopen(in_path, "w");
-    if (f) {
-        if (stdin_text) fputs(stdin_text, f);
-        fclose(f);
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int i = open(in_path, O_RDONLY);
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(i, 0);
-        dup2(o, 1);
-        dup2(e, 2);
-        char hostv[64];
-        snprintf(hostv, sizeof hostv, "127.0.0.1:%d", g_port);
-        setenv("HEARTH_HOST", hostv, 1);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    char *text;
-    size_t len;
-    g_out[0] = g_err[0] = '\0';
-    if (hl_file_read(out_path, &text, &len, NULL) == HL_OK) {
-        snprintf(g_out, sizeof g_out, "%s", text);
-        free(text);
-    }
-    if (hl_file_read(err_path, &text, &len, NULL) == HL_OK) {
-        snprintf(g_err, sizeof g_err, "%s", text);
-        free(text);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    return sp_run_cli(g_port, stdin_text ? stdin_text : "", args, g_out, sizeof g_out, g_err,
+                      sizeof g_err);
 }
 
 static bool cli_generate_text(const char *prompt, int n, char *out, size_t cap) {
@@ -1527,7 +1362,7 @@ static int run_pty(const char *input, const char *const *args, char *out, size_t
             if (write(master, "\x04", 1) < 0) break;
         }
         if (waitpid(pid, &status, WNOHANG) == pid) exited = true;
-        else sleep_ms(50);
+        else sp_sleep_ms(50);
     }
     if (!exited) {
         kill(pid, SIGKILL);
@@ -1660,7 +1495,7 @@ static void npm_client(srv_proc *p) {
     bool done = false;
     for (int i = 0; i < 1200 && !done; i++) { /* 60 s */
         if (waitpid(pid, &status, WNOHANG) == pid) done = true;
-        else sleep_ms(50);
+        else sp_sleep_ms(50);
     }
     if (!done) {
         kill(pid, SIGKILL);

@@ -10,16 +10,14 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/file.h"
 #include "net/http_client.h"
 #include "server/compat.h"
 #include "server/server.h"
-#include "store/sha256.h"
+#include "srvproc.h"
 #include "test.h"
 
 /* ---------------- in-process ---------------- */
@@ -63,7 +61,6 @@ static const char *jstr(const json_t *o, const char *k);
 /* The encoders in-process, fed by test producers: an error after the first frame is an
  * error frame (OpenAI: data: {"error":...}, no [DONE]; Anthropic: event: error), one
  * before it the HTTP status with the layer's error body. */
-static void sleep_ms(int ms);
 
 static void chunk_then_fail(srv_stream *s, void *ctx) {
     (void)ctx;
@@ -113,16 +110,11 @@ static int get_body(const net_host *h, const char *path, char *out, size_t cap) 
 
 TEST(compat_stream_errors_in_process) {
     server_config cfg = {.extra_routes = k_enc_routes, .n_extra_routes = 4, .quiet = 1};
-    char models[1100];
-    snprintf(models, sizeof models, "%s/models", test_tmpdir());
-    cfg.models_dir = models;
-    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
     hl_server *srv;
+    srv_proc p;
     hl_err err;
-    CHECK_OK(server_start(&cfg, &srv, &err), &err);
-    net_host h;
-    net_host_parse("127.0.0.1", &h, NULL);
-    h.port = server_port(srv);
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    const net_host h = p.host;
     static char oai[4096], anth[4096], oai_early[1024], anth_early[1024];
     int st1 = get_body(&h, "/t/oai-mid", oai, sizeof oai);
     int st2 = get_body(&h, "/t/anth-mid", anth, sizeof anth);
@@ -227,16 +219,11 @@ static json_t *sse_parse(const char *body) {
 
 TEST(compat_encoders_tool_calls_and_thinking) {
     server_config cfg = {.extra_routes = k_tool_routes, .n_extra_routes = 4, .quiet = 1};
-    char models[1100];
-    snprintf(models, sizeof models, "%s/models", test_tmpdir());
-    cfg.models_dir = models;
-    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
     hl_server *srv;
+    srv_proc p;
     hl_err err;
-    CHECK_OK(server_start(&cfg, &srv, &err), &err);
-    net_host h;
-    net_host_parse("127.0.0.1", &h, NULL);
-    h.port = server_port(srv);
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    const net_host h = p.host;
     static char b1[8192], b2[8192], b3[8192], b4[8192];
     int st1 = get_body(&h, "/t/oai", b1, sizeof b1);
     int st2 = get_body(&h, "/t/oai-ns", b2, sizeof b2);
@@ -324,94 +311,6 @@ TEST(compat_encoders_tool_calls_and_thinking) {
 
 /* ---------------- the server process ---------------- */
 
-typedef struct srv_proc {
-    pid_t pid;
-    int port;
-    net_host host;
-    char models[1024];
-    char log[1024];
-} srv_proc;
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static int srv_spawn(srv_proc *p) {
-    memset(p, 0, sizeof *p);
-    const char *bin = getenv("HEARTH_BIN");
-    if (!bin || access(bin, X_OK) != 0) return 1;
-    snprintf(p->models, sizeof p->models, "%s/models", test_tmpdir());
-    snprintf(p->log, sizeof p->log, "%s/serve.log", test_tmpdir());
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        setenv("HEARTH_HOST", "127.0.0.1:0", 1);
-        setenv("HEARTH_MODELS", p->models, 1);
-        unsetenv("HEARTH_KEEP_ALIVE");
-        unsetenv("OLLAMA_KEEP_ALIVE");
-        unsetenv("HEARTH_CONTEXT_LENGTH");
-        unsetenv("OLLAMA_CONTEXT_LENGTH");
-        execl(bin, bin, "serve", (char *)NULL);
-        _exit(127);
-    }
-    p->pid = pid;
-    for (int i = 0; i < 200; i++) {
-        char *text;
-        size_t len;
-        if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
-            const char *m = strstr(text, "Listening on 127.0.0.1:");
-            if (m) p->port = atoi(m + strlen("Listening on 127.0.0.1:"));
-            free(text);
-            if (p->port > 0) break;
-        }
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            p->pid = 0;
-            return -1;
-        }
-        sleep_ms(50);
-    }
-    if (p->port <= 0) return -1;
-    net_host_parse("127.0.0.1", &p->host, NULL);
-    p->host.port = p->port;
-    return 0;
-}
-
-static int srv_stop(srv_proc *p) {
-    if (p->pid <= 0) return -1;
-    kill(p->pid, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 200; i++) {
-        if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
-            p->pid = 0;
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        }
-        sleep_ms(50);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, &status, 0);
-    p->pid = 0;
-    return -2;
-}
-
-static void dump_log(const srv_proc *p) {
-    char *text;
-    size_t len;
-    if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
-        fprintf(stderr, "    server log (tail):\n%s\n", len > 4000 ? text + len - 4000 : text);
-        free(text);
-    }
-}
-
 static const char *stories(void) { return test_shared_path("models/stories260K/stories260K.gguf"); }
 
 /* The body runs with a server that has "s260" (no template) and "chat" (ChatML). */
@@ -420,20 +319,7 @@ static bool setup_models(const srv_proc *p);
 #define WITH_SERVER(body_fn)                                                              \
     do {                                                                                 \
         if (!stories()) SKIP("models/stories260K/stories260K.gguf not found");           \
-        srv_proc p_;                                                                     \
-        int rc_ = srv_spawn(&p_);                                                        \
-        if (rc_ == 1) SKIP("HEARTH_BIN not set (run through make test)");                \
-        if (rc_ != 0) {                                                                  \
-            dump_log(&p_);                                                               \
-            srv_stop(&p_);                                                               \
-            CHECK_MSG(false, "server did not start");                                    \
-        }                                                                                \
-        if (setup_models(&p_)) body_fn(&p_);                                             \
-        else test_fail_at(__FILE__, __LINE__, "could not create the test models");       \
-        bool failed_ = test_failed();                                                    \
-        int exit_ = srv_stop(&p_);                                                       \
-        if (failed_ || exit_ != 0) dump_log(&p_);                                        \
-        CHECK_EQ_INT(exit_, 0);                                                          \
+        SP_WITH_SERVER("compat", NULL, setup_models, body_fn);                                 \
     } while (0)
 
 /* ---------------- requests ---------------- */
@@ -542,25 +428,6 @@ static int req_sse(const srv_proc *p, const char *path, const char *body) {
     return code;
 }
 
-static int upload_file(const srv_proc *p, const char *path, char digest[80]) {
-    char *data;
-    size_t len;
-    if (hl_file_read(path, &data, &len, NULL) != HL_OK) return -1;
-    strcpy(digest, "sha256:");
-    sha256_hex(data, len, digest + 7);
-    char url[128];
-    snprintf(url, sizeof url, "/api/blobs/%s", digest);
-    char *resp = NULL;
-    int status = -1;
-    net_http_request(&p->host, "HEAD", url, NULL, 0, &status, &resp, NULL, NULL);
-    free(resp);
-    resp = NULL;
-    if (status != 200) net_http_request(&p->host, "POST", url, data, len, &status, &resp, NULL, NULL);
-    free(resp);
-    free(data);
-    return status;
-}
-
 static const char *k_chatml =
     "{%- if tools %}<|im_start|>system\n"
     "{%- if messages[0].role == 'system' %}{{ messages[0].content }}\n{% endif %}"
@@ -576,7 +443,7 @@ static const char *k_chatml =
 
 static bool create_model(const srv_proc *p, const char *name, const char *tmpl) {
     char digest[80];
-    int up = upload_file(p, stories(), digest);
+    int up = sp_upload_file(p, stories(), digest);
     if (up != 201 && up != 200) return false;
     json_t *body = json_pack("{s:s, s:{s:s}, s:b}", "model", name, "files", "m.gguf", digest,
                              "stream", 0);
@@ -1212,7 +1079,7 @@ static void npm_sdks(srv_proc *p) {
     bool done = false;
     for (int i = 0; i < 1200 && !done; i++) { /* 60 s */
         if (waitpid(pid, &status, WNOHANG) == pid) done = true;
-        else sleep_ms(50);
+        else sp_sleep_ms(50);
     }
     if (!done) {
         kill(pid, SIGKILL);

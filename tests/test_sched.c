@@ -23,19 +23,7 @@ static const char *tiny(void) { return test_shared_path("models/llama-2-tiny-ran
 #define WITH_SRV(tag, env, body_fn)                                                      \
     do {                                                                                 \
         if (!stories() || !tiny()) SKIP("models/stories260K or llama-2-tiny-random missing"); \
-        srv_proc p_;                                                                     \
-        int rc_ = sp_spawn(&p_, tag, env);                                               \
-        if (rc_ == 1) SKIP("HEARTH_BIN not set (run through make test)");                \
-        if (rc_ != 0) {                                                                  \
-            sp_dump_log(&p_);                                                            \
-            sp_stop(&p_);                                                                \
-            CHECK_MSG(false, "server did not start");                                    \
-        }                                                                                \
-        body_fn(&p_);                                                                    \
-        bool failed_ = test_failed();                                                    \
-        int exit_ = sp_stop(&p_);                                                        \
-        if (failed_ || exit_ != 0) sp_dump_log(&p_);                                     \
-        CHECK_EQ_INT(exit_, 0);                                                          \
+        SP_WITH_SERVER(tag, env, NULL, body_fn);                                         \
     } while (0)
 
 static int load(const srv_proc *p, const char *model, const char *keep) {

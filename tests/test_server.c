@@ -11,123 +11,18 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/file.h"
 #include "net/http_client.h"
 #include "store/sha256.h"
+#include "srvproc.h"
 #include "test.h"
 
-typedef struct srv_proc {
-    pid_t pid;
-    int port;
-    net_host host;
-    char models[1024];
-    char log[1024];
-} srv_proc;
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Starts the server; 0 ok, 1 no binary (skip), -1 failure. */
-static int srv_spawn(srv_proc *p) {
-    memset(p, 0, sizeof *p);
-    const char *bin = getenv("HEARTH_BIN");
-    if (!bin || access(bin, X_OK) != 0) return 1;
-    snprintf(p->models, sizeof p->models, "%s/models", test_tmpdir());
-    snprintf(p->log, sizeof p->log, "%s/serve.log", test_tmpdir());
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-        int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        setenv("HEARTH_HOST", "127.0.0.1:0", 1);
-        setenv("HEARTH_MODELS", p->models, 1);
-        execl(bin, bin, "serve", (char *)NULL);
-        _exit(127);
-    }
-    p->pid = pid;
-    for (int i = 0; i < 200; i++) { /* up to 10 s (sanitizer builds start slowly) */
-        char *text;
-        size_t len;
-        if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
-            const char *m = strstr(text, "Listening on 127.0.0.1:");
-            if (m) p->port = atoi(m + strlen("Listening on 127.0.0.1:"));
-            free(text);
-            if (p->port > 0) break;
-        }
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            p->pid = 0;
-            return -1;
-        }
-        sleep_ms(50);
-    }
-    if (p->port <= 0) return -1;
-    net_host_parse("127.0.0.1", &p->host, NULL);
-    p->host.port = p->port;
-    return 0;
-}
-
-/* Stops the server (SIGTERM, then SIGKILL after 10 s); returns its exit status. */
-static int srv_stop(srv_proc *p) {
-    if (p->pid <= 0) return -1;
-    kill(p->pid, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 200; i++) {
-        if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
-            p->pid = 0;
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        }
-        sleep_ms(50);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, &status, 0);
-    p->pid = 0;
-    return -2;
-}
-
-static void dump_log(const srv_proc *p) {
-    char *text;
-    size_t len;
-    if (hl_file_read(p->log, &text, &len, NULL) == HL_OK) {
-        if (len > 4000) fprintf(stderr, "    server log (tail):\n%s\n", text + len - 4000);
-        else fprintf(stderr, "    server log:\n%s\n", text);
-        free(text);
-    }
-}
-
-/* Runs body with a fresh server and always stops it; a nonzero server exit (e.g. a
- * sanitizer report) fails the test. */
-#define WITH_SERVER(body_fn)                                                              \
-    do {                                                                                 \
-        srv_proc p_;                                                                     \
-        int rc_ = srv_spawn(&p_);                                                        \
-        if (rc_ == 1) SKIP("HEARTH_BIN not set (run through make test)");                \
-        if (rc_ != 0) {                                                                  \
-            dump_log(&p_);                                                               \
-            srv_stop(&p_);                                                               \
-            CHECK_MSG(false, "server did not start");                                    \
-        }                                                                                \
-        body_fn(&p_);                                                                    \
-        bool failed_ = test_failed();                                                    \
-        int exit_ = srv_stop(&p_);                                                       \
-        if (failed_ || exit_ != 0) dump_log(&p_);                                        \
-        CHECK_EQ_INT(exit_, 0);                                                          \
-    } while (0)
+#define WITH_SERVER(body_fn) SP_WITH_SERVER("server", NULL, NULL, body_fn)
 
 static char *g_resp;
 
@@ -431,46 +326,14 @@ static int g_port;
 /* Runs `$HEARTH_BIN args...` against the server; stdout/stderr into g_out/g_err. */
 static char g_out[65536], g_err[8192];
 static int run_cli(const char *first, ...) {
-    const char *argv[16];
+    const char *args[15];
     int n = 0;
-    const char *bin = getenv("HEARTH_BIN");
-    argv[n++] = bin;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a && n < 15; a = va_arg(ap, const char *)) argv[n++] = a;
+    for (const char *a = first; a && n < 14; a = va_arg(ap, const char *)) args[n++] = a;
     va_end(ap);
-    argv[n] = NULL;
-    char out_path[1100], err_path[1100];
-    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmpdir());
-    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmpdir());
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(o, 1);
-        dup2(e, 2);
-        char hostv[64];
-        snprintf(hostv, sizeof hostv, "127.0.0.1:%d", g_port);
-        setenv("HEARTH_HOST", hostv, 1);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    char *text;
-    size_t len;
-    g_out[0] = g_err[0] = '\0';
-    if (hl_file_read(out_path, &text, &len, NULL) == HL_OK) {
-        snprintf(g_out, sizeof g_out, "%s", text);
-        free(text);
-    }
-    if (hl_file_read(err_path, &text, &len, NULL) == HL_OK) {
-        snprintf(g_err, sizeof g_err, "%s", text);
-        free(text);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    args[n] = NULL;
+    return sp_run_cli(g_port, NULL, args, g_out, sizeof g_out, g_err, sizeof g_err);
 }
 
 static void cli_flow(srv_proc *p) {
@@ -582,10 +445,10 @@ static void abuse(srv_proc *p) {
         CHECK(fd >= 0);
         ssize_t w = send(fd, msgs[i], strlen(msgs[i]), MSG_NOSIGNAL);
         CHECK(w > 0);
-        sleep_ms(20);
+        sp_sleep_ms(20);
         close(fd);
     }
-    sleep_ms(100);
+    sp_sleep_ms(100);
     CHECK_EQ_INT(req(p, "GET", "/api/version", NULL), 200);
     /* the aborted upload left no blob and no temp file */
     char blobs[1100];
@@ -609,7 +472,7 @@ static void abuse(srv_proc *p) {
         CHECK(w > 0);
         close(fd);
     }
-    sleep_ms(100);
+    sp_sleep_ms(100);
     CHECK_EQ_INT(req(p, "GET", "/", NULL), 200);
 }
 
@@ -675,14 +538,14 @@ static void slow_producer(srv_stream *s, void *ctx) {
     for (int i = 0; i < 500 && !srv_stream_cancelled(s); i++) { /* at most ~10 s */
         srv_stream_send(s, json_pack("{s:i}", "tick", i));
         atomic_fetch_add(&g_ticks, 1);
-        sleep_ms(20);
+        sp_sleep_ms(20);
     }
     if (srv_stream_cancelled(s)) atomic_store(&g_saw_cancel, true);
 }
 
 static void silent_producer(srv_stream *s, void *ctx) {
     (void)ctx; /* sends nothing until cancelled: the disconnect must be noticed anyway */
-    for (int i = 0; i < 500 && !srv_stream_cancelled(s); i++) sleep_ms(20);
+    for (int i = 0; i < 500 && !srv_stream_cancelled(s); i++) sp_sleep_ms(20);
     if (srv_stream_cancelled(s)) atomic_store(&g_saw_cancel, true);
 }
 
@@ -714,22 +577,16 @@ static const srv_route k_test_routes[] = {
 };
 
 static bool wait_flag(atomic_bool *flag, int ms) {
-    for (int i = 0; i < ms / 10 && !atomic_load(flag); i++) sleep_ms(10);
+    for (int i = 0; i < ms / 10 && !atomic_load(flag); i++) sp_sleep_ms(10);
     return atomic_load(flag);
 }
 
 TEST(server_stream_cancel_on_disconnect_and_errors) {
     server_config cfg = {.extra_routes = k_test_routes, .n_extra_routes = 5, .quiet = 1};
-    char models[1100];
-    snprintf(models, sizeof models, "%s/models", test_tmpdir());
-    cfg.models_dir = models;
-    net_host_parse("127.0.0.1:0", &cfg.bind, NULL);
     hl_server *srv;
+    srv_proc p;
     hl_err err;
-    CHECK_OK(server_start(&cfg, &srv, &err), &err);
-    srv_proc p = {.port = server_port(srv)};
-    net_host_parse("127.0.0.1", &p.host, NULL);
-    p.host.port = p.port;
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
     bool ok = true;
 
     /* read two ticks, hang up: the producer must see the cancel flag */
@@ -749,7 +606,7 @@ TEST(server_stream_cancel_on_disconnect_and_errors) {
     atomic_store(&g_saw_cancel, false);
     h = NULL;
     bool silent_ok = net_http_open(&p.host, "GET", "/test/silent", NULL, -1, &h, &err) == HL_OK;
-    sleep_ms(100);
+    sp_sleep_ms(100);
     net_http_close(h);
     bool silent_cancelled = silent_ok && wait_flag(&g_saw_cancel, 3000);
 
@@ -775,4 +632,90 @@ TEST(server_stream_cancel_on_disconnect_and_errors) {
     CHECK_STR(early_body, "{\"error\":\"teapot\"}");
     CHECK_EQ_INT(st_nostream, 500);
     CHECK_STR(nostream_body, "{\"error\":\"boom\"}");
+}
+
+/* Sends a raw request head and body_len filler bytes, then reads the whole response
+ * (the server closes the connection after it). Returns false on a transport error. */
+static bool raw_upload(int port, const char *head, size_t body_len, char *out, size_t cap) {
+    out[0] = '\0';
+    int fd = raw_connect(port);
+    if (fd < 0) return false;
+    bool ok = send(fd, head, strlen(head), MSG_NOSIGNAL) == (ssize_t)strlen(head);
+    char chunk[65536];
+    memset(chunk, 'x', sizeof chunk);
+    for (size_t sent = 0; ok && sent < body_len;) {
+        size_t n = body_len - sent < sizeof chunk ? body_len - sent : sizeof chunk;
+        ssize_t w = send(fd, chunk, n, MSG_NOSIGNAL);
+        ok = w > 0;
+        if (ok) sent += (size_t)w;
+    }
+    size_t n = 0;
+    ssize_t got = 0;
+    while (ok && n + 1 < cap && (got = recv(fd, out + n, cap - 1 - n, 0)) > 0) n += (size_t)got;
+    out[n] = '\0';
+    close(fd);
+    return ok && got >= 0;
+}
+
+/* An error answered on the request's headers (bad digest, unknown route, wrong method,
+ * too-large body, Host check) still reaches a client that is sending a large body:
+ * the server reads and drops the body first, instead of closing with it unread. */
+TEST(server_early_errors_reach_uploading_clients) {
+    server_config cfg = {.max_body = (size_t)1 << 20, .quiet = 1};
+    hl_server *srv;
+    srv_proc p;
+    hl_err err;
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    size_t len = (size_t)8 << 20; /* far more than the socket buffers hold */
+    char *data = malloc(len);
+    if (data) memset(data, '{', len);
+
+    int st_digest = data ? req_bytes(&p, "POST", "/api/blobs/sha256:nothex", data, len) : -2;
+    char digest_err[256];
+    snprintf(digest_err, sizeof digest_err, "%s", resp_error());
+    int st_route = data ? req_bytes(&p, "POST", "/api/nothing", data, len) : -2;
+    char route_body[256];
+    snprintf(route_body, sizeof route_body, "%s", g_resp ? g_resp : "");
+    int st_method = data ? req_bytes(&p, "POST", "/api/tags", data, len) : -2;
+    char method_body[256];
+    snprintf(method_body, sizeof method_body, "%s", g_resp ? g_resp : "");
+    int st_large = data ? req_bytes(&p, "POST", "/api/show", data, len) : -2;
+    char large_err[256];
+    snprintf(large_err, sizeof large_err, "%s", resp_error());
+    free(data);
+
+    char host_resp[4096];
+    char head[256];
+    snprintf(head, sizeof head, "POST /api/show HTTP/1.1\r\nHost: evil.example\r\n"
+                                "Connection: close\r\nContent-Length: %zu\r\n\r\n", len);
+    bool host_ok = raw_upload(p.port, head, len, host_resp, sizeof host_resp);
+    /* a declared size too large to read for nothing: answered at once, then closed */
+    char huge_resp[4096];
+    bool huge_ok = raw_upload(p.port, "POST /api/show HTTP/1.1\r\nHost: localhost\r\n"
+                                      "Content-Length: 1000000000000\r\n\r\n", 1000,
+                              huge_resp, sizeof huge_resp);
+    /* a client that waits for "100 Continue" gets the error instead and sends nothing */
+    char expect_resp[4096];
+    bool expect_ok = raw_upload(p.port, "POST /api/nothing HTTP/1.1\r\nHost: localhost\r\n"
+                                        "Expect: 100-continue\r\nContent-Length: 1000000\r\n\r\n",
+                                0, expect_resp, sizeof expect_resp);
+    int st_after = req(&p, "GET", "/api/version", NULL);
+    server_stop(srv);
+
+    CHECK_EQ_INT(st_digest, 400);
+    CHECK_STR(digest_err, "invalid digest format");
+    CHECK_EQ_INT(st_route, 404);
+    CHECK_STR(route_body, "404 page not found");
+    CHECK_EQ_INT(st_method, 405);
+    CHECK_STR(method_body, "405 method not allowed");
+    CHECK_EQ_INT(st_large, 413);
+    CHECK_STR(large_err, "request body too large (limit 1048576 bytes)");
+    CHECK(host_ok);
+    CHECK_MSG(strncmp(host_resp, "HTTP/1.1 403", 12) == 0, "%s", host_resp);
+    CHECK(huge_ok);
+    CHECK_MSG(strncmp(huge_resp, "HTTP/1.1 413", 12) == 0, "%s", huge_resp);
+    CHECK_MSG(strstr(huge_resp, "\r\n\r\n{\"error\":\"request body too large"), "%s", huge_resp);
+    CHECK(expect_ok);
+    CHECK_MSG(strncmp(expect_resp, "HTTP/1.1 404", 12) == 0, "%s", expect_resp);
+    CHECK_EQ_INT(st_after, 200);
 }

@@ -53,4 +53,13 @@ bool cli_parse_time(const char *s, double *out);
 /* Prints rows (arrays of n_cols strings) as a left-aligned table with 4-space gaps. */
 void cli_print_table(const char *const *header, size_t n_cols, char ***rows, size_t n_rows);
 
+/* Fills the cells after NAME, ID, SIZE of one model's row; each cell holds CLI_CELL bytes. */
+#define CLI_CELL 128
+typedef void (*cli_model_cells)(json_t *model, char **cells);
+/* Prints the "models" array of /api/tags or /api/ps as a table: one row per model whose
+ * name starts with prefix (NULL: all), columns NAME ID SIZE, then n_cols - 3 filled in by
+ * more. Returns 0, or 1 (after cli_fail) when out of memory. */
+int cli_print_models(json_t *models, const char *prefix, const char *const *header,
+                     size_t n_cols, cli_model_cells more);
+
 #endif

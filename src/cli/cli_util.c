@@ -162,3 +162,31 @@ void cli_print_table(const char *const *header, size_t n_cols, char ***rows, siz
         }
     }
 }
+
+int cli_print_models(json_t *models, const char *prefix, const char *const *header,
+                     size_t n_cols, cli_model_cells more) {
+    size_t n = json_array_size(models), kept = 0;
+    char ***rows = calloc(n ? n : 1, sizeof *rows);
+    char *cells = calloc(n ? n : 1, n_cols * CLI_CELL);
+    char **ptrs = calloc(n ? n : 1, n_cols * sizeof *ptrs);
+    if (!rows || !cells || !ptrs) {
+        free(rows), free(cells), free(ptrs);
+        return cli_fail("out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(models, i);
+        const char *name = json_string_value(json_object_get(m, "name"));
+        if (!name || (prefix && strncmp(name, prefix, strlen(prefix)) != 0)) continue;
+        char **row = ptrs + n_cols * kept;
+        for (size_t c = 0; c < n_cols; c++) row[c] = cells + (n_cols * kept + c) * CLI_CELL;
+        snprintf(row[0], CLI_CELL, "%s", name);
+        const char *digest = json_string_value(json_object_get(m, "digest"));
+        snprintf(row[1], CLI_CELL, "%.12s", digest ? digest : "");
+        cli_human_size((uint64_t)json_integer_value(json_object_get(m, "size")), row[2], CLI_CELL);
+        more(m, row + 3);
+        rows[kept++] = row;
+    }
+    cli_print_table(header, n_cols, rows, kept);
+    free(rows), free(cells), free(ptrs);
+    return 0;
+}

@@ -1,52 +1,32 @@
 /* ps.c - `hearth ps`: NAME ID SIZE PROCESSOR CONTEXT UNTIL. */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "cli/cli.h"
 
+static void running_cells(json_t *m, char **cells) {
+    snprintf(cells[0], CLI_CELL, "100%% CPU");
+    snprintf(cells[1], CLI_CELL, "%lld",
+             (long long)json_integer_value(json_object_get(m, "context_length")));
+    double t;
+    if (cli_parse_time(json_string_value(json_object_get(m, "expires_at")), &t)) {
+        double left = t - (double)time(NULL);
+        char d[64];
+        cli_human_duration(left, d, sizeof d);
+        if (left > 20.0 * 365 * 86400) snprintf(cells[2], CLI_CELL, "Forever");
+        else if (left < 0) snprintf(cells[2], CLI_CELL, "Stopping...");
+        else snprintf(cells[2], CLI_CELL, "%s from now", d);
+    } else {
+        snprintf(cells[2], CLI_CELL, "-");
+    }
+}
+
 int cmd_ps(int argc, char **argv) {
     json_t *resp;
     if (cli_call("GET", "/api/ps", NULL, &resp)) return 1;
-    json_t *models = json_object_get(resp, "models");
-    size_t n = json_array_size(models), kept = 0;
-    char ***rows = calloc(n ? n : 1, sizeof *rows);
-    char *cells = calloc(n ? n : 1, 6 * 128);
-    char **ptrs = calloc(n ? n : 1, 6 * sizeof *ptrs);
-    if (!rows || !cells || !ptrs) {
-        free(rows), free(cells), free(ptrs);
-        json_decref(resp);
-        return cli_fail("out of memory");
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_t *m = json_array_get(models, i);
-        const char *name = json_string_value(json_object_get(m, "name"));
-        if (!name || (argc > 1 && strncmp(name, argv[1], strlen(argv[1])) != 0)) continue;
-        char **row = ptrs + 6 * kept;
-        for (int c = 0; c < 6; c++) row[c] = cells + (6 * kept + (size_t)c) * 128;
-        snprintf(row[0], 128, "%s", name);
-        const char *digest = json_string_value(json_object_get(m, "digest"));
-        snprintf(row[1], 128, "%.12s", digest ? digest : "");
-        cli_human_size((uint64_t)json_integer_value(json_object_get(m, "size")), row[2], 128);
-        snprintf(row[3], 128, "100%% CPU");
-        snprintf(row[4], 128, "%lld", (long long)json_integer_value(json_object_get(m, "context_length")));
-        double t;
-        if (cli_parse_time(json_string_value(json_object_get(m, "expires_at")), &t)) {
-            double left = t - (double)time(NULL);
-            char d[64];
-            cli_human_duration(left, d, sizeof d);
-            if (left > 20.0 * 365 * 86400) snprintf(row[5], 128, "Forever");
-            else if (left < 0) snprintf(row[5], 128, "Stopping...");
-            else snprintf(row[5], 128, "%s from now", d);
-        } else {
-            snprintf(row[5], 128, "-");
-        }
-        rows[kept++] = row;
-    }
     static const char *header[] = {"NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"};
-    cli_print_table(header, 6, rows, kept);
-    free(rows), free(cells), free(ptrs);
+    int rc = cli_print_models(json_object_get(resp, "models"), argc > 1 ? argv[1] : NULL, header,
+                              6, running_cells);
     json_decref(resp);
-    return 0;
+    return rc;
 }

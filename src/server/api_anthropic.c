@@ -240,28 +240,13 @@ bool compat_attach_anthropic(srv_request *r) { return attach(r) != NULL; }
 
 /* ---------------- request translation ---------------- */
 
-typedef struct xerr {
-    unsigned status;
-    char msg[512];
-} xerr;
-
-static bool xfail(xerr *x, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool xfail(xerr *x, unsigned status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(x->msg, sizeof x->msg, fmt, ap);
-    va_end(ap);
-    x->status = status;
-    return false;
-}
-
 static void append(char **buf, const char *s) {
     *buf = compat_cat(*buf, strdup(s));
 }
 
 /* The system prompt: a string, or the text of every text block, each without Claude
  * Code's billing-header line. */
-static bool system_text(xerr *x, const json_t *sys, char **out) {
+static bool system_text(srv_err *x, const json_t *sys, char **out) {
     *out = NULL;
     if (!sys || json_is_null(sys)) return true;
     if (json_is_string(sys)) {
@@ -269,8 +254,8 @@ static bool system_text(xerr *x, const json_t *sys, char **out) {
         return true;
     }
     if (!json_is_array(sys))
-        return xfail(x, 400, "system: expected a string or an array of text blocks, got %s",
-                     compat_kind(sys));
+        return srv_err_set(x, 400, "system: expected a string or an array of text blocks, got %s",
+                           srv_json_kind(sys));
     char *acc = strdup("");
     size_t i;
     json_t *b;
@@ -302,12 +287,12 @@ static bool tool_result_text(const json_t *content, char **out) {
     return true;
 }
 
-static bool translate_message(xerr *x, size_t idx, const json_t *m, json_t *native,
+static bool translate_message(srv_err *x, size_t idx, const json_t *m, json_t *native,
                               json_int_t *chars) {
-    if (!json_is_object(m)) return xfail(x, 400, "messages.%zu: expected an object", idx);
+    if (!json_is_object(m)) return srv_err_set(x, 400, "messages.%zu: expected an object", idx);
     const char *role = json_string_value(json_object_get(m, "role"));
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
-        return xfail(x, 400, "messages.%zu.role: Input should be 'user' or 'assistant'", idx);
+        return srv_err_set(x, 400, "messages.%zu.role: Input should be 'user' or 'assistant'", idx);
     json_t *content = json_object_get(m, "content");
     if (json_is_string(content)) {
         json_array_append_new(native, json_pack("{s:s, s:O}", "role", role, "content", content));
@@ -315,8 +300,8 @@ static bool translate_message(xerr *x, size_t idx, const json_t *m, json_t *nati
         return true;
     }
     if (!json_is_array(content))
-        return xfail(x, 400, "messages.%zu.content: expected a string or an array of content "
-                             "blocks, got %s", idx, compat_kind(content));
+        return srv_err_set(x, 400, "messages.%zu.content: expected a string or an array of content "
+                             "blocks, got %s", idx, srv_json_kind(content));
     char *text = strdup(""), *thinking = NULL;
     json_t *calls = json_array(), *results = json_array(), *images = json_array();
     bool ok = true;
@@ -325,13 +310,13 @@ static bool translate_message(xerr *x, size_t idx, const json_t *m, json_t *nati
     json_array_foreach(content, i, b) {
         const char *type = json_string_value(json_object_get(b, "type"));
         if (!type) {
-            ok = xfail(x, 400, "messages.%zu.content.%zu: missing 'type'", idx, i);
+            ok = srv_err_set(x, 400, "messages.%zu.content.%zu: missing 'type'", idx, i);
             break;
         }
         if (!strcmp(type, "text")) {
             const char *t = json_string_value(json_object_get(b, "text"));
             if (!t) {
-                ok = xfail(x, 400, "messages.%zu.content.%zu.text: Field required", idx, i);
+                ok = srv_err_set(x, 400, "messages.%zu.content.%zu.text: Field required", idx, i);
                 break;
             }
             append(&text, t);
@@ -341,7 +326,7 @@ static bool translate_message(xerr *x, size_t idx, const json_t *m, json_t *nati
             const char *st = json_string_value(json_object_get(src, "type"));
             const char *data = json_string_value(json_object_get(src, "data"));
             if (!st || strcmp(st, "base64") || !data) {
-                ok = xfail(x, 400, "invalid image source type: %s. Only base64 images are "
+                ok = srv_err_set(x, 400, "invalid image source type: %s. Only base64 images are "
                                    "supported.", st ? st : "(none)");
                 break;
             }
@@ -349,11 +334,11 @@ static bool translate_message(xerr *x, size_t idx, const json_t *m, json_t *nati
         } else if (!strcmp(type, "tool_use")) {
             json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name");
             if (!json_is_string(id)) {
-                ok = xfail(x, 400, "tool_use block missing required 'id' field");
+                ok = srv_err_set(x, 400, "tool_use block missing required 'id' field");
                 break;
             }
             if (!json_is_string(name)) {
-                ok = xfail(x, 400, "tool_use block missing required 'name' field");
+                ok = srv_err_set(x, 400, "tool_use block missing required 'name' field");
                 break;
             }
             json_t *input = json_object_get(b, "input");
@@ -363,7 +348,8 @@ static bool translate_message(xerr *x, size_t idx, const json_t *m, json_t *nati
         } else if (!strcmp(type, "tool_result")) {
             char *t = NULL;
             if (!tool_result_text(json_object_get(b, "content"), &t)) {
-                ok = xfail(x, 400, "messages.%zu.content.%zu: invalid tool_result content", idx, i);
+                ok = srv_err_set(x, 400, "messages.%zu.content.%zu: invalid tool_result content",
+                                 idx, i);
                 break;
             }
             json_t *tm = json_pack("{s:s, s:s}", "role", "tool", "content", t ? t : "");
@@ -381,8 +367,8 @@ static bool translate_message(xerr *x, size_t idx, const json_t *m, json_t *nati
         } else if (!strcmp(type, "redacted_thinking")) {
             continue;
         } else {
-            ok = xfail(x, 400, "messages.%zu.content.%zu: unsupported content block type '%s'",
-                       idx, i, type);
+            ok = srv_err_set(x, 400, "messages.%zu.content.%zu: unsupported content block type '%s'",
+                             idx, i, type);
             break;
         }
     }
@@ -406,26 +392,26 @@ static bool translate_message(xerr *x, size_t idx, const json_t *m, json_t *nati
     return ok;
 }
 
-static bool translate(xerr *x, anth_enc *a, const json_t *in, json_t *out, bool count_only) {
+static bool translate(srv_err *x, anth_enc *a, const json_t *in, json_t *out, bool count_only) {
     json_t *model = json_object_get(in, "model");
     if (!json_is_string(model) || !*json_string_value(model))
-        return xfail(x, 400, "model is required");
+        return srv_err_set(x, 400, "model is required");
     json_object_set(out, "model", model);
     json_t *opts = json_object();
     json_object_set_new(out, "options", opts);
     if (!count_only) {
         json_t *mt = json_object_get(in, "max_tokens");
         if (!json_is_integer(mt) || json_integer_value(mt) <= 0)
-            return xfail(x, 400, "max_tokens is required and must be positive");
+            return srv_err_set(x, 400, "max_tokens is required and must be positive");
         json_object_set(opts, "num_predict", mt);
     }
     json_t *msgs = json_object_get(in, "messages");
     if (msgs && !json_is_null(msgs) && !json_is_array(msgs))
-        return xfail(x, 400, "messages: expected an array, got %s", compat_kind(msgs));
-    if (json_array_size(msgs) == 0) return xfail(x, 400, "messages is required");
+        return srv_err_set(x, 400, "messages: expected an array, got %s", srv_json_kind(msgs));
+    if (json_array_size(msgs) == 0) return srv_err_set(x, 400, "messages is required");
     json_t *stream = json_object_get(in, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream))
-        return xfail(x, 400, "stream: expected a boolean, got %s", compat_kind(stream));
+        return srv_err_set(x, 400, "stream: expected a boolean, got %s", srv_json_kind(stream));
     json_object_set_new(out, "stream", json_boolean(json_is_true(stream) && !count_only));
 
     static const char *const nums[] = {"temperature", "top_p", "top_k"};
@@ -434,14 +420,14 @@ static bool translate(xerr *x, anth_enc *a, const json_t *in, json_t *out, bool 
         double v;
         if (compat_number(in, nums[i], &v, &bad))
             json_object_set_new(opts, nums[i], i == 2 ? json_integer((json_int_t)v) : json_real(v));
-        if (bad) return xfail(x, 400, "%s: expected a number", nums[i]);
+        if (bad) return srv_err_set(x, 400, "%s: expected a number", nums[i]);
     }
     json_t *stops = json_object_get(in, "stop_sequences");
     if (stops && !json_is_null(stops)) {
         size_t i;
         json_t *s;
-        if (!json_is_array(stops)) return xfail(x, 400, "stop_sequences: expected an array of strings");
-        json_array_foreach(stops, i, s) if (!json_is_string(s)) return xfail(
+        if (!json_is_array(stops)) return srv_err_set(x, 400, "stop_sequences: expected an array of strings");
+        json_array_foreach(stops, i, s) if (!json_is_string(s)) return srv_err_set(
             x, 400, "stop_sequences.%zu: expected a string", i);
         if (json_array_size(stops)) json_object_set(opts, "stop", stops);
     }
@@ -470,10 +456,10 @@ static bool translate(xerr *x, anth_enc *a, const json_t *in, json_t *out, bool 
         json_t *t;
         json_array_foreach(tools, i, t) {
             const char *name = json_string_value(json_object_get(t, "name"));
-            if (!name) return xfail(x, 400, "tools.%zu.name: Field required", i);
+            if (!name) return srv_err_set(x, 400, "tools.%zu.name: Field required", i);
             json_t *schema = json_object_get(t, "input_schema");
             if (schema && !json_is_object(schema))
-                return xfail(x, 400, "invalid input_schema for tool \"%s\": expected an object", name);
+                return srv_err_set(x, 400, "invalid input_schema for tool \"%s\": expected an object", name);
             json_t *fn = json_pack("{s:s}", "name", name);
             json_t *desc = json_object_get(t, "description");
             if (json_is_string(desc)) json_object_set(fn, "description", desc);
@@ -496,7 +482,7 @@ static enum MHD_Result handle(srv_request *r, bool count_only) {
     json_t *in = srv_parse_body(r, &ret);
     if (!in) return ret;
     json_t *out = json_object();
-    xerr x = {0};
+    srv_err x = {0};
     bool ok = translate(&x, a, in, out, count_only);
     json_decref(in);
     if (!ok) {

@@ -110,58 +110,31 @@ static const char *obuf(const outbuf *b) { return b->p ? b->p : ""; }
 
 /* ---------------- request validation (HTTP thread) ---------------- */
 
-typedef struct vfail {
-    unsigned status;
-    char msg[1024];
-} vfail;
-
-static bool vf(vfail *f, unsigned status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool vf(vfail *f, unsigned status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
-    va_end(ap);
-    f->status = status;
-    return false;
-}
-
-static const char *kind_of(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER:
-    case JSON_REAL: return "number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "bool";
-    default: return "null";
-    }
-}
-
-static bool get_str(vfail *f, const json_t *req, const char *key, char **out) {
+static bool get_str(srv_err *f, const json_t *req, const char *key, char **out) {
     json_t *v = json_object_get(req, key);
     *out = NULL;
     if (!v || json_is_null(v)) return true;
     if (!json_is_string(v))
-        return vf(f, 400, "json: cannot unmarshal %s into Go struct field .%s of type string",
-                  kind_of(v), key);
+        return srv_err_set(f, 400,
+                           "json: cannot unmarshal %s into Go struct field .%s of type string",
+                           srv_json_kind(v), key);
     *out = strdup(json_string_value(v));
-    return *out != NULL || vf(f, 500, "out of memory");
+    return *out != NULL || srv_err_set(f, 500, "out of memory");
 }
 
-static bool get_bool(vfail *f, const json_t *req, const char *key, bool dflt, bool *out) {
+static bool get_bool(srv_err *f, const json_t *req, const char *key, bool dflt, bool *out) {
     json_t *v = json_object_get(req, key);
     *out = dflt;
     if (!v || json_is_null(v)) return true;
     if (!json_is_boolean(v))
-        return vf(f, 400, "json: cannot unmarshal %s into Go struct field .%s of type bool",
-                  kind_of(v), key);
+        return srv_err_set(f, 400,
+                           "json: cannot unmarshal %s into Go struct field .%s of type bool",
+                           srv_json_kind(v), key);
     *out = json_is_true(v);
     return true;
 }
 
-static bool parse_think(vfail *f, const json_t *v, int *out, char level[8]) {
+static bool parse_think(srv_err *f, const json_t *v, int *out, char level[8]) {
     *out = -1;
     level[0] = '\0';
     if (!v || json_is_null(v)) return true;
@@ -172,13 +145,16 @@ static bool parse_think(vfail *f, const json_t *v, int *out, char level[8]) {
             snprintf(level, 8, "%s", s);
             return (*out = 1), true;
         }
-        return vf(f, 400,
-                  "invalid think value: \"%s\" (must be \"high\", \"medium\", \"low\", \"max\", "
-                  "true, or false)",
-                  s);
+        return srv_err_set(
+            f, 400,
+            "invalid think value: \"%s\" (must be \"high\", \"medium\", \"low\", \"max\", "
+            "true, or false)",
+            s);
     }
-    return vf(f, 400, "invalid think value: %s (must be \"high\", \"medium\", \"low\", \"max\", "
-                      "true, or false)", kind_of(v));
+    return srv_err_set(f, 400,
+                       "invalid think value: %s (must be \"high\", \"medium\", \"low\", \"max\", "
+                       "true, or false)",
+                       srv_json_kind(v));
 }
 
 static bool has_images(const json_t *obj) {
@@ -187,47 +163,49 @@ static bool has_images(const json_t *obj) {
 }
 
 /* Common fields; resolves the model. */
-static bool parse_common(vfail *f, infer_ctx *c, const json_t *req) {
+static bool parse_common(srv_err *f, infer_ctx *c, const json_t *req) {
     char *model = NULL;
     if (!get_str(f, req, "model", &model)) return false;
     if (!model || !*model) {
         free(model);
-        return vf(f, 400, "model is required");
+        return srv_err_set(f, 400, "model is required");
     }
     c->req_model = model;
     store_name n;
-    if (store_name_parse(model, &n, NULL) != HL_OK) return vf(f, 400, "invalid model name");
+    if (store_name_parse(model, &n, NULL) != HL_OK)
+        return srv_err_set(f, 400, "invalid model name");
     bool found = false;
     hl_err err;
     store_name canon;
-    if (!store_find(c->srv->st, &n, &canon)) return vf(f, 404, "model '%s' not found", model);
+    if (!store_find(c->srv->st, &n, &canon))
+        return srv_err_set(f, 404, "model '%s' not found", model);
     if (store_model_load(c->srv->st, &canon, &c->sm, &found, &err) != HL_OK)
-        return vf(f, 500, "%s", err.msg);
-    if (!found) return vf(f, 404, "model '%s' not found", model);
+        return srv_err_set(f, 500, "%s", err.msg);
+    if (!found) return srv_err_set(f, 404, "model '%s' not found", model);
     c->sm_loaded = true;
     snprintf(c->full_name, sizeof c->full_name, "%s/%s/%s:%s", c->sm.name.host, c->sm.name.ns,
              c->sm.name.model, c->sm.name.tag);
-    if (!c->sm.model_path) return vf(f, 400, "\"%s\" does not support generate", model);
+    if (!c->sm.model_path) return srv_err_set(f, 400, "\"%s\" does not support generate", model);
     if (opt_keep_alive(json_object_get(req, "keep_alive"), &c->keep_alive, &err) != HL_OK)
-        return vf(f, 400, "%s", err.msg);
+        return srv_err_set(f, 400, "%s", err.msg);
     if (opt_parse(c->sm.params, json_object_get(req, "options"), c->srv->quiet, &c->opts,
                   &err) != HL_OK)
-        return vf(f, err.code == HL_ERR_FORMAT ? 400 : 500, "%s", err.msg);
+        return srv_err_set(f, err.code == HL_ERR_FORMAT ? 400 : 500, "%s", err.msg);
     return true;
 }
 
-static bool parse_gen_chat_common(vfail *f, infer_ctx *c, const json_t *req) {
+static bool parse_gen_chat_common(srv_err *f, infer_ctx *c, const json_t *req) {
     hl_err err;
     if (!get_bool(f, req, "stream", true, &c->stream)) return false;
     if (!get_bool(f, req, "truncate", true, &c->truncate)) return false;
     if (!get_bool(f, req, "_debug_render_only", false, &c->debug_render)) return false;
     if (!parse_think(f, json_object_get(req, "think"), &c->think, c->think_level)) return false;
     if (opt_format_parse(json_object_get(req, "format"), &c->format, &err) != HL_OK)
-        return vf(f, 400, "%s", err.msg);
+        return srv_err_set(f, 400, "%s", err.msg);
     json_t *tl = json_object_get(req, "top_logprobs");
     if (tl && !json_is_null(tl) &&
         (!json_is_integer(tl) || json_integer_value(tl) < 0 || json_integer_value(tl) > 20))
-        return vf(f, 400, "top_logprobs must be between 0 and 20");
+        return srv_err_set(f, 400, "top_logprobs must be between 0 and 20");
     bool lp;
     if (!get_bool(f, req, "logprobs", false, &lp)) return false;
     c->opts.sp.logprobs = lp;
@@ -235,7 +213,7 @@ static bool parse_gen_chat_common(vfail *f, infer_ctx *c, const json_t *req) {
     return true;
 }
 
-static bool parse_generate(vfail *f, infer_ctx *c, const json_t *req) {
+static bool parse_generate(srv_err *f, infer_ctx *c, const json_t *req) {
     if (!parse_common(f, c, req) || !parse_gen_chat_common(f, c, req)) return false;
     if (!get_str(f, req, "prompt", &c->prompt) || !get_str(f, req, "suffix", &c->suffix) ||
         !get_str(f, req, "system", &c->system) ||
@@ -245,47 +223,59 @@ static bool parse_generate(vfail *f, infer_ctx *c, const json_t *req) {
     json_t *ctx = json_object_get(req, "context");
     if (ctx && !json_is_null(ctx)) {
         if (!json_is_array(ctx))
-            return vf(f, 400, "json: cannot unmarshal %s into Go struct field .context of type "
-                              "[]int", kind_of(ctx));
+            return srv_err_set(f, 400,
+                               "json: cannot unmarshal %s into Go struct field .context of type "
+                               "[]int",
+                               srv_json_kind(ctx));
         size_t i;
         json_t *v;
-        json_array_foreach(ctx, i, v) if (!json_is_integer(v)) return vf(
+        json_array_foreach(ctx, i, v) if (!json_is_integer(v)) return srv_err_set(
             f, 400, "json: cannot unmarshal %s into Go struct field .context of type int",
-            kind_of(v));
+            srv_json_kind(v));
         if (json_array_size(ctx) > 0) c->context = json_incref(ctx);
     }
     if (c->raw && ((c->template_override && *c->template_override) ||
                    (c->system && *c->system) || c->context))
-        return vf(f, 400, "raw mode does not support template, system, or context");
-    if (has_images(req)) return vf(f, 400, "%s does not support vision", c->full_name);
+        return srv_err_set(f, 400, "raw mode does not support template, system, or context");
+    if (has_images(req)) return srv_err_set(f, 400, "%s does not support vision", c->full_name);
     return true;
 }
 
-static bool parse_chat(vfail *f, infer_ctx *c, const json_t *req) {
+static bool parse_chat(srv_err *f, infer_ctx *c, const json_t *req) {
     if (!parse_common(f, c, req) || !parse_gen_chat_common(f, c, req)) return false;
     json_t *msgs = json_object_get(req, "messages");
     c->messages = json_array();
-    if (!c->messages) return vf(f, 500, "out of memory");
+    if (!c->messages) return srv_err_set(f, 500, "out of memory");
     if (msgs && !json_is_null(msgs)) {
         if (!json_is_array(msgs))
-            return vf(f, 400, "json: cannot unmarshal %s into Go struct field ChatRequest.messages "
-                              "of type []api.Message", kind_of(msgs));
+            return srv_err_set(
+                f, 400,
+                "json: cannot unmarshal %s into Go struct field ChatRequest.messages "
+                "of type []api.Message",
+                srv_json_kind(msgs));
         size_t i;
         json_t *m;
         json_array_foreach(msgs, i, m) {
             if (!json_is_object(m))
-                return vf(f, 400, "json: cannot unmarshal %s into Go struct field "
-                                  "ChatRequest.messages of type api.Message", kind_of(m));
+                return srv_err_set(f, 400,
+                                   "json: cannot unmarshal %s into Go struct field "
+                                   "ChatRequest.messages of type api.Message",
+                                   srv_json_kind(m));
             json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
             if (role && !json_is_string(role))
-                return vf(f, 400, "json: cannot unmarshal %s into Go struct field Message.role "
-                                  "of type string", kind_of(role));
+                return srv_err_set(f, 400,
+                                   "json: cannot unmarshal %s into Go struct field Message.role "
+                                   "of type string",
+                                   srv_json_kind(role));
             if (content && !json_is_null(content) && !json_is_string(content))
-                return vf(f, 400, "json: cannot unmarshal %s into Go struct field "
-                                  "Message.content of type string", kind_of(content));
-            if (has_images(m)) return vf(f, 400, "%s does not support vision", c->full_name);
+                return srv_err_set(f, 400,
+                                   "json: cannot unmarshal %s into Go struct field "
+                                   "Message.content of type string",
+                                   srv_json_kind(content));
+            if (has_images(m))
+                return srv_err_set(f, 400, "%s does not support vision", c->full_name);
             json_t *copy = json_deep_copy(m);
-            if (!copy) return vf(f, 500, "out of memory");
+            if (!copy) return srv_err_set(f, 500, "out of memory");
             char lower[32] = "";
             const char *r = role ? json_string_value(role) : "";
             size_t k = 0;
@@ -299,8 +289,10 @@ static bool parse_chat(vfail *f, infer_ctx *c, const json_t *req) {
     json_t *tools = json_object_get(req, "tools");
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools))
-            return vf(f, 400, "json: cannot unmarshal %s into Go struct field ChatRequest.tools "
-                              "of type api.Tools", kind_of(tools));
+            return srv_err_set(f, 400,
+                               "json: cannot unmarshal %s into Go struct field ChatRequest.tools "
+                               "of type api.Tools",
+                               srv_json_kind(tools));
         if (json_array_size(tools) > 0) c->tools = json_incref(tools);
     }
     return true;
@@ -785,7 +777,7 @@ static void infer_run(srv_stream *s, void *vctx) {
 }
 
 static enum MHD_Result start_req(srv_request *r, json_t *req, infer_kind kind,
-                                 bool (*parse)(vfail *, infer_ctx *, const json_t *)) {
+                                 bool (*parse)(srv_err *, infer_ctx *, const json_t *)) {
     infer_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         json_decref(req);
@@ -797,7 +789,7 @@ static enum MHD_Result start_req(srv_request *r, json_t *req, infer_kind kind,
     c->think = -1;
     c->truncate = true;
     c->stream = true;
-    vfail f = {0};
+    srv_err f = {0};
     bool ok = parse(&f, c, req);
     json_decref(req);
     if (!ok) {
@@ -808,7 +800,7 @@ static enum MHD_Result start_req(srv_request *r, json_t *req, infer_kind kind,
 }
 
 static enum MHD_Result start(srv_request *r, infer_kind kind,
-                             bool (*parse)(vfail *, infer_ctx *, const json_t *)) {
+                             bool (*parse)(srv_err *, infer_ctx *, const json_t *)) {
     enum MHD_Result ret;
     json_t *req = srv_parse_body(r, &ret);
     if (!req) return ret;
@@ -823,7 +815,7 @@ enum MHD_Result srv_handle_chat(srv_request *r) { return start(r, INFER_CHAT, pa
 
 /* ---------------- embeddings ---------------- */
 
-static bool parse_embed(vfail *f, infer_ctx *c, const json_t *req) {
+static bool parse_embed(srv_err *f, infer_ctx *c, const json_t *req) {
     if (!parse_common(f, c, req)) return false;
     c->stream = false;
     if (!get_bool(f, req, "truncate", true, &c->truncate)) return false;
@@ -836,35 +828,39 @@ static bool parse_embed(vfail *f, infer_ctx *c, const json_t *req) {
             size_t i;
             json_t *v;
             json_array_foreach(in, i, v) {
-                if (!json_is_string(v)) return vf(f, 400, "invalid input type");
+                if (!json_is_string(v)) return srv_err_set(f, 400, "invalid input type");
                 json_array_append(c->inputs, v);
             }
         } else if (in && !json_is_null(in)) {
-            return vf(f, 400, "invalid input type");
+            return srv_err_set(f, 400, "invalid input type");
         }
         json_t *d = json_object_get(req, "dimensions");
         if (d && !json_is_null(d)) {
             if (!json_is_integer(d))
-                return vf(f, 400, "json: cannot unmarshal %s into Go struct field "
-                                  "EmbedRequest.dimensions of type int", kind_of(d));
+                return srv_err_set(f, 400,
+                                   "json: cannot unmarshal %s into Go struct field "
+                                   "EmbedRequest.dimensions of type int",
+                                   srv_json_kind(d));
             json_int_t dv = json_integer_value(d);
             c->dimensions = dv > INT32_MAX ? INT32_MAX : dv < 0 ? -1 : (int32_t)dv;
         }
     } else {
         if (in && !json_is_null(in) && !json_is_string(in))
-            return vf(f, 400, "json: cannot unmarshal %s into Go struct field "
-                              "EmbeddingRequest.prompt of type string", kind_of(in));
+            return srv_err_set(f, 400,
+                               "json: cannot unmarshal %s into Go struct field "
+                               "EmbeddingRequest.prompt of type string",
+                               srv_json_kind(in));
         if (json_is_string(in) && *json_string_value(in)) json_array_append(c->inputs, in);
     }
     return true;
 }
 
-static bool parse_embed_new(vfail *f, infer_ctx *c, const json_t *req) {
+static bool parse_embed_new(srv_err *f, infer_ctx *c, const json_t *req) {
     c->kind = INFER_EMBED;
     return parse_embed(f, c, req);
 }
 
-static bool parse_embeddings(vfail *f, infer_ctx *c, const json_t *req) {
+static bool parse_embeddings(srv_err *f, infer_ctx *c, const json_t *req) {
     c->kind = INFER_EMBEDDINGS;
     return parse_embed(f, c, req);
 }
@@ -960,7 +956,7 @@ static void embed_run(srv_stream *s, void *vctx) {
 }
 
 static enum MHD_Result start_embed_parsed(srv_request *r, json_t *req,
-                                          bool (*parse)(vfail *, infer_ctx *, const json_t *)) {
+                                          bool (*parse)(srv_err *, infer_ctx *, const json_t *)) {
     infer_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         json_decref(req);
@@ -969,7 +965,7 @@ static enum MHD_Result start_embed_parsed(srv_request *r, json_t *req,
     c->srv = r->srv;
     c->t_start = hl_time_ns();
     c->truncate = true;
-    vfail f = {0};
+    srv_err f = {0};
     bool ok = parse(&f, c, req);
     json_decref(req);
     if (!ok) {
@@ -980,7 +976,7 @@ static enum MHD_Result start_embed_parsed(srv_request *r, json_t *req,
 }
 
 static enum MHD_Result start_embed(srv_request *r,
-                                   bool (*parse)(vfail *, infer_ctx *, const json_t *)) {
+                                   bool (*parse)(srv_err *, infer_ctx *, const json_t *)) {
     enum MHD_Result ret;
     json_t *req = srv_parse_body(r, &ret);
     if (!req) return ret;

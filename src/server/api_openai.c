@@ -385,32 +385,18 @@ bool compat_attach_openai_chat(srv_request *r) { return attach(r, OAI_CHAT) != N
 
 /* ---------------- request translation ---------------- */
 
-typedef struct xerr {
-    unsigned status;
-    char msg[512];
-} xerr;
-
-static bool xfail(xerr *x, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool xfail(xerr *x, unsigned status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(x->msg, sizeof x->msg, fmt, ap);
-    va_end(ap);
-    x->status = status;
-    return false;
-}
-
 /* model, stream, stream_options, sampling options shared by chat and completions. */
-static bool common_fields(xerr *x, oai_enc *o, const json_t *in, json_t *out, bool completion) {
+static bool common_fields(srv_err *x, oai_enc *o, const json_t *in, json_t *out,
+                          bool completion) {
     json_t *model = json_object_get(in, "model");
     if (model && !json_is_null(model) && !json_is_string(model))
-        return xfail(x, 400, "invalid type for 'model': expected a string, got %s",
-                     compat_kind(model));
+        return srv_err_set(x, 400, "invalid type for 'model': expected a string, got %s",
+                           srv_json_kind(model));
     if (model) json_object_set(out, "model", model);
     json_t *stream = json_object_get(in, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream))
-        return xfail(x, 400, "invalid type for 'stream': expected a boolean, got %s",
-                     compat_kind(stream));
+        return srv_err_set(x, 400, "invalid type for 'stream': expected a boolean, got %s",
+                           srv_json_kind(stream));
     json_object_set_new(out, "stream", json_boolean(json_is_true(stream)));
     json_t *so = json_object_get(in, "stream_options");
     if (json_is_object(so)) o->include_usage = json_is_true(json_object_get(so, "include_usage"));
@@ -422,20 +408,20 @@ static bool common_fields(xerr *x, oai_enc *o, const json_t *in, json_t *out, bo
     /* OpenAI's defaults, not the model's: temperature and top_p 1.0 */
     json_object_set_new(opts, "temperature",
                         json_real(compat_number(in, "temperature", &v, &bad) ? v : 1.0));
-    if (bad) return xfail(x, 400, "invalid type for 'temperature': expected a number");
+    if (bad) return srv_err_set(x, 400, "invalid type for 'temperature': expected a number");
     double top_p = 1.0;
     if (compat_number(in, "top_p", &v, &bad)) top_p = completion && v == 0 ? 1.0 : v;
-    if (bad) return xfail(x, 400, "invalid type for 'top_p': expected a number");
+    if (bad) return srv_err_set(x, 400, "invalid type for 'top_p': expected a number");
     json_object_set_new(opts, "top_p", json_real(top_p));
     static const char *const pen[] = {"frequency_penalty", "presence_penalty"};
     for (int i = 0; i < 2; i++) {
         if (compat_number(in, pen[i], &v, &bad)) json_object_set_new(opts, pen[i], json_real(v));
         else if (completion) json_object_set_new(opts, pen[i], json_real(0));
-        if (bad) return xfail(x, 400, "invalid type for '%s': expected a number", pen[i]);
+        if (bad) return srv_err_set(x, 400, "invalid type for '%s': expected a number", pen[i]);
     }
     json_t *seed = json_object_get(in, "seed");
     if (seed && !json_is_null(seed)) {
-        if (!json_is_integer(seed)) return xfail(x, 400, "invalid type for 'seed': expected an integer");
+        if (!json_is_integer(seed)) return srv_err_set(x, 400, "invalid type for 'seed': expected an integer");
         json_object_set(opts, "seed", seed);
     }
     /* max_tokens; max_completion_tokens (its newer name) when max_tokens is absent */
@@ -444,7 +430,7 @@ static bool common_fields(xerr *x, oai_enc *o, const json_t *in, json_t *out, bo
         json_t *m = json_object_get(in, mt[i]);
         if (!m || json_is_null(m)) continue;
         if (!json_is_integer(m))
-            return xfail(x, 400, "invalid type for '%s': expected an integer", mt[i]);
+            return srv_err_set(x, 400, "invalid type for '%s': expected an integer", mt[i]);
         if (!json_object_get(opts, "num_predict")) json_object_set(opts, "num_predict", m);
     }
     json_t *stop = json_object_get(in, "stop");
@@ -453,11 +439,11 @@ static bool common_fields(xerr *x, oai_enc *o, const json_t *in, json_t *out, bo
     } else if (json_is_array(stop)) {
         size_t i;
         json_t *s;
-        json_array_foreach(stop, i, s) if (!json_is_string(s)) return xfail(
-            x, 400, "invalid type for 'stop' field: %s", compat_kind(s));
+        json_array_foreach(stop, i, s) if (!json_is_string(s)) return srv_err_set(
+            x, 400, "invalid type for 'stop' field: %s", srv_json_kind(s));
         json_object_set(opts, "stop", stop);
     } else if (stop && !json_is_null(stop)) {
-        return xfail(x, 400, "invalid type for 'stop' field: %s", compat_kind(stop));
+        return srv_err_set(x, 400, "invalid type for 'stop' field: %s", srv_json_kind(stop));
     }
     json_t *dbg = json_object_get(in, "_debug_render_only");
     if (json_is_true(dbg)) json_object_set_new(out, "_debug_render_only", json_true());
@@ -479,27 +465,28 @@ static const char *tool_name_for(const json_t *native_msgs, const char *id) {
     return NULL;
 }
 
-static bool translate_messages(xerr *x, const json_t *in, json_t *out) {
+static bool translate_messages(srv_err *x, const json_t *in, json_t *out) {
     json_t *msgs = json_object_get(in, "messages");
     if (msgs && !json_is_null(msgs) && !json_is_array(msgs))
-        return xfail(x, 400, "invalid type for 'messages': expected an array, got %s",
-                     compat_kind(msgs));
-    if (json_array_size(msgs) == 0) return xfail(x, 400, "[] is too short - 'messages'");
+        return srv_err_set(x, 400, "invalid type for 'messages': expected an array, got %s",
+                           srv_json_kind(msgs));
+    if (json_array_size(msgs) == 0) return srv_err_set(x, 400, "[] is too short - 'messages'");
     json_t *native = json_array();
     json_object_set_new(out, "messages", native);
     size_t i;
     json_t *m;
     json_array_foreach(msgs, i, m) {
         if (!json_is_object(m))
-            return xfail(x, 400, "invalid type for 'messages[%zu]': expected an object", i);
+            return srv_err_set(x, 400, "invalid type for 'messages[%zu]': expected an object", i);
         const char *role = json_string_value(json_object_get(m, "role"));
-        if (!role) return xfail(x, 400, "missing required parameter: 'messages[%zu].role'", i);
+        if (!role)
+            return srv_err_set(x, 400, "missing required parameter: 'messages[%zu].role'", i);
         if (!strcmp(role, "developer")) role = "system";
         if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
             strcmp(role, "tool"))
-            return xfail(x, 400,
-                         "invalid value for 'messages[%zu].role': \"%s\" (must be \"system\", "
-                         "\"developer\", \"user\", \"assistant\" or \"tool\")", i, role);
+            return srv_err_set(x, 400,
+                               "invalid value for 'messages[%zu].role': \"%s\" (must be \"system\", "
+                               "\"developer\", \"user\", \"assistant\" or \"tool\")", i, role);
         json_t *content = json_object_get(m, "content");
         json_t *calls = json_object_get(m, "tool_calls");
         json_t *ncalls = NULL;
@@ -521,7 +508,7 @@ static bool translate_messages(xerr *x, const json_t *in, json_t *out) {
                 if (!parsed || !name) {
                     json_decref(parsed);
                     json_decref(ncalls);
-                    return xfail(x, 400, "invalid tool call arguments");
+                    return srv_err_set(x, 400, "invalid tool call arguments");
                 }
                 json_t *nc = json_pack("{s:{s:s, s:o}}", "function", "name", name, "arguments", parsed);
                 json_t *id = json_object_get(tc, "id");
@@ -563,9 +550,9 @@ static bool translate_messages(xerr *x, const json_t *in, json_t *out) {
                         json_decref(nm);
                         json_decref(base);
                         json_decref(ncalls);
-                        return remote ? xfail(x, 400, "image URLs are not currently supported, "
-                                                      "please use base64 encoded data instead")
-                                      : xfail(x, 400, "invalid image input");
+                        if (!remote) return srv_err_set(x, 400, "invalid image input");
+                        return srv_err_set(x, 400, "image URLs are not currently supported, "
+                                                   "please use base64 encoded data instead");
                     }
                     /* the native layer says whether the model does vision */
                     json_object_set_new(nm, "content", json_string(""));
@@ -574,8 +561,8 @@ static bool translate_messages(xerr *x, const json_t *in, json_t *out) {
                     json_decref(nm);
                     json_decref(base);
                     json_decref(ncalls);
-                    return xfail(x, 400, "invalid message content type: %s",
-                                 type ? type : compat_kind(part));
+                    return srv_err_set(x, 400, "invalid message content type: %s",
+                                       type ? type : srv_json_kind(part));
                 }
                 if (ncalls && k + 1 == json_array_size(content))
                     json_object_set(nm, "tool_calls", ncalls);
@@ -589,7 +576,7 @@ static bool translate_messages(xerr *x, const json_t *in, json_t *out) {
         } else {
             json_decref(base);
             json_decref(ncalls);
-            return xfail(x, 400, "invalid message content type: %s", compat_kind(content));
+            return srv_err_set(x, 400, "invalid message content type: %s", srv_json_kind(content));
         }
         json_decref(base);
         json_decref(ncalls);
@@ -597,7 +584,7 @@ static bool translate_messages(xerr *x, const json_t *in, json_t *out) {
     return true;
 }
 
-static bool translate_chat(xerr *x, oai_enc *o, const json_t *in, json_t *out) {
+static bool translate_chat(srv_err *x, oai_enc *o, const json_t *in, json_t *out) {
     if (!common_fields(x, o, in, out, false) || !translate_messages(x, in, out)) return false;
     json_t *rf = json_object_get(in, "response_format");
     if (json_is_object(rf)) {
@@ -608,10 +595,10 @@ static bool translate_chat(xerr *x, oai_enc *o, const json_t *in, json_t *out) {
             json_t *schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
             json_object_set(out, "format", json_is_object(schema) ? schema : json_string("json"));
         } else if (t && strcmp(t, "text")) {
-            return xfail(x, 400, "invalid value for 'response_format.type': \"%s\"", t);
+            return srv_err_set(x, 400, "invalid value for 'response_format.type': \"%s\"", t);
         }
     } else if (rf && !json_is_null(rf)) {
-        return xfail(x, 400, "invalid type for 'response_format': expected an object");
+        return srv_err_set(x, 400, "invalid type for 'response_format': expected an object");
     }
     json_t *tools = json_object_get(in, "tools");
     if (tools && !json_is_null(tools)) json_object_set(out, "tools", tools);
@@ -626,9 +613,10 @@ static bool translate_chat(xerr *x, oai_enc *o, const json_t *in, json_t *out) {
         else if (!strcmp(effort, "xhigh") || !strcmp(effort, "ultra"))
             json_object_set_new(out, "think", json_string("max"));
         else
-            return xfail(x, 400, "invalid reasoning value: \"%s\" (must be \"minimal\", \"low\", "
-                                 "\"medium\", \"high\", \"xhigh\", \"ultra\", \"max\", or \"none\")",
-                         effort);
+            return srv_err_set(x, 400,
+                               "invalid reasoning value: \"%s\" (must be \"minimal\", \"low\", "
+                               "\"medium\", \"high\", \"xhigh\", \"ultra\", \"max\", or \"none\")",
+                               effort);
     }
     json_t *tl = json_object_get(in, "top_logprobs");
     if (tl && !json_is_null(tl)) json_object_set(out, "top_logprobs", tl);
@@ -637,11 +625,11 @@ static bool translate_chat(xerr *x, oai_enc *o, const json_t *in, json_t *out) {
     return true;
 }
 
-static bool translate_completion(xerr *x, oai_enc *o, const json_t *in, json_t *out) {
+static bool translate_completion(srv_err *x, oai_enc *o, const json_t *in, json_t *out) {
     if (!common_fields(x, o, in, out, true)) return false;
     json_t *prompt = json_object_get(in, "prompt");
     if (prompt && !json_is_null(prompt) && !json_is_string(prompt))
-        return xfail(x, 400, "invalid type for 'prompt' field: %s", compat_kind(prompt));
+        return srv_err_set(x, 400, "invalid type for 'prompt' field: %s", srv_json_kind(prompt));
     json_object_set_new(out, "prompt", json_string(json_is_string(prompt) ? json_string_value(prompt) : ""));
     json_t *suffix = json_object_get(in, "suffix");
     if (json_is_string(suffix)) json_object_set(out, "suffix", suffix);
@@ -654,7 +642,7 @@ static bool translate_completion(xerr *x, oai_enc *o, const json_t *in, json_t *
 }
 
 static enum MHD_Result run_translated(srv_request *r, oai_kind kind,
-                                      bool (*tr)(xerr *, oai_enc *, const json_t *, json_t *),
+                                      bool (*tr)(srv_err *, oai_enc *, const json_t *, json_t *),
                                       srv_native native) {
     oai_enc *o = attach(r, kind);
     if (!o) return srv_reply_error(r, 500, "out of memory");
@@ -662,7 +650,7 @@ static enum MHD_Result run_translated(srv_request *r, oai_kind kind,
     json_t *in = srv_parse_body(r, &ret);
     if (!in) return ret;
     json_t *out = json_object();
-    xerr x = {0};
+    srv_err x = {0};
     bool ok = tr(&x, o, in, out);
     json_decref(in);
     if (!ok) {
@@ -680,7 +668,7 @@ enum MHD_Result srv_handle_oai_completions(srv_request *r) {
     return run_translated(r, OAI_COMPLETION, translate_completion, SRV_NATIVE_GENERATE);
 }
 
-static bool translate_embed(xerr *x, oai_enc *o, const json_t *in, json_t *out) {
+static bool translate_embed(srv_err *x, oai_enc *o, const json_t *in, json_t *out) {
     json_t *model = json_object_get(in, "model");
     if (model) json_object_set(out, "model", model);
     json_t *input = json_object_get(in, "input");
@@ -692,11 +680,11 @@ static bool translate_embed(xerr *x, oai_enc *o, const json_t *in, json_t *out) 
         size_t i;
         json_t *v;
         json_array_foreach(input, i, v) {
-            if (!json_is_string(v)) return xfail(x, 400, "invalid input");
+            if (!json_is_string(v)) return srv_err_set(x, 400, "invalid input");
             json_array_append(list, v);
         }
     } else {
-        return xfail(x, 400, "invalid input");
+        return srv_err_set(x, 400, "invalid input");
     }
     json_t *dims = json_object_get(in, "dimensions");
     if (dims && !json_is_null(dims)) json_object_set(out, "dimensions", dims);
@@ -706,7 +694,7 @@ static bool translate_embed(xerr *x, oai_enc *o, const json_t *in, json_t *out) 
         if (f && !strcmp(f, "base64")) o->base64 = true;
         else if (!f || strcmp(f, "float")) {
             char *raw = json_dumps(fmt, JSON_ENCODE_ANY);
-            xfail(x, 400, "Invalid value for 'encoding_format' = %s. Supported values: "
+            srv_err_set(x, 400, "Invalid value for 'encoding_format' = %s. Supported values: "
                           "['float', 'base64'].", f ? f : raw ? raw : "?");
             free(raw);
             return false;

@@ -75,19 +75,6 @@ void compat_random_hex(char *out, size_t n) {
     out[n] = '\0';
 }
 
-const char *compat_kind(const json_t *v) {
-    switch (v ? json_typeof(v) : JSON_NULL) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER:
-    case JSON_REAL: return "number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "bool";
-    default: return "null";
-    }
-}
-
 char *compat_strip_billing_header(const char *text) {
     size_t len = strlen(text), hl = strlen(COMPAT_BILLING_HEADER), n = 0;
     char *out = malloc(len + 1);

@@ -30,9 +30,6 @@ char *compat_cat(char *a, char *b);
 /* n random lowercase hex digits into out (out has room for n + 1). */
 void compat_random_hex(char *out, size_t n);
 
-/* Type name for messages ("string", "number", "object", ...). */
-const char *compat_kind(const json_t *v);
-
 /* Claude Code puts a line `x-anthropic-billing-header: ...` in its system prompt that
  * changes on every request; keeping it would make every prompt differ near its start
  * and defeat the prefix (KV) cache. Returns text without any line that starts with

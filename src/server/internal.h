@@ -89,6 +89,14 @@ struct srv_request {
     size_t body_len, body_cap;
     bool too_large;
     bool replied;
+    /* A reply made before the whole body is in waits here, the body is read and dropped
+     * (see server.c, first_call): answering mid-upload would close the connection with
+     * data unread, and the client would meet a reset instead of the reply. */
+    bool body_read;       /* the final call came: replies go out at once */
+    bool reply_now;       /* early replies go out at once (no body worth reading) */
+    struct MHD_Response *pending;
+    unsigned pending_status;
+    uint64_t discarded;   /* body bytes dropped after an early reply */
     char cors_origin[512]; /* echoed in Access-Control-Allow-Origin when non-empty */
     int status; /* for the log */
     uint64_t start_ns;
@@ -116,6 +124,19 @@ enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt
     __attribute__((format(printf, 3, 4)));
 enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *content_type,
                                const char *text);
+
+/* A request-validation error, for srv_reply_error(r, e.status, "%s", e.msg) later. */
+typedef struct srv_err {
+    unsigned status;
+    char msg[1024];
+} srv_err;
+/* Fills e; returns false (for `return srv_err_set(...)` in bool validators). */
+bool srv_err_set(srv_err *e, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The type name of a JSON value in error messages, as Go's encoding/json words it:
+ * "object", "array", "string", "number", "bool", "null" (also for NULL). */
+const char *srv_json_kind(const json_t *v);
 
 /* Parses the body as a JSON object. On failure replies 400 (missing request body /
  * the parser's message) and returns NULL with *ret set. */

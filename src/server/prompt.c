@@ -8,34 +8,12 @@
 #include <string.h>
 
 #include "server/gotmpl.h"
+#include "server/outproc.h"
 #include "tmpl/tmpl.h"
 
-/* ---------------- a growable string ---------------- */
+/* ---------------- a growable string (outbuf, outproc.h) ---------------- */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s ? s : "", s ? strlen(s) : 0); }
+static void sb_str(outbuf *b, const char *s) { outbuf_add(b, s ? s : "", s ? strlen(s) : 0); }
 
 /* ---------------- Go templates (gotmpl.h) ---------------- */
 
@@ -168,7 +146,7 @@ static const char *msg_str(const json_t *m, const char *k) {
 
 /* Consecutive messages of one role merge (not tool results); system contents join
  * into .System (Ollama's collate). */
-static json_t *collate(const json_t *messages, sbuf *sys) {
+static json_t *collate(const json_t *messages, outbuf *sys) {
     json_t *out = json_array();
     size_t i;
     json_t *m;
@@ -182,7 +160,7 @@ static json_t *collate(const json_t *messages, sbuf *sys) {
         }
         json_t *last = json_array_size(out) ? json_array_get(out, json_array_size(out) - 1) : NULL;
         if (last && !strcmp(msg_str(last, "role"), role) && strcmp(role, "tool") != 0) {
-            sbuf b = {0};
+            outbuf b = {0};
             sb_str(&b, msg_str(last, "content"));
             sb_str(&b, "\n\n");
             sb_str(&b, content);
@@ -201,8 +179,8 @@ static hl_status render_go_chat(const prompt_renderer *p, const json_t *messages
                                 const json_t *tools, int think, const char *level, char **out,
                                 hl_err *err) {
     if (p->go_messages) {
-        sbuf sys = {0};
-        sb_add(&sys, "", 0);
+        outbuf sys = {0};
+        outbuf_add(&sys, "", 0);
         json_t *msgs = collate(messages, &sys);
         json_t *data = json_pack("{s:s, s:o, s:O, s:s, s:s, s:s, s:b, s:s, s:b}", "System",
                                  sys.p ? sys.p : "", "Messages", msgs, "Tools",
@@ -215,9 +193,9 @@ static hl_status render_go_chat(const prompt_renderer *p, const json_t *messages
         json_decref(data);
         return st;
     }
-    sbuf b = {0}, sys = {0};
-    sb_add(&b, "", 0);
-    sb_add(&sys, "", 0);
+    outbuf b = {0}, sys = {0};
+    outbuf_add(&b, "", 0);
+    outbuf_add(&sys, "", 0);
     const char *prompt = "", *response = "";
     bool have_sys = false;
     hl_status st = HL_OK;

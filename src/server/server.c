@@ -18,6 +18,9 @@
 #include "base/file.h"
 
 #define DEFAULT_MAX_BODY ((size_t)64 << 20)
+/* The most body bytes read and dropped to deliver an early error reply: larger uploads
+ * (declared, or chunked ones that run past it) are answered at once / dropped. */
+#define MIN_DISCARD_LIMIT ((uint64_t)128 << 20)
 
 /* ---- DNS-rebinding guard: on a loopback listener, the Host must name this machine ---- */
 
@@ -147,11 +150,22 @@ static enum MHD_Result queue(srv_request *r, unsigned status, const char *ctype,
     if (!resp) return MHD_NO;
     if (ctype) MHD_add_response_header(resp, "Content-Type", ctype);
     srv_add_cors(r, resp);
-    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
-    MHD_destroy_response(resp);
     r->replied = true;
     r->status = (int)status;
+    if (!r->body_read && !r->reply_now) { /* sent once the body is read (access_handler) */
+        r->pending = resp;
+        r->pending_status = status;
+        return MHD_YES;
+    }
+    if (!r->body_read) MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
     return ret;
+}
+
+static uint64_t discard_limit(const hl_server *srv) {
+    uint64_t twice = (uint64_t)srv->max_body * 2;
+    return twice > MIN_DISCARD_LIMIT ? twice : MIN_DISCARD_LIMIT;
 }
 
 enum MHD_Result srv_reply_json(srv_request *r, unsigned status, json_t *obj) {
@@ -185,8 +199,8 @@ enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *cont
 
 /* ---- JSON helpers ---- */
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
+const char *srv_json_kind(const json_t *v) {
+    switch (v ? json_typeof(v) : JSON_NULL) {
     case JSON_OBJECT: return "object";
     case JSON_ARRAY: return "array";
     case JSON_STRING: return "string";
@@ -194,6 +208,15 @@ static const char *json_kind(const json_t *v) {
     case JSON_TRUE: case JSON_FALSE: return "bool";
     default: return "null";
     }
+}
+
+bool srv_err_set(srv_err *e, unsigned status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->status = status;
+    return false;
 }
 
 json_t *srv_parse_body(srv_request *r, enum MHD_Result *ret) {
@@ -209,7 +232,8 @@ json_t *srv_parse_body(srv_request *r, enum MHD_Result *ret) {
         return NULL;
     }
     if (!json_is_object(j)) {
-        *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into a request object", json_kind(j));
+        *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into a request object",
+                               srv_json_kind(j));
         json_decref(j);
         return NULL;
     }
@@ -223,7 +247,7 @@ bool srv_get_string(srv_request *r, json_t *obj, const char *key, const char **o
     if (!v || json_is_null(v)) return true;
     if (!json_is_string(v)) {
         *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into field \"%s\" of type string",
-                               json_kind(v), key);
+                               srv_json_kind(v), key);
         return false;
     }
     *out = json_string_value(v);
@@ -237,7 +261,7 @@ bool srv_get_bool(srv_request *r, json_t *obj, const char *key, bool dflt, bool 
     if (!v || json_is_null(v)) return true;
     if (!json_is_boolean(v)) {
         *ret = srv_reply_error(r, 400, "json: cannot unmarshal %s into field \"%s\" of type bool",
-                               json_kind(v), key);
+                               srv_json_kind(v), key);
         return false;
     }
     *out = json_is_true(v);
@@ -351,8 +375,16 @@ static bool append_body(srv_request *r, const char *data, size_t len) {
 }
 
 /* First call for a request: route it, check the method and the declared size. Returns
- * true when a reply was queued already. */
+ * true when a reply was made already. Such an early reply waits until the body has been
+ * read and dropped (see queue()), unless the client waits for "100 Continue" before it
+ * sends the body, or the declared body is too large to read for nothing: then the
+ * reply goes out at once, with "Connection: close". */
 static bool first_call(srv_request *r, enum MHD_Result *ret) {
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+    unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+    const char *expect = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Expect");
+    r->reply_now = declared > discard_limit(r->srv) ||
+                   (expect && strcasecmp(expect, "100-continue") == 0);
     if (r->srv->loopback_listener &&
         !host_allowed(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host"))) {
         *ret = srv_reply_text(r, 403, NULL, "");
@@ -399,8 +431,7 @@ static bool first_call(srv_request *r, enum MHD_Result *ret) {
         *ret = srv_reply_text(r, 405, "text/plain", "405 method not allowed");
         return true;
     }
-    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
-    if (!r->route->raw_body && cl && strtoull(cl, NULL, 10) > r->srv->max_body) {
+    if (!r->route->raw_body && declared > r->srv->max_body) {
         *ret = srv_reply_error(r, 413, "request body too large (limit %zu bytes)", r->srv->max_body);
         return true;
     }
@@ -449,9 +480,20 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         if (first_call(r, &ret)) return ret;
         return MHD_YES;
     }
-    if (r->replied) { /* an early reply: discard whatever body still arrives */
-        *upload_data_size = 0;
-        return MHD_YES;
+    if (r->replied) { /* an early reply: drop the body, then send it */
+        if (*upload_data_size > 0) {
+            r->discarded += *upload_data_size;
+            *upload_data_size = 0;
+            /* a chunked upload that does not end: no reply can go out mid-body */
+            return r->discarded > discard_limit(srv) ? MHD_NO : MHD_YES;
+        }
+        r->body_read = true;
+        if (!r->pending) return MHD_YES;
+        struct MHD_Response *resp = r->pending;
+        r->pending = NULL;
+        enum MHD_Result ret = MHD_queue_response(conn, r->pending_status, resp);
+        MHD_destroy_response(resp);
+        return ret;
     }
     if (*upload_data_size > 0) {
         if (r->blob) {
@@ -460,7 +502,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                 store_blob_writer_abort(r->blob);
                 r->blob = NULL;
                 *upload_data_size = 0;
-                return srv_reply_error(r, 500, "%s", err.msg);
+                return srv_reply_error(r, 500, "%s", err.msg); /* sent after the body */
             }
         } else if (r->route->raw_body) {
             /* the blob exists already: the upload is read and dropped */
@@ -470,6 +512,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         *upload_data_size = 0;
         return MHD_YES;
     }
+    r->body_read = true;
     if (r->too_large)
         return srv_reply_error(r, 413, "request body too large (limit %zu bytes)", srv->max_body);
     return r->route->handler(r);
@@ -486,6 +529,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
         fprintf(stderr, "[hearth] %3d | %10.3fms | %s \"%s\"\n", r->status,
                 (double)(hl_time_ns() - r->start_ns) / 1e6, r->method, r->path);
     store_blob_writer_abort(r->blob);
+    if (r->pending) MHD_destroy_response(r->pending);
     srv_encoder_free(r->enc);
     free(r->body);
     free(r);
