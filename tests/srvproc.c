@@ -266,3 +266,52 @@ long sp_rss(pid_t pid) {
     fclose(f);
     return res * sysconf(_SC_PAGESIZE);
 }
+
+bool sp_node_available(void) {
+    const char *path = getenv("PATH");
+    if (!path) return false;
+    char *copy = strdup(path);
+    if (!copy) return false;
+    bool found = false;
+    for (char *save = NULL, *dir = strtok_r(copy, ":", &save); dir && !found;
+         dir = strtok_r(NULL, ":", &save)) {
+        char full[4096];
+        snprintf(full, sizeof full, "%s/node", dir);
+        found = access(full, X_OK) == 0;
+    }
+    free(copy);
+    return found;
+}
+
+bool sp_run_node(const srv_proc *p, const char *script, const char *arg1, const char *arg2,
+                 char **output) {
+    char url[64], log[1100];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", p->port);
+    snprintf(log, sizeof log, "%s/node.log", test_tmpdir());
+    if (output) *output = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        setenv("HEARTH_URL", url, 1);
+        execlp("node", "node", script, arg1, arg2, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    bool done = false;
+    for (int i = 0; i < 1200 && !done; i++) { /* 60 s */
+        if (waitpid(pid, &status, WNOHANG) == pid) done = true;
+        else sp_sleep_ms(50);
+    }
+    if (!done) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    size_t len;
+    if (output && hl_file_read(log, output, &len, NULL) != HL_OK) *output = NULL;
+    return done && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}

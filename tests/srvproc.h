@@ -82,4 +82,12 @@ int sp_children(pid_t pid, pid_t *out, int cap);
 long sp_rss(pid_t pid);
 void sp_sleep_ms(int ms);
 
+/* Whether a `node` executable is on PATH (the npm client tests skip without it). */
+bool sp_node_available(void);
+/* Runs `node SCRIPT ARG1 [ARG2]` from the repository root with HEARTH_URL pointing at the
+ * server, for at most 60 s (then killed). Returns true when it exited 0; *output (may be
+ * NULL) gets its combined stdout/stderr, malloc'd, for the failure message. */
+bool sp_run_node(const srv_proc *p, const char *script, const char *arg1, const char *arg2,
+                 char **output);
+
 #endif

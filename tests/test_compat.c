@@ -1044,57 +1044,15 @@ TEST(compat_client_disconnect_cancels) { WITH_SERVER(disconnect); }
 
 /* ---------------- the official openai and @anthropic-ai/sdk npm packages ---------------- */
 
-static bool node_available(void) {
-    const char *path = getenv("PATH");
-    if (!path) return false;
-    char *copy = strdup(path);
-    bool found = false;
-    for (char *save = NULL, *dir = strtok_r(copy, ":", &save); dir && !found;
-         dir = strtok_r(NULL, ":", &save)) {
-        char full[4096];
-        snprintf(full, sizeof full, "%s/node", dir);
-        found = access(full, X_OK) == 0;
-    }
-    free(copy);
-    return found;
-}
-
 static void npm_sdks(srv_proc *p) {
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", p->port);
-    char log[1100];
-    snprintf(log, sizeof log, "%s/node.log", test_tmpdir());
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        setenv("HEARTH_URL", url, 1);
-        execlp("node", "node", "tests/npm/sdk_clients.mjs", "chat", "s260", (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    bool done = false;
-    for (int i = 0; i < 1200 && !done; i++) { /* 60 s */
-        if (waitpid(pid, &status, WNOHANG) == pid) done = true;
-        else sp_sleep_ms(50);
-    }
-    if (!done) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-    }
     char *text = NULL;
-    size_t len;
-    if (hl_file_read(log, &text, &len, NULL) != HL_OK) text = NULL;
-    CHECK_MSG(done && WIFEXITED(status) && WEXITSTATUS(status) == 0, "node SDK clients: %s",
-              text ? text : "(no output)");
+    bool ok = sp_run_node(p, "tests/npm/sdk_clients.mjs", "chat", "s260", &text);
+    CHECK_MSG(ok, "node SDK clients: %s", text ? text : "(no output)");
     free(text);
 }
 
 TEST(compat_npm_openai_anthropic_sdks) {
-    if (!node_available()) SKIP("node is not installed (the SDK client test needs Node.js)");
+    if (!sp_node_available()) SKIP("node is not installed (the SDK client test needs Node.js)");
     if (access("tests/npm/node_modules/openai/package.json", R_OK) != 0 ||
         access("tests/npm/node_modules/@anthropic-ai/sdk/package.json", R_OK) != 0)
         SKIP("tests/npm/node_modules lacks openai or @anthropic-ai/sdk: run `npm ci` in "
