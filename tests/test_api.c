@@ -4,6 +4,7 @@
  * In-process tests cover the pieces (stop strings, thinking, tool calls, Go templates,
  * options). Every server started is stopped, also on failure. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
@@ -337,7 +338,8 @@ TEST(api_options_and_durations) {
         "{\"num_ctx\":64,\"num_predict\":7,\"temperature\":0.25,\"top_k\":5,\"top_p\":0.5,"
         "\"min_p\":0.1,\"repeat_penalty\":1.2,\"repeat_last_n\":32,\"presence_penalty\":0.3,"
         "\"frequency_penalty\":0.4,\"seed\":42,\"stop\":[\"x\",\"y\"],\"num_thread\":2,"
-        "\"num_batch\":16,\"num_keep\":3,\"bogus_option\":1,\"num_gpu\":0}", 0, NULL);
+        "\"num_batch\":16,\"num_keep\":3,\"bogus_option\":1,\"num_gpu\":0,\"use_mmap\":true}",
+        0, NULL);
     CHECK_OK(opt_parse(params, opts, true, &o, &err), &err);
     CHECK_EQ_INT(o.load.num_ctx, 64);
     CHECK_EQ_INT((int)o.num_predict, 7);
@@ -355,8 +357,10 @@ TEST(api_options_and_durations) {
     CHECK_EQ_INT(o.load.n_threads, 2);
     CHECK_EQ_INT(o.load.num_batch, 16);
     CHECK_EQ_INT(o.num_keep, 3);
+    CHECK(o.load.use_mmap);
     opt_free(&o);
     CHECK_OK(opt_parse(params, NULL, true, &o, &err), &err);
+    CHECK(!o.load.use_mmap);
     CHECK_NEAR(o.sp.temperature, 0.5, 1e-6);
     CHECK_EQ_INT(o.load.num_ctx, 128);
     CHECK_STR(o.stop[0], "a");
@@ -835,6 +839,38 @@ static void *par_main(void *arg) {
     return NULL;
 }
 
+/* Whether a runner process of the server maps a model blob file: 1 yes, 0 no (the weights
+ * were read into memory), -1 when no runner child was found. */
+static int runner_maps_blob(const srv_proc *p) {
+    DIR *d = opendir("/proc");
+    if (!d) return -1;
+    int found = -1;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && found != 1) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9') continue;
+        char path[300], buf[4096];
+        snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *rp = strrchr(buf, ')'); /* "pid (comm) state ppid ..." */
+        char state;
+        int ppid;
+        if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2 || ppid != (int)p->pid) continue;
+        snprintf(path, sizeof path, "/proc/%s/maps", de->d_name);
+        f = fopen(path, "r");
+        if (!f) continue;
+        found = 0;
+        while (fgets(buf, sizeof buf, f))
+            if (strstr(buf, "/blobs/sha256-")) found = 1;
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
 static void keepalive_api(srv_proc *p) {
     CHECK(create_model(p, "s260", stories(), ""));
     CHECK(create_model(p, "other", stories(), "\"system\":\"x\""));
@@ -938,6 +974,18 @@ static void keepalive_api(srv_proc *p) {
     CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"options\":{\"num_ctx\":64}}"), 200);
     CHECK_EQ_INT(ps_count(p), 1);
     CHECK_EQ_INT((int)jint(json_array_get(json_object_get(g_json, "models"), 0), "context_length"), 64);
+    /* the weights are read into the runner's memory by default; use_mmap maps the blob
+     * instead, and changing it reloads */
+    CHECK_EQ_INT(runner_maps_blob(p), 0);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate",
+                     "{\"model\":\"s260\",\"prompt\":\"Once\",\"stream\":false,\"options\":{\"num_ctx\":64,"
+                     "\"use_mmap\":true,\"num_predict\":3}}"),
+                 200);
+    CHECK_EQ_INT((int)jint(g_json, "eval_count"), 3);
+    CHECK_EQ_INT(ps_count(p), 1);
+    CHECK_EQ_INT(runner_maps_blob(p), 1);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"options\":{\"num_ctx\":64}}"), 200);
+    CHECK_EQ_INT(runner_maps_blob(p), 0);
 }
 
 TEST(api_keep_alive_ps_load_unload) { WITH_SERVER(keepalive_api); }

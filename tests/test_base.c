@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/file.h"
@@ -99,6 +100,32 @@ TEST(base_file_read_write_and_missing) {
     CHECK_EQ_INT(m.size, 5);
     CHECK(memcmp(m.data, "hello", 5) == 0);
     hl_map_close(&m);
+    /* read in instead of mapped: the same bytes, page aligned; the same errors */
+    CHECK_OK(hl_map_read(path, &m, &err), &err);
+    CHECK_EQ_INT(m.size, 5);
+    CHECK(memcmp(m.data, "hello", 5) == 0);
+    CHECK(((uintptr_t)m.data & 4095) == 0);
+    hl_map_close(&m);
+    CHECK(m.data == NULL && m.size == 0);
+    CHECK_EQ_INT(hl_map_read("/nonexistent/x", &m, &err), HL_ERR_IO);
+    CHECK(strstr(err.msg, "/nonexistent/x") != NULL);
+    CHECK_EQ_INT(hl_map_read(test_tmpdir(), &m, &err), HL_ERR_IO); /* a directory */
+    CHECK(strstr(err.msg, "not a regular file") != NULL);
+    /* an empty file and a file larger than one read chunk (64 MiB) */
+    CHECK_OK(hl_file_write(path, "", 0, &err), &err);
+    CHECK_OK(hl_map_read(path, &m, &err), &err);
+    CHECK(m.data == NULL && m.size == 0);
+    const size_t big = ((size_t)64 << 20) + 4099;
+    uint8_t *data = malloc(big);
+    CHECK(data != NULL);
+    for (size_t i = 0; i < big; i++) data[i] = (uint8_t)(i * 2654435761u >> 24);
+    CHECK_OK(hl_file_write(path, data, big, &err), &err);
+    CHECK_OK(hl_map_read(path, &m, &err), &err);
+    CHECK_EQ_INT(m.size, big);
+    CHECK(memcmp(m.data, data, big) == 0);
+    hl_map_close(&m);
+    free(data);
+    unlink(path);
 }
 
 TEST(base_file_reads_gzip) {
@@ -172,6 +199,41 @@ TEST(base_pool_stress_spin_and_sleep) {
             hl_pool_destroy(p);
         }
     }
+    set_spin(NULL);
+}
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Bursts: runs inside hl_pool_burst_begin/end are correct with any mix of gaps, and once
+ * a burst ends the workers go back to sleep even with a spin budget of 0 (an idle pool
+ * costs no CPU: 300 ms of idling burn far less than 300 ms per worker). */
+TEST(base_pool_burst_spins_then_sleeps) {
+    set_spin("0");
+    for (int nt = 2; nt <= 4; nt += 2) {
+        hl_pool *p = NULL;
+        hl_err err;
+        CHECK_OK(hl_pool_create(nt, &p, &err), &err);
+        for (int b = 0; b < 40; b++) {
+            hl_pool_burst_begin(p);
+            CHECK_MSG(stress_rounds(p, nt, 200, b % 4 == 3 ? 100 : 0), "burst %d, %d threads", b,
+                      nt);
+            hl_pool_burst_end(p);
+            if (b % 8 == 0) usleep(2000);
+        }
+        const double c0 = cpu_seconds();
+        usleep(300 * 1000);
+        const double idle = cpu_seconds() - c0;
+        CHECK_MSG(idle < 0.1, "%d threads: %.3f s of CPU while idle after a burst", nt, idle);
+        /* and they still wake up for the next run */
+        CHECK(stress_rounds(p, nt, 50, 0));
+        hl_pool_destroy(p);
+    }
+    hl_pool_burst_begin(NULL);
+    hl_pool_burst_end(NULL);
     set_spin(NULL);
 }
 

@@ -132,6 +132,50 @@ hl_status hl_map_open(const char *path, hl_map *out, hl_err *err) {
     return HL_OK;
 }
 
+hl_status hl_map_read(const char *path, hl_map *out, hl_err *err) {
+    out->data = NULL;
+    out->size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return hl_fail(err, HL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return hl_fail(err, HL_ERR_IO, "%s: not a regular file", path);
+    }
+    const size_t size = (size_t)st.st_size;
+    if (size == 0) {
+        close(fd);
+        return HL_OK;
+    }
+    /* mmap rather than malloc: page aligned, returned to the system at once on close,
+     * and it can be made read-only like a file mapping */
+    uint8_t *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return hl_fail(err, HL_ERR_NOMEM, "%s: cannot allocate %zu bytes: %s", path, size,
+                       strerror(errno));
+    }
+    size_t got = 0;
+    while (got < size) {
+        const size_t want = size - got < ((size_t)64 << 20) ? size - got : ((size_t)64 << 20);
+        const ssize_t n = pread(fd, p + got, want, (off_t)got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int e = n < 0 ? errno : 0;
+            close(fd);
+            munmap(p, size);
+            return hl_fail(err, HL_ERR_IO, "%s: read failed at byte %zu of %zu: %s", path, got,
+                           size, e ? strerror(e) : "file shrank while reading");
+        }
+        got += (size_t)n;
+    }
+    close(fd);
+    mprotect(p, size, PROT_READ); /* a stray write faults, as with a file mapping */
+    out->data = p;
+    out->size = size;
+    return HL_OK;
+}
+
 void hl_map_close(hl_map *m) {
     if (m && m->data) munmap((void *)m->data, m->size);
     if (m) {

@@ -27,5 +27,14 @@ void hl_pool_run(hl_pool *p, hl_pool_fn fn, void *ctx);
  * skips the run instead of holding it up. Returns once every thread that entered fn
  * has left it. */
 void hl_pool_run_any(hl_pool *p, hl_pool_fn fn, void *ctx);
+/* Marks a burst of back-to-back runs (one forward pass: ~110 runs per decoded token,
+ * a few microseconds of caller work between them). Inside a burst, idle workers and
+ * the waiting caller keep spinning (yielding the CPU every few microseconds) instead of
+ * going to sleep after the spin budget, because a futex wake-up costs more than the
+ * gaps it would save. After hl_pool_burst_end() they sleep once the usual budget is
+ * spent, so a pool between bursts costs no CPU. Called by the pool's caller thread;
+ * bursts do not nest. */
+void hl_pool_burst_begin(hl_pool *p); /* accepts NULL */
+void hl_pool_burst_end(hl_pool *p);   /* accepts NULL */
 
 #endif

@@ -2,7 +2,7 @@
  * generate.c - `hearth generate`: load a model, tokenize a prompt, stream a continuation.
  *
  *   hearth generate -m FILE.gguf -p TEXT [-n N] [--temp T] [--seed S] [--top-k K]
- *                   [--top-p P] [--min-p P] [-t THREADS] [-c CTX] [--tokens]
+ *                   [--top-p P] [--min-p P] [-t THREADS] [-c CTX] [--tokens] [--mmap]
  *   hearth generate -m model.bin --tokenizer tok.bin ...      (llama2.c checkpoints)
  *
  * Text goes to stdout as tokens come (flushed per token); timing goes to stderr. Any error
@@ -32,6 +32,7 @@ typedef struct gen_opts {
     long n_threads;
     long n_ctx; /* 0: min(trained context, GEN_DEFAULT_CTX) */
     bool print_tokens;
+    bool use_mmap;
     bool seed_set;
     sampler_opts sp;
 } gen_opts;
@@ -52,7 +53,8 @@ static void gen_usage(FILE *out) {
             "  --seed S         RNG seed (default: from the clock)\n"
             "  -t N             threads (default: all CPUs)\n"
             "  -c N             context size (default: the model's, at most %d)\n"
-            "  --tokens         print token ids instead of text\n",
+            "  --tokens         print token ids instead of text\n"
+            "  --mmap           map the model file instead of reading it into memory\n",
             GEN_DEFAULT_PREDICT, GEN_DEFAULT_CTX);
 }
 
@@ -92,6 +94,10 @@ static int parse_args(int argc, char **argv, gen_opts *o) {
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return -1;
         if (strcmp(a, "--tokens") == 0) {
             o->print_tokens = true;
+            continue;
+        }
+        if (strcmp(a, "--mmap") == 0) {
+            o->use_mmap = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -209,7 +215,8 @@ int cli_generate(int argc, char **argv) {
 
     gen_state g = {0};
     hl_err err = {0};
-    if (model_load(o.model_path, o.tokenizer_path, &g.m, &err)) return fail(&g, &err);
+    const model_load_opts lo = {.use_mmap = o.use_mmap};
+    if (model_load_ex(o.model_path, o.tokenizer_path, &lo, &g.m, &err)) return fail(&g, &err);
     const model_hparams *hp = model_get_hparams(g.m);
     const tok_vocab *vocab = model_vocab(g.m);
     if (!vocab) {

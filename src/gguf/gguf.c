@@ -446,11 +446,11 @@ hl_status gguf_open_memory(const void *data, size_t size, gguf_file **out, hl_er
     return open_common(f, out, err);
 }
 
-hl_status gguf_open(const char *path, gguf_file **out, hl_err *err) {
+static hl_status open_path(const char *path, bool read_in, gguf_file **out, hl_err *err) {
     *out = NULL;
     gguf_file *f = calloc(1, sizeof *f);
     if (!f) return hl_fail(err, HL_ERR_NOMEM, "%s: out of memory", path);
-    hl_status st = hl_map_open(path, &f->map, err);
+    hl_status st = read_in ? hl_map_read(path, &f->map, err) : hl_map_open(path, &f->map, err);
     if (st != HL_OK) {
         free(f);
         return st;
@@ -460,6 +460,14 @@ hl_status gguf_open(const char *path, gguf_file **out, hl_err *err) {
     st = open_common(f, out, err);
     if (st != HL_OK) hl_err_prefix(err, "%s", path);
     return st;
+}
+
+hl_status gguf_open(const char *path, gguf_file **out, hl_err *err) {
+    return open_path(path, false, out, err);
+}
+
+hl_status gguf_open_read(const char *path, gguf_file **out, hl_err *err) {
+    return open_path(path, true, out, err);
 }
 
 void gguf_close(gguf_file *f) {

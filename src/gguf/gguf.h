@@ -70,6 +70,9 @@ typedef struct gguf_tensor {
 typedef struct gguf_file gguf_file;
 
 hl_status gguf_open(const char *path, gguf_file **out, hl_err *err);
+/* The same, with the file read into private memory (hl_map_read) instead of mapped:
+ * for weights that the forward pass streams every token. */
+hl_status gguf_open_read(const char *path, gguf_file **out, hl_err *err);
 hl_status gguf_open_memory(const void *data, size_t size, gguf_file **out, hl_err *err);
 void gguf_close(gguf_file *f); /* accepts NULL */
 

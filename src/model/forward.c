@@ -402,6 +402,7 @@ static void forward_batch(model_ctx *c, int32_t n_tok, const int32_t *rows, int3
     const model_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
 
+    hl_pool_burst_begin(c->pool); /* ~5 pool runs per layer follow back to back */
     for (int32_t t = 0; t < n_tok; t++) embed(m, c->tok_id[t], c->x + t * E);
     rope_tables(c, n_tok);
 
@@ -436,12 +437,12 @@ static void forward_batch(model_ctx *c, int32_t n_tok, const int32_t *rows, int3
 
     /* logits: the wanted rows, normed and packed, through one matmul */
     if (!rows) n_rows = n_tok;
-    if (n_rows <= 0) return;
     for (int32_t i = 0; i < n_rows; i++) {
         const int32_t t = rows ? rows[i] : i;
         kern_rmsnorm(c->xb + i * E, c->x + (int64_t)t * E, m->output_norm, E, hp->rms_eps);
     }
-    matmul(c, &m->output, c->xb, n_rows, out);
+    if (n_rows > 0) matmul(c, &m->output, c->xb, n_rows, out);
+    hl_pool_burst_end(c->pool);
 }
 
 static hl_status check_tokens(const model_ctx *c, const int32_t *tokens, int32_t n, hl_err *err) {

@@ -28,11 +28,17 @@ static bool add_u64(uint64_t *acc, uint64_t a, uint64_t b, uint64_t c) {
 
 hl_status model_load_llama2c(const char *path, const char *tokenizer_path, model **out,
                              hl_err *err) {
+    return model_load_llama2c_ex(path, tokenizer_path, NULL, out, err);
+}
+
+hl_status model_load_llama2c_ex(const char *path, const char *tokenizer_path,
+                                const model_load_opts *opts, model **out, hl_err *err) {
     *out = NULL;
     kern_init();
     model *m = calloc(1, sizeof *m);
     if (!m) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    hl_status st = hl_map_open(path, &m->map, err);
+    hl_status st = opts && opts->use_mmap ? hl_map_open(path, &m->map, err)
+                                          : hl_map_read(path, &m->map, err);
     if (st) goto fail;
     if (m->map.size < L2C_HEADER_BYTES) {
         st = hl_fail(err, HL_ERR_FORMAT, "%s: too small for a llama2.c checkpoint (%zu bytes)",

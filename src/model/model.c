@@ -374,17 +374,27 @@ fail:
     return st;
 }
 
-hl_status model_load_gguf(const char *path, model **out, hl_err *err) {
+static hl_status load_gguf(const char *path, bool use_mmap, model **out, hl_err *err) {
     *out = NULL;
     gguf_file *f;
-    hl_status st = gguf_open(path, &f, err);
+    hl_status st = use_mmap ? gguf_open(path, &f, err) : gguf_open_read(path, &f, err);
     if (st) return st;
     st = model_load_gguf_file(f, out, err);
     if (st) hl_err_prefix(err, "%s", path);
     return st;
 }
 
+hl_status model_load_gguf(const char *path, model **out, hl_err *err) {
+    return load_gguf(path, false, out, err);
+}
+
 hl_status model_load(const char *path, const char *tokenizer_path, model **out, hl_err *err) {
+    return model_load_ex(path, tokenizer_path, NULL, out, err);
+}
+
+hl_status model_load_ex(const char *path, const char *tokenizer_path, const model_load_opts *opts,
+                        model **out, hl_err *err) {
+    const bool use_mmap = opts && opts->use_mmap;
     *out = NULL;
     FILE *fp = fopen(path, "rb");
     if (!fp) return hl_fail(err, HL_ERR_IO, "cannot open '%s'", path);
@@ -395,11 +405,11 @@ hl_status model_load(const char *path, const char *tokenizer_path, model **out, 
         if (tokenizer_path)
             return hl_fail(err, HL_ERR_INVALID,
                            "a GGUF model has its own tokenizer; do not pass a tokenizer file");
-        return model_load_gguf(path, out, err);
+        return load_gguf(path, use_mmap, out, err);
     }
     if (!tokenizer_path)
         return hl_fail(err, HL_ERR_INVALID,
                        "'%s' is not a GGUF file; a llama2.c checkpoint needs a tokenizer file",
                        path);
-    return model_load_llama2c(path, tokenizer_path, out, err);
+    return model_load_llama2c_ex(path, tokenizer_path, opts, out, err);
 }

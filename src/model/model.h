@@ -5,9 +5,10 @@
  *   - model_load_gguf()      a GGUF of architecture llama, mistral, qwen2 or qwen3;
  *   - model_load_llama2c()   a llama2.c checkpoint (.bin) plus its tokenizer (tok512.bin);
  *   - model_load()           either, chosen by the file's magic.
- * Loading validates every tensor's shape and type before returning. Weights are used in
- * place from the read-only file mapping (no copy); the model owns the mapping (and the
- * gguf_file) and the tok_vocab, and frees them in model_free(). An immutable model may be
+ * Loading validates every tensor's shape and type before returning. The file is read
+ * into private read-only memory by default, or mapped with model_load_opts.use_mmap
+ * (see hl_map_read for why); weights are used in place from there. The model owns that
+ * memory (and the gguf_file) and the tok_vocab, and frees them in model_free(). An immutable model may be
  * shared by any number of contexts and KV caches, also across threads.
  *
  * A model_kv is one sequence's KV cache (f32, [layer][kv_head][pos][head_dim], so attention
@@ -76,12 +77,20 @@ typedef struct model model;
 /* Loads a GGUF or a llama2.c checkpoint (by magic). tokenizer_path is required for a
  * llama2.c checkpoint (its tok512.bin / tokenizer.bin) and must be NULL for a GGUF. */
 hl_status model_load(const char *path, const char *tokenizer_path, model **out, hl_err *err);
+typedef struct model_load_opts {
+    bool use_mmap; /* map the file instead of reading it in (shares the page cache) */
+} model_load_opts;
+/* model_load with options (NULL: the defaults, all false). */
+hl_status model_load_ex(const char *path, const char *tokenizer_path, const model_load_opts *opts,
+                        model **out, hl_err *err);
 hl_status model_load_gguf(const char *path, model **out, hl_err *err);
 /* Takes ownership of f (closed by model_free, or here on failure). */
 hl_status model_load_gguf_file(gguf_file *f, model **out, hl_err *err);
 /* tokenizer_path may be NULL: the model then has no vocab (model_vocab() is NULL). */
 hl_status model_load_llama2c(const char *path, const char *tokenizer_path, model **out,
                              hl_err *err);
+hl_status model_load_llama2c_ex(const char *path, const char *tokenizer_path,
+                                const model_load_opts *opts, model **out, hl_err *err);
 void model_free(model *m); /* accepts NULL */
 
 const model_hparams *model_get_hparams(const model *m);

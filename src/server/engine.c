@@ -90,7 +90,8 @@ hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, eng
     pthread_mutex_init(&e->lock, NULL);
     e->info.pooling = ENGINE_POOL_MEAN;
     e->cfg = *cfg;
-    hl_status st = model_load(gguf_path, NULL, &e->m, err);
+    const model_load_opts lo = {.use_mmap = cfg->use_mmap};
+    hl_status st = model_load_ex(gguf_path, NULL, &lo, &e->m, err);
     if (st) goto fail;
     if (!model_vocab(e->m)) {
         st = hl_fail(err, HL_ERR_UNSUPPORTED, "the model has no tokenizer");

@@ -39,6 +39,7 @@ typedef struct engine_config {
     int32_t num_ctx;   /* requested context; clamped to the trained context (<= 0: 4096) */
     int32_t num_batch; /* prefill chunk (<= 0: 512) */
     int n_threads;     /* <= 0: all CPUs */
+    bool use_mmap;     /* map the weights instead of reading them in (model_load_opts) */
     /* may be NULL: when it turns true, a load waiting for its runner process fails
      * ("server shutting down"); not a load option (ignored when comparing configs) */
     const _Atomic bool *abort;

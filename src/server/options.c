@@ -54,6 +54,7 @@ static hl_status apply(infer_opts *o, const char *key, json_t *raw, bool quiet, 
     if (!strcmp(key, "num_ctx")) o->load.num_ctx = clamp_i32(i);
     else if (!strcmp(key, "num_batch")) o->load.num_batch = clamp_i32(i);
     else if (!strcmp(key, "num_thread")) o->load.n_threads = clamp_i32(i);
+    else if (!strcmp(key, "use_mmap")) o->load.use_mmap = json_is_true(v);
     else if (!strcmp(key, "num_keep")) o->num_keep = clamp_i32(i);
     else if (!strcmp(key, "seed")) o->sp.seed = (int64_t)i;
     else if (!strcmp(key, "num_predict")) o->num_predict = (int64_t)i;
@@ -85,7 +86,7 @@ static hl_status apply(infer_opts *o, const char *key, json_t *raw, bool quiet, 
             }
         }
     }
-    /* num_gpu, main_gpu, use_mmap, typical_p, draft_num_predict: accepted, no effect on CPU */
+    /* num_gpu, main_gpu, typical_p, draft_num_predict: accepted, no effect on CPU */
     json_decref(v);
     return HL_OK;
 }

@@ -17,7 +17,7 @@
 #include "server/engine.h"
 
 typedef struct infer_opts {
-    engine_config load;  /* num_ctx, num_batch, num_thread: changing them reloads */
+    engine_config load;  /* num_ctx, num_batch, num_thread, use_mmap: changing them reloads */
     sampler_opts sp;     /* temperature, top_k, top_p, min_p, penalties, seed */
     int64_t num_predict; /* -1 unbounded, -2 fill the context: both < 0 for the engine */
     int32_t num_keep;

@@ -244,7 +244,7 @@ static void *lifeline_main(void *arg) {
 
 static int usage(void) {
     fprintf(stderr, "Error: usage: hearth runner --model PATH --port P [--ctx N] [--batch N] "
-                    "[--threads N]\n");
+                    "[--threads N] [--mmap 0|1]\n");
     return 2;
 }
 
@@ -260,6 +260,7 @@ int runner_srv_main(int argc, char **argv) {
         else if (!strcmp(a, "--ctx")) cfg.num_ctx = atoi(v);
         else if (!strcmp(a, "--batch")) cfg.num_batch = atoi(v);
         else if (!strcmp(a, "--threads")) cfg.n_threads = atoi(v);
+        else if (!strcmp(a, "--mmap")) cfg.use_mmap = atoi(v) != 0;
         else return usage();
         i++;
     }

@@ -200,7 +200,7 @@ void sched_destroy(sched *s) {
 
 static bool same_cfg(const engine_config *a, const engine_config *b) {
     return a->num_ctx == b->num_ctx && a->num_batch == b->num_batch &&
-           a->n_threads == b->n_threads;
+           a->n_threads == b->n_threads && a->use_mmap == b->use_mmap;
 }
 
 /* Whether a request for sm with cfg may share m (lock held; m not loading). */

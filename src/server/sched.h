@@ -20,7 +20,7 @@
  * wait and reload it afterwards) and the request waits (cancellable) for it. With
  * nothing loaded a model always loads (best effort). Loads run one at a time, outside
  * the lock: requests for loaded models go on meanwhile. A request for a loaded model
- * with other load options (num_ctx, num_batch, num_thread), or whose engine died (a
+ * with other load options (num_ctx, num_batch, num_thread, use_mmap), or whose engine died (a
  * runner process crashed), waits until it is idle, unloads it and loads anew.
  *
  * Ownership: the sched owns every sched_model and its engine; a sched_model pointer is

@@ -1,0 +1,145 @@
+/*
+ * bench_dot_stream.c - how fast one core streams quantized weights from memory through
+ * the decode dot kernels, against a plain read of the same bytes.
+ *
+ * Decode is a matrix-vector product over ~1 GB of weights per token: every byte comes
+ * from DRAM, so a kernel is fast enough when it keeps up with what one core can read.
+ * bench_kernels reuses one 12 MB matrix, which the last-level cache partly holds; here
+ * each type gets a 512 MiB buffer of 2048-column rows, walked once per pass by:
+ *   read      a plain 256-bit load-and-add loop (the ceiling),
+ *   dot       vec_dot row after row, as a decode matmul calls it.
+ * The two take turns pass after pass, so a change of machine load hits them alike;
+ * figures are the best pass (GB/s of weights), which is the steadiest on a shared VM.
+ *
+ * With 2+ threads, each pass splits the buffer into one contiguous part per thread (the
+ * threads then compete for the memory bus, as in a decode).
+ *
+ * Usage: bench_dot_stream [passes] [MiB] [threads]. HEARTH_CPU caps the kernel variant.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/kern_internal.h"
+#include "base/pool.h"
+#include "kernels/kernels.h"
+
+typedef uint64_t v4u64 __attribute__((vector_size(32)));
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static volatile float g_sink;
+static volatile uint64_t g_sink_u;
+
+static void pass_read(const uint8_t *buf, size_t bytes) {
+    bytes = bytes / 128 * 128;
+    const v4u64 *v = (const v4u64 *)buf;
+    v4u64 a = {0}, b = {0}, c = {0}, d = {0};
+    for (size_t i = 0; i + 4 <= bytes / sizeof(v4u64); i += 4) {
+        a += v[i];
+        b += v[i + 1];
+        c += v[i + 2];
+        d += v[i + 3];
+    }
+    const v4u64 s = a + b + c + d;
+    g_sink_u = s[0] + s[1] + s[2] + s[3];
+}
+
+static void pass_dot(const kern_table *tab, hl_type t, const uint8_t *buf, int64_t rows,
+                     size_t row_bytes, int64_t cols, const void *xq, float *out) {
+    for (int64_t r = 0; r < rows; r++)
+        out[r & 4095] = tab->vec_dot[t](cols, buf + (size_t)r * row_bytes, xq);
+    g_sink = out[0];
+}
+
+typedef struct pass_job {
+    const kern_table *tab;
+    hl_type type;
+    int kind; /* 0 read, 1 dot */
+    const uint8_t *buf;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const void *xq;
+    float *out; /* 4096 floats per thread */
+} pass_job;
+
+static void pass_worker(void *ctx, int ith, int nth) {
+    const pass_job *j = ctx;
+    /* a contiguous part per thread, a multiple of 64 rows */
+    const int64_t per = (j->rows / 64 + nth - 1) / nth * 64;
+    const int64_t r0 = per * ith < j->rows ? per * ith : j->rows;
+    const int64_t r1 = r0 + per < j->rows ? r0 + per : j->rows;
+    const uint8_t *b = j->buf + (size_t)r0 * j->row_bytes;
+    float *out = j->out + (size_t)ith * 4096;
+    if (j->kind == 0) pass_read(b, (size_t)(r1 - r0) * j->row_bytes);
+    if (j->kind == 1) pass_dot(j->tab, j->type, b, r1 - r0, j->row_bytes, j->cols, j->xq, out);
+}
+
+int main(int argc, char **argv) {
+    const int passes = argc > 1 ? atoi(argv[1]) : 5;
+    const size_t mib = argc > 2 ? (size_t)atoi(argv[2]) : 512;
+    const int threads = argc > 3 ? atoi(argv[3]) : 1;
+    hl_pool *pool = NULL;
+    hl_err err;
+    if (hl_pool_create(threads, &pool, &err) != HL_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    kern_init();
+    const char *variant = kern_variant();
+    /* the active table: kern_table_active() is what kern_matmul uses */
+    const kern_table *tab = kern_table_active();
+    printf("variant %s, %d threads, %zu MiB per type, best of %d passes (GB/s of weights)\n",
+           variant, threads, mib, passes);
+    const hl_type types[] = {HL_TYPE_Q8_0, HL_TYPE_Q4_0, HL_TYPE_Q4_K, HL_TYPE_Q6_K};
+    const int64_t cols = 2048;
+    float *x = malloc(sizeof(float) * (size_t)cols);
+    float *out = malloc(sizeof(float) * 4096 * (size_t)threads);
+    for (int64_t i = 0; i < cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const hl_type t = types[ti];
+        const size_t row_bytes = hl_row_size(t, cols);
+        const int64_t rows = (int64_t)((mib << 20) / row_bytes) / 64 * 64;
+        const size_t bytes = row_bytes * (size_t)rows;
+        uint8_t *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!buf) return 1;
+        /* a bank of 64 quantized rows, repeated: speed does not depend on the values */
+        float *row = malloc(sizeof(float) * (size_t)cols);
+        for (int64_t r = 0; r < 64; r++) {
+            for (int64_t c = 0; c < cols; c++)
+                row[c] = (float)((r * 31 + c * 17) % 200) / 100.0f - 1.0f;
+            hl_quantize_row(t, row, buf + (size_t)r * row_bytes, cols);
+        }
+        for (int64_t r = 64; r < rows; r += 64) memcpy(buf + (size_t)r * row_bytes, buf, 64 * row_bytes);
+        free(row);
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        void *xq = malloc(hl_row_size(vdt, cols));
+        hl_quantize_row(vdt, x, xq, cols);
+        double best[2] = {0, 0};
+        for (int p = 0; p < passes; p++) {
+            for (int k = 0; k < 2; k++) {
+                pass_job job = {.tab = tab, .type = t, .kind = k, .buf = buf, .rows = rows,
+                                .cols = cols, .row_bytes = row_bytes, .xq = xq, .out = out};
+                const double t0 = now_s();
+                hl_pool_run(pool, pass_worker, &job);
+                const double gbs = (double)bytes / (now_s() - t0) / 1e9;
+                if (gbs > best[k]) best[k] = gbs;
+            }
+        }
+        printf("%-6s read %6.2f | dot %6.2f (%3.0f%% of read)\n", hl_type_name(t), best[0], best[1],
+               100 * best[1] / best[0]);
+        free(xq);
+        free(buf);
+    }
+    free(x);
+    free(out);
+    hl_pool_destroy(pool);
+    return 0;
+}
