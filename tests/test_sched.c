@@ -14,6 +14,7 @@
 
 #include "base/file.h"
 #include "net/http_client.h"
+#include "server/sched.h"
 #include "srvproc.h"
 #include "test.h"
 
@@ -529,4 +530,166 @@ TEST(sched_shutdown_during_runner_load) {
     if (rc == 0) shutdown_api(&p);
     if (test_failed()) sp_dump_log(&p);
     if (p.pid > 0) sp_stop(&p);
+}
+
+/* ---------------- stuck runners ---------------- */
+
+/* A whole request with a client-side timeout (a stuck server fails the test instead of
+ * hanging it). Returns the HTTP status or -1. */
+static int req_within(const srv_proc *p, const char *body, int ms, json_t **out) {
+    *out = NULL;
+    net_http *h;
+    if (net_http_open(&p->host, "POST", "/api/generate", "application/json",
+                      (int64_t)strlen(body), &h, NULL) != HL_OK)
+        return -1;
+    net_http_set_timeout(h, ms);
+    int status = -1;
+    char *resp = NULL;
+    size_t len;
+    if (net_http_send(h, body, strlen(body), NULL) == HL_OK && net_http_finish(h, NULL) == HL_OK &&
+        net_http_read_all(h, 1 << 20, &resp, &len, NULL) == HL_OK) {
+        status = net_http_status(h);
+        *out = json_loadb(resp, len, 0, NULL);
+    }
+    free(resp);
+    net_http_close(h);
+    return status;
+}
+
+/* Whether pid still has a /proc entry (a zombie counts: it was not reaped). */
+static bool process_exists(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d", (int)pid);
+    return access(path, F_OK) == 0;
+}
+
+static void stopped_runner_api(srv_proc *p) {
+    CHECK(make_models(p));
+    CHECK_EQ_INT(load(p, "a", "10m"), 200);
+    pid_t runner = only_child(p);
+    CHECK_MSG(runner > 0, "runner processes: %d", -runner);
+    if (runner <= 0) return;
+    /* alive but stuck: the next request's health check fails (300 ms), the runner is
+     * killed and reaped, and the model is loaded anew for the request */
+    kill(runner, SIGSTOP);
+    uint64_t t0 = hl_time_ns();
+    json_t *j;
+    int st = req_within(p, "{\"model\":\"a\",\"prompt\":\"x\",\"stream\":false,"
+                           "\"options\":{\"num_predict\":3}}", 4000, &j);
+    CHECK_EQ_INT(st, 200);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(j, "eval_count")), 3);
+    json_decref(j);
+    CHECK_MSG(hl_time_ns() - t0 < 3000000000ULL, "took %.1f s", (hl_time_ns() - t0) / 1e9);
+    pid_t again = only_child(p);
+    CHECK_MSG(again > 0 && again != runner, "runner %d, then %d", (int)runner, (int)again);
+    CHECK_MSG(!process_exists(runner), "the stopped runner %d is still there", (int)runner);
+    CHECK_EQ_INT(sp_ps_count(p), 1);
+    CHECK(sp_ps_has(p, "a:latest"));
+    /* a healthy idle runner passes its check and is reused */
+    CHECK_EQ_INT(req_within(p, "{\"model\":\"a\",\"prompt\":\"y\",\"stream\":false,"
+                               "\"options\":{\"num_predict\":2}}", 4000, &j), 200);
+    json_decref(j);
+    CHECK_EQ_INT(only_child(p), again);
+    if (process_exists(runner)) { /* let it go so that nothing leaks */
+        kill(runner, SIGCONT);
+        kill(runner, SIGKILL);
+    }
+}
+
+TEST(sched_stuck_idle_runner_is_replaced) {
+    static const char *const env[] = {"HEARTH_RUNNER_HEALTH_TIMEOUT=300ms", NULL};
+    WITH_SRV("stuck", env, stopped_runner_api);
+}
+
+TEST(sched_health_timeout_env) {
+    const char *old = getenv("HEARTH_RUNNER_HEALTH_TIMEOUT");
+    char *saved = old ? strdup(old) : NULL;
+    unsetenv("HEARTH_RUNNER_HEALTH_TIMEOUT");
+    CHECK_EQ_INT(sched_health_timeout_ms(), 10000);
+    setenv("HEARTH_RUNNER_HEALTH_TIMEOUT", "3", 1);
+    CHECK_EQ_INT(sched_health_timeout_ms(), 3000);
+    setenv("HEARTH_RUNNER_HEALTH_TIMEOUT", "250ms", 1);
+    CHECK_EQ_INT(sched_health_timeout_ms(), 250);
+    setenv("HEARTH_RUNNER_HEALTH_TIMEOUT", "0", 1);
+    CHECK_EQ_INT(sched_health_timeout_ms(), 0);
+    setenv("HEARTH_RUNNER_HEALTH_TIMEOUT", "bogus", 1);
+    CHECK_EQ_INT(sched_health_timeout_ms(), 10000);
+    if (saved) setenv("HEARTH_RUNNER_HEALTH_TIMEOUT", saved, 1);
+    else unsetenv("HEARTH_RUNNER_HEALTH_TIMEOUT");
+    free(saved);
+}
+
+static void stall_api(srv_proc *p) {
+    CHECK(make_models(p));
+    CHECK_EQ_INT(load(p, "a", "10m"), 200);
+    pid_t runner = only_child(p);
+    CHECK(runner > 0);
+    /* the runner sends 3 tokens and then nothing: after the stall timeout (500 ms) the
+     * stream ends with the runner-stopped error and the runner is killed */
+    json_t *first = NULL;
+    uint64_t t0 = hl_time_ns();
+    net_http *h = stream_open(p, "{\"model\":\"a\",\"prompt\":\"x\",\"options\":{\"num_predict\":50}}",
+                              &first);
+    CHECK(h != NULL && first && json_object_get(first, "response"));
+    json_decref(first);
+    if (h) net_http_set_timeout(h, 4000);
+    json_t *last = NULL;
+    char *line;
+    size_t len;
+    while (h && net_http_read_line(h, &line, &len, NULL) == HL_OK && line) {
+        json_decref(last);
+        last = json_loadb(line, len, 0, NULL);
+    }
+    net_http_close(h);
+    CHECK_MSG(hl_time_ns() - t0 < 3000000000ULL, "took %.1f s", (hl_time_ns() - t0) / 1e9);
+    const char *msg = json_string_value(json_object_get(last, "error"));
+    CHECK_MSG(msg && strstr(msg, "model runner has unexpectedly stopped, this may be due to "
+                                 "resource limitations or an internal error"),
+              "last line: %s", msg ? msg : "(none)");
+    json_decref(last);
+    CHECK_MSG(runner <= 0 || !process_exists(runner), "the stalled runner %d is still there",
+              (int)runner);
+    /* the server is fine: the next request (short of the stall) works in a new runner */
+    json_t *j;
+    CHECK_EQ_INT(req_within(p, "{\"model\":\"a\",\"prompt\":\"y\",\"stream\":false,"
+                               "\"options\":{\"num_predict\":2}}", 4000, &j), 200);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(j, "eval_count")), 2);
+    json_decref(j);
+    pid_t again = only_child(p);
+    CHECK(again > 0 && again != runner);
+    CHECK_EQ_INT(sp_ps_count(p), 1);
+}
+
+TEST(sched_runner_stall_timeout) {
+    static const char *const env[] = {"HEARTH_RUNNER_TEST_STALL_AFTER_TOKENS=3",
+                                      "HEARTH_RUNNER_STALL_TIMEOUT=500ms", NULL};
+    WITH_SRV("stall", env, stall_api);
+}
+
+static void stall_disconnect_api(srv_proc *p) {
+    CHECK(make_models(p));
+    /* a client that leaves a stalled stream frees its model: t (which needs the only
+     * place) loads at once, long before the stall timeout (default 5 min) */
+    json_t *first = NULL;
+    net_http *h = stream_open(p, "{\"model\":\"a\",\"prompt\":\"x\",\"options\":{\"num_predict\":50}}",
+                              &first);
+    CHECK(h != NULL && first);
+    json_decref(first);
+    sp_sleep_ms(200);
+    net_http_close(h);
+    uint64_t t0 = hl_time_ns();
+    json_t *j;
+    CHECK_EQ_INT(req_within(p, "{\"model\":\"t\",\"prompt\":\"y\",\"stream\":false,"
+                               "\"options\":{\"num_predict\":2}}", 4000, &j), 200);
+    json_decref(j);
+    CHECK_MSG(hl_time_ns() - t0 < 3000000000ULL, "took %.1f s", (hl_time_ns() - t0) / 1e9);
+    CHECK(sp_ps_has(p, "t:latest") && !sp_ps_has(p, "a:latest"));
+    pid_t kids[4];
+    CHECK_EQ_INT(sp_children(p->pid, kids, 4), 1);
+}
+
+TEST(sched_runner_stall_client_leaves) {
+    static const char *const env[] = {"HEARTH_RUNNER_TEST_STALL_AFTER_TOKENS=3",
+                                      "HEARTH_MAX_LOADED_MODELS=1", NULL};
+    WITH_SRV("stalldc", env, stall_disconnect_api);
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,8 @@ struct net_http {
     size_t buf_pos, buf_len;
     char *line;
     size_t line_cap;
+    net_http_waiter waiter; /* may be NULL: reads block in recv() */
+    void *waiter_ud;
 };
 
 static hl_status send_all(int fd, const void *data, size_t len, hl_err *err) {
@@ -110,6 +113,13 @@ hl_status net_http_send(net_http *h, const void *data, size_t len, hl_err *err) 
 static hl_status fill(net_http *h, bool *eof, hl_err *err) {
     *eof = false;
     if (h->buf_pos < h->buf_len) return HL_OK;
+    while (h->waiter) { /* wait in slices, asking the waiter whether to go on */
+        struct pollfd p = {.fd = h->fd, .events = POLLIN};
+        int pr = poll(&p, 1, 100);
+        if (pr > 0 || (pr < 0 && errno != EINTR)) break; /* readable, or recv reports it */
+        hl_status st = h->waiter(h->waiter_ud, err);
+        if (st != HL_OK) return st;
+    }
     for (;;) {
         ssize_t n = recv(h->fd, h->buf, sizeof h->buf, 0);
         if (n < 0 && errno == EINTR) continue;
@@ -305,6 +315,11 @@ void net_http_set_timeout(net_http *h, int ms) {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     setsockopt(h->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(h->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+void net_http_set_waiter(net_http *h, net_http_waiter fn, void *ud) {
+    h->waiter = fn;
+    h->waiter_ud = ud;
 }
 
 int net_http_fd(const net_http *h) { return h->fd; }

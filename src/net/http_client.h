@@ -45,6 +45,12 @@ void net_http_close(net_http *h); /* accepts NULL */
 /* Send/receive timeout for the connection (ms > 0); a read that times out fails with
  * HL_ERR_TIMEOUT and leaves the response unusable (close it). */
 void net_http_set_timeout(net_http *h, int ms);
+/* Called every 100 ms while a read waits for the peer (the head, a chunk's framing or
+ * body bytes); a status other than HL_OK ends that read with it (the waiter fills err)
+ * and leaves the response unusable (close it). Lets a caller cancel or bound a read
+ * that would otherwise block; fn NULL: reads block. */
+typedef hl_status (*net_http_waiter)(void *ud, hl_err *err);
+void net_http_set_waiter(net_http *h, net_http_waiter fn, void *ud);
 /* The socket, to poll() for readability, and whether response bytes are already
  * buffered (then a read does not need the socket). */
 int net_http_fd(const net_http *h);

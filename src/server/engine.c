@@ -257,4 +257,8 @@ hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, h
 
 bool engine_alive(const engine *e) { return e && (!e->remote || eremote_alive(e->remote)); }
 
+bool engine_ping(engine *e, int timeout_ms) {
+    return e && (!e->remote || eremote_ping(e->remote, timeout_ms));
+}
+
 int engine_pid(const engine *e) { return e && e->remote ? eremote_pid(e->remote) : 0; }

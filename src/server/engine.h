@@ -112,6 +112,9 @@ hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, h
 /* False once the engine cannot serve any more (its runner process exited): the loaded-
  * model manager then unloads it and the next request loads the model afresh. */
 bool engine_alive(const engine *e);
+/* Whether the engine answers a health check within timeout_ms (the runner's GET /health).
+ * A runner that does not is killed and engine_alive turns false. Always true in-process. */
+bool engine_ping(engine *e, int timeout_ms);
 /* The runner process id (0 in-process). */
 int engine_pid(const engine *e);
 

@@ -50,6 +50,7 @@ struct eremote {
     char last_line[LAST_LINE_MAX + 1]; /* guarded by mu */
     atomic_bool dead;
     atomic_llong next_id; /* completion ids, for POST /stop */
+    int64_t stall_ns;     /* a request with no runner output for this long fails; 0: none */
 };
 
 static void sleep_ms(int ms) {
@@ -153,6 +154,25 @@ static hl_status runner_died(eremote *r, hl_err *err) {
     return hl_fail(err, HL_ERR_IO, "%s", DIED_MSG);
 }
 
+/* The runner stopped answering (a health check or a stream went silent): it is killed
+ * at once, without the grace runner_died gives a process that is already exiting. */
+static void runner_kill(eremote *r) {
+    atomic_store(&r->dead, true);
+    pthread_mutex_lock(&r->mu);
+    bool ex = r->exited;
+    pthread_mutex_unlock(&r->mu);
+    if (!ex) kill(r->pid, SIGKILL);
+    wait_exit(r, 2000);
+}
+
+static hl_status runner_stalled(eremote *r, hl_err *err) {
+    runner_kill(r);
+    fprintf(stderr, "[hearth] runner pid %d sent nothing for %.1f s: killed\n", (int)r->pid,
+            (double)r->stall_ns / 1e9);
+    return hl_fail(err, HL_ERR_IO, "%s: the runner sent nothing for %.1f s", DIED_MSG,
+                   (double)r->stall_ns / 1e9);
+}
+
 /* ---- spawning ---- */
 
 static hl_status free_port(int *port, hl_err *err) {
@@ -170,18 +190,29 @@ static hl_status free_port(int *port, hl_err *err) {
     return HL_OK;
 }
 
-static int64_t load_timeout_ns(void) {
-    const char *names[] = {"HEARTH_LOAD_TIMEOUT", "OLLAMA_LOAD_TIMEOUT"};
+/* $a (else $b, may be NULL): integer seconds or a Go duration ("250ms"); dflt when unset
+ * or malformed. <= 0 gives 0 ("none"). */
+static int64_t env_duration_ns(const char *a, const char *b, int64_t dflt) {
+    const char *names[] = {a, b};
     for (int i = 0; i < 2; i++) {
-        const char *v = getenv(names[i]);
+        const char *v = names[i] ? getenv(names[i]) : NULL;
         if (!v || !*v) continue;
         char *end;
+        errno = 0;
         long long secs = strtoll(v, &end, 10);
-        if (end != v && !*end) return secs <= 0 ? INT64_MAX : secs * 1000000000LL;
+        if (end != v && !*end && !errno)
+            return secs <= 0 ? 0 : secs > INT64_MAX / 1000000000LL ? INT64_MAX
+                                                                    : secs * 1000000000LL;
         int64_t ns;
-        if (opt_parse_duration(v, &ns, NULL) == HL_OK) return ns <= 0 ? INT64_MAX : ns;
+        if (opt_parse_duration(v, &ns, NULL) == HL_OK) return ns <= 0 ? 0 : ns;
     }
-    return 5LL * 60 * 1000000000LL;
+    return dflt;
+}
+
+static int64_t load_timeout_ns(void) {
+    int64_t ns = env_duration_ns("HEARTH_LOAD_TIMEOUT", "OLLAMA_LOAD_TIMEOUT",
+                                 5LL * 60 * 1000000000LL);
+    return ns == 0 ? INT64_MAX : ns;
 }
 
 static hl_status spawn(eremote *r, const char *path, const engine_config *cfg, int port,
@@ -326,6 +357,7 @@ hl_status eremote_open(const char *gguf_path, const engine_config *cfg, eremote 
     eremote *r = calloc(1, sizeof *r);
     if (!r) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     r->out_fd = r->lifeline_fd = -1;
+    r->stall_ns = env_duration_ns("HEARTH_RUNNER_STALL_TIMEOUT", NULL, 5LL * 60 * 1000000000LL);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     /* the tokenizer lives here too: requests are tokenized and rendered in the server */
@@ -379,6 +411,71 @@ void eremote_get_info(const eremote *r, engine_info *out) {
     out->mem_bytes = atomic_load(&((eremote *)r)->mem_bytes);
 }
 
+/* GET /health on a raw non-blocking socket, every step (connect included: a runner whose
+ * listen queue is full would otherwise block it for minutes) bounded by one deadline. */
+static bool health_within(eremote *r, int timeout_ms) {
+    uint64_t deadline = hl_time_ns() + (uint64_t)timeout_ms * 1000000ULL;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return false;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)r->host.port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    char req[128], resp[4096];
+    int req_len = snprintf(req, sizeof req,
+                           "GET /health HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                           "Connection: close\r\n\r\n", r->host.port);
+    size_t sent = 0, got = 0;
+    bool ok = false, connected = false;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) connected = true;
+    else if (errno != EINPROGRESS) goto done;
+    for (;;) {
+        int64_t left_ms = ((int64_t)deadline - (int64_t)hl_time_ns()) / 1000000;
+        if (left_ms <= 0) goto done;
+        bool writing = !connected || sent < (size_t)req_len;
+        struct pollfd pfd = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
+        int pr = poll(&pfd, 1, (int)(left_ms > 1000 ? 1000 : left_ms));
+        if (pr < 0 && errno != EINTR) goto done;
+        if (pr <= 0) continue;
+        if (!connected) {
+            int e = 0;
+            socklen_t el = sizeof e;
+            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0 || e != 0) goto done;
+            connected = true;
+            continue;
+        }
+        if (writing) {
+            ssize_t w = send(fd, req + sent, (size_t)req_len - sent, MSG_NOSIGNAL);
+            if (w < 0 && errno != EAGAIN && errno != EINTR) goto done;
+            if (w > 0) sent += (size_t)w;
+            continue;
+        }
+        ssize_t n = recv(fd, resp + got, sizeof resp - 1 - got, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (n < 0) goto done;
+        got += (size_t)n;
+        if (n == 0 || got == sizeof resp - 1) break; /* closed, or more than a health reply */
+    }
+    resp[got] = '\0';
+    const char *body = strstr(resp, "\r\n\r\n");
+    if (body && (!strncmp(resp, "HTTP/1.1 200", 12) || !strncmp(resp, "HTTP/1.0 200", 12))) {
+        json_t *j = json_loads(body + 4, 0, NULL);
+        ok = j && !strcmp(json_string_value(json_object_get(j, "status")) ?: "", "ok");
+        json_decref(j);
+    }
+done:
+    close(fd);
+    return ok;
+}
+
+bool eremote_ping(eremote *r, int timeout_ms) {
+    if (!eremote_alive(r)) return false;
+    if (health_within(r, timeout_ms)) return true;
+    if (!eremote_alive(r)) return false; /* it exited meanwhile: the crash path unloads it */
+    fprintf(stderr, "[hearth] runner pid %d did not answer its health check within %d ms: "
+            "killed\n", (int)r->pid, timeout_ms);
+    runner_kill(r);
+    return false;
+}
+
 bool eremote_alive(const eremote *r) { return !atomic_load(&((eremote *)r)->dead); }
 int eremote_pid(const eremote *r) { return (int)r->pid; }
 
@@ -401,23 +498,76 @@ static json_t *request_json(const engine_request *req, long long id) {
                      "id", (json_int_t)id);
 }
 
-static hl_status post_json(eremote *r, const char *path, json_t *body, net_http **out,
-                           hl_err *err) {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    if (!text) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+/* Every read from the runner waits in slices (net_http_set_waiter): between them the
+ * request may be cancelled, the runner may have exited, or it may have been silent for
+ * the stall timeout. `why` says which ended the read. */
+enum { WAIT_NONE, WAIT_CANCELLED, WAIT_DIED, WAIT_STALLED };
+
+typedef struct read_wait {
+    eremote *r;
+    const engine_request *req; /* NULL: not cancellable */
+    uint64_t last_out;         /* the runner's last line (or the request's start) */
+    int why;
+} read_wait;
+
+static hl_status read_waiter(void *ud, hl_err *err) {
+    read_wait *w = ud;
+    if (w->req && w->req->cancelled && w->req->cancelled(w->req->ud)) {
+        w->why = WAIT_CANCELLED;
+        return hl_fail(err, HL_ERR_CANCELLED, "request cancelled");
+    }
+    if (!eremote_alive(w->r)) {
+        w->why = WAIT_DIED;
+        return hl_fail(err, HL_ERR_IO, "the runner exited");
+    }
+    /* the runner sends a line per token and a heartbeat while queued or in prefill:
+     * silence this long means it is stuck */
+    if (w->r->stall_ns > 0 && (int64_t)(hl_time_ns() - w->last_out) > w->r->stall_ns) {
+        w->why = WAIT_STALLED;
+        return hl_fail(err, HL_ERR_TIMEOUT, "the runner stalled");
+    }
+    return HL_OK;
+}
+
+/* A read from the runner failed with st: a cancellation stays one; otherwise the runner
+ * is killed and the request fails with the runner-stopped message. */
+static hl_status read_failed(eremote *r, const read_wait *w, hl_status st, hl_err *err) {
+    if (w->why == WAIT_CANCELLED) return st;
+    if (w->why == WAIT_STALLED) return runner_stalled(r, err);
+    return runner_died(r, err);
+}
+
+/* POSTs text and reads the response headers, waiting as w says. */
+static hl_status post_text(eremote *r, const char *path, const char *text, read_wait *w,
+                           net_http **out, hl_err *err) {
     size_t len = strlen(text);
     net_http *h = NULL;
     hl_status st = net_http_open(&r->host, "POST", path, "application/json", (int64_t)len, &h, err);
-    if (!st) st = net_http_send(h, text, len, err);
+    if (!st) {
+        net_http_set_waiter(h, read_waiter, w);
+        /* sending a large body must not block forever either */
+        if (r->stall_ns > 0)
+            net_http_set_timeout(h, r->stall_ns / 1000000 > INT_MAX ? INT_MAX
+                                                                    : (int)(r->stall_ns / 1000000));
+        st = net_http_send(h, text, len, err);
+    }
     if (!st) st = net_http_finish(h, err);
-    free(text);
     if (st) {
         net_http_close(h);
-        return runner_died(r, err);
+        return read_failed(r, w, st, err);
     }
     *out = h;
     return HL_OK;
+}
+
+static hl_status post_json(eremote *r, const char *path, json_t *body, read_wait *w,
+                           net_http **out, hl_err *err) {
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!text) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    hl_status st = post_text(r, path, text, w, out, err);
+    free(text);
+    return st;
 }
 
 static hl_status error_line(const json_t *j, hl_err *err) {
@@ -432,7 +582,8 @@ hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *
     if (!eremote_alive(r)) return runner_died(r, err);
     net_http *h;
     long long id = atomic_fetch_add(&r->next_id, 1) + 1;
-    hl_status st = post_json(r, "/completion", request_json(req, id), &h, err);
+    read_wait w = {.r = r, .req = req, .last_out = hl_time_ns()};
+    hl_status st = post_json(r, "/completion", request_json(req, id), &w, &h, err);
     if (st) return st;
     int32_t n_tok = 0;
     bool finished = false, stopped = false;
@@ -441,24 +592,14 @@ hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *
             st = hl_fail(err, HL_ERR_CANCELLED, "request cancelled");
             break;
         }
-        if (!net_http_buffered(h)) {
-            struct pollfd pfd = {.fd = net_http_fd(h), .events = POLLIN};
-            int pr = poll(&pfd, 1, 100);
-            if (pr == 0) {
-                if (!eremote_alive(r)) {
-                    st = runner_died(r, err);
-                    break;
-                }
-                continue;
-            }
-        }
         char *line;
         size_t len;
         st = net_http_read_line(h, &line, &len, err);
-        if (st || !line) { /* the stream broke before its final line */
-            st = runner_died(r, err);
+        if (st || !line) { /* the stream broke (or went silent) before its final line */
+            st = st ? read_failed(r, &w, st, err) : runner_died(r, err);
             break;
         }
+        w.last_out = hl_time_ns();
         json_t *j = json_loadb(line, len, 0, NULL);
         if (!j) {
             st = hl_fail(err, HL_ERR_FORMAT, "bad line from the runner: %.80s", line);
@@ -488,11 +629,15 @@ hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *
                 stopped = true;
                 char body[64];
                 snprintf(body, sizeof body, "{\"id\":%lld}", id);
-                int code;
-                char *resp = NULL;
-                net_http_request(&r->host, "POST", "/stop", body, strlen(body), &code, &resp,
-                                 NULL, NULL);
-                free(resp);
+                net_http *sh;
+                read_wait sw = {.r = r, .last_out = hl_time_ns()};
+                if (post_text(r, "/stop", body, &sw, &sh, NULL) == HL_OK) {
+                    char *resp = NULL;
+                    size_t rlen;
+                    net_http_read_all(sh, 1 << 16, &resp, &rlen, NULL);
+                    free(resp);
+                    net_http_close(sh);
+                }
             }
         } else if (json_is_true(json_object_get(j, "done"))) {
             json_t *s = json_object_get(j, "stats");
@@ -525,7 +670,8 @@ hl_status eremote_embed(eremote *r, const int32_t *tokens, size_t n, float *out,
     json_t *toks = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(toks, json_integer(tokens[i]));
     net_http *h;
-    hl_status st = post_json(r, "/embedding", json_pack("{s:o}", "tokens", toks), &h, err);
+    read_wait w = {.r = r, .last_out = hl_time_ns()};
+    hl_status st = post_json(r, "/embedding", json_pack("{s:o}", "tokens", toks), &w, &h, err);
     if (st) return st;
     char *body = NULL;
     size_t len;
@@ -533,7 +679,7 @@ hl_status eremote_embed(eremote *r, const int32_t *tokens, size_t n, float *out,
     net_http_close(h);
     if (st) {
         free(body);
-        return runner_died(r, err);
+        return read_failed(r, &w, st, err);
     }
     json_t *j = json_loadb(body, len, 0, NULL);
     free(body);

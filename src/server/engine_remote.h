@@ -15,13 +15,22 @@
  * block on a full pipe) and keeps the last non-empty line (trimmed, first 256 bytes) for
  * error messages. A reaper thread waits for the child and records its exit for any
  * number of observers.
- * Requests: each generation is one POST /completion streamed back as NDJSON; the client
- * polls its socket every 100 ms to check req->cancelled and closes the connection to
- * cancel (the runner stops that sequence). A stream that breaks without its final line
+ * Requests: each generation is one POST /completion streamed back as NDJSON; every read
+ * from the runner (headers, chunk framing, a half line included) waits in 100 ms slices
+ * (net_http_set_waiter) that check req->cancelled, the runner's exit and the stall
+ * timeout; a cancel closes the connection (the runner stops that sequence). A stream that breaks without its final line
  * means the runner died: the request fails with "model runner has unexpectedly stopped,
  * this may be due to resource limitations or an internal error, check the server logs
  * for details: <last line>", the runner is killed and eremote_alive turns false (the
  * scheduler then reloads the model for the next request).
+ * A runner that goes silent under a request (no line, not even the heartbeat it sends
+ * while queued or in prefill, for $HEARTH_RUNNER_STALL_TIMEOUT: integer seconds or a Go
+ * duration, default 5m, <= 0 none; also bounds sending to it) is killed and the request
+ * fails with the same message ("...: the runner sent nothing for N s"). Embeddings and
+ * POST /stop are bounded the same way.
+ * eremote_ping: GET /health within timeout_ms (connect included); a runner that does not
+ * answer in time is killed (SIGKILL; the reaper thread reaps it) and eremote_alive turns
+ * false. The scheduler pings an idle runner before reusing it (sched.h).
  * Memory: mem_bytes is what the runner measured (at load and after each request).
  * eremote_close: SIGKILL, wait for the reaper and the output thread, free everything.
  */
@@ -44,6 +53,7 @@ hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *
                            hl_err *err);
 hl_status eremote_embed(eremote *r, const int32_t *tokens, size_t n, float *out, hl_err *err);
 bool eremote_alive(const eremote *r);
+bool eremote_ping(eremote *r, int timeout_ms);
 int eremote_pid(const eremote *r);
 
 #endif

@@ -18,6 +18,7 @@
 
 static engine *g_eng; /* the one model this process serves */
 static int g_token_delay_ms; /* test hook: $HEARTH_RUNNER_TEST_TOKEN_DELAY_MS */
+static int g_stall_after;    /* test hook: $HEARTH_RUNNER_TEST_STALL_AFTER_TOKENS */
 static pthread_mutex_t g_active_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct comp_ctx *g_active; /* running completions (POST /stop finds them here) */
 
@@ -44,6 +45,7 @@ typedef struct comp_ctx {
     jsonfmt *json;
     srv_stream *s;
     uint64_t last_beat_ns;
+    int n_sent;
 } comp_ctx;
 
 static void comp_free(void *p) {
@@ -66,6 +68,10 @@ static bool comp_token(void *ud, int32_t token, const sampler_out *so) {
     }
     srv_stream_send(c->s, ev);
     c->last_beat_ns = hl_time_ns();
+    /* a runner stuck mid-generation (alive, still answering /health): the server's stall
+     * timeout must end the request and kill this process */
+    if (g_stall_after > 0 && ++c->n_sent >= g_stall_after)
+        for (;;) sleep(1);
     if (g_token_delay_ms > 0) usleep((useconds_t)g_token_delay_ms * 1000);
     return false;
 }
@@ -273,10 +279,13 @@ int runner_srv_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     pthread_t life;
     if (pthread_create(&life, NULL, lifeline_main, NULL) == 0) pthread_detach(life);
-    /* test hooks: slow tokens (crash and cancel tests), a slow load (load timeout), one
-     * huge output line (the server must keep draining the pipe) */
+    /* test hooks: slow tokens (crash and cancel tests), a generation that stops after N
+     * tokens (stall timeout), a slow load (load timeout), one huge output line (the
+     * server must keep draining the pipe) */
     const char *v = getenv("HEARTH_RUNNER_TEST_TOKEN_DELAY_MS");
     g_token_delay_ms = v ? atoi(v) : 0;
+    v = getenv("HEARTH_RUNNER_TEST_STALL_AFTER_TOKENS");
+    g_stall_after = v ? atoi(v) : 0;
     v = getenv("HEARTH_RUNNER_TEST_LOAD_DELAY_MS");
     if (v && atoi(v) > 0) usleep((useconds_t)atoi(v) * 1000);
     v = getenv("HEARTH_RUNNER_TEST_LONG_LINE");

@@ -27,6 +27,8 @@ struct sched {
     int max_loaded;       /* models resident at once */
     uint64_t mem_budget;  /* bytes for all resident models; 0: from free RAM at each load */
     bool loading;         /* one load at a time */
+    int pinging;          /* health checks in flight (outside the lock) */
+    int health_ms;        /* ping an idle runner this long before reusing it; 0: never */
     _Atomic bool aborting; /* shutting down: a load in progress gives up */
     bool stopping;
     pthread_t reaper;
@@ -55,6 +57,24 @@ int64_t sched_default_keep_alive(void) {
         if (opt_parse_duration(v, &ns, NULL) == HL_OK) return ns < 0 ? SCHED_KEEP_FOREVER : ns;
     }
     return 5LL * 60 * 1000000000;
+}
+
+int sched_health_timeout_ms(void) {
+    const char *v = getenv("HEARTH_RUNNER_HEALTH_TIMEOUT");
+    if (v && *v) {
+        char *end;
+        errno = 0;
+        long long secs = strtoll(v, &end, 10);
+        if (!errno && end != v && !*end)
+            return secs <= 0 ? 0 : secs >= INT32_MAX / 1000 ? INT32_MAX : (int)(secs * 1000);
+        int64_t ns;
+        if (opt_parse_duration(v, &ns, NULL) == HL_OK) {
+            if (ns <= 0) return 0;
+            int64_t ms = ns / 1000000;
+            return ms < 1 ? 1 : ms >= INT32_MAX ? INT32_MAX : (int)ms;
+        }
+    }
+    return 10 * 1000; /* Ollama's 10 s for a loaded runner */
 }
 
 static int64_t expiry_from(int64_t now, int64_t keep) {
@@ -162,6 +182,7 @@ hl_status sched_create(sched **out, hl_err *err) {
     if (s->max_loaded <= 0) s->max_loaded = SCHED_DEFAULT_MAX_LOADED;
     if (s->max_loaded > SCHED_MAX_SLOTS) s->max_loaded = SCHED_MAX_SLOTS;
     s->mem_budget = env_bytes("HEARTH_MAX_MEMORY");
+    s->health_ms = sched_health_timeout_ms();
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -189,7 +210,7 @@ void sched_destroy(sched *s) {
     pthread_cond_broadcast(&s->cv);
     /* a load in flight ends (a runner process being waited for is given up) */
     atomic_store(&s->aborting, true);
-    while (s->loading) pthread_cond_wait(&s->cv, &s->lock);
+    while (s->loading || s->pinging > 0) pthread_cond_wait(&s->cv, &s->lock);
     pthread_mutex_unlock(&s->lock);
     if (s->reaper_started) pthread_join(s->reaper, NULL);
     while (s->n_loaded > 0) remove_at(s, s->n_loaded - 1);
@@ -281,7 +302,29 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
             break;
         }
         sched_model *m = find_locked(s, &sm->name);
-        if (m && !m->loading) {
+        if (m && !m->loading && !m->checking) {
+            if (reusable(m, sm, cfg) && m->refs == 0 && s->health_ms > 0 &&
+                engine_pid(m->eng) > 0) {
+                /* an idle runner may be stuck while alive: it must answer a health check
+                 * first (spec 5.2). Outside the lock; the reference keeps it loaded and
+                 * `checking` makes other requests for it wait for the verdict. */
+                m->checking = true;
+                m->refs++;
+                s->pinging++;
+                pthread_mutex_unlock(&s->lock);
+                bool ok = engine_ping(m->eng, s->health_ms);
+                pthread_mutex_lock(&s->lock);
+                m->checking = false;
+                s->pinging--;
+                m->refs--;
+                pthread_cond_broadcast(&s->cv);
+                if (!ok) { /* killed by the ping: unload, then load anew below */
+                    if (m->refs == 0) remove_model(s, m);
+                    else m->unload_when_idle = true;
+                    continue;
+                }
+                if (s->stopping) continue;
+            }
             if (reusable(m, sm, cfg)) {
                 m->refs++;
                 if (keep_alive_ns != SCHED_KEEP_UNSET) m->keep_alive_ns = keep_alive_ns;

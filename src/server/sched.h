@@ -22,6 +22,13 @@
  * the lock: requests for loaded models go on meanwhile. A request for a loaded model
  * with other load options (num_ctx, num_batch, num_thread, use_mmap), or whose engine died (a
  * runner process crashed), waits until it is idle, unloads it and loads anew.
+ * Health (spec 5.2): before an idle model in a runner process is reused, its runner must
+ * answer GET /health within $HEARTH_RUNNER_HEALTH_TIMEOUT (integer seconds or a Go
+ * duration such as "300ms"; default 10s; <= 0 disables the check). The ping runs outside
+ * the lock (other requests for that model wait for it; everything else goes on); a runner
+ * that does not answer is killed and reaped, and the model is loaded anew for the
+ * request. Busy runners are not pinged; a request whose runner goes silent ends after
+ * $HEARTH_RUNNER_STALL_TIMEOUT (engine_remote.h). The in-process engine has no ping.
  *
  * Ownership: the sched owns every sched_model and its engine; a sched_model pointer is
  * valid from sched_acquire until the matching sched_release. Thread-safe.
@@ -57,6 +64,7 @@ typedef struct sched_model {
     int64_t expires_at_ns; /* wall clock; meaningful when refs == 0 */
     bool unload_when_idle;
     bool loading;            /* engine_open in progress (eng is NULL) */
+    bool checking;           /* a health check before reuse in progress (refs held) */
     uint64_t predicted_bytes; /* the fitting estimate made before loading */
 } sched_model;
 
@@ -65,6 +73,9 @@ void sched_destroy(sched *s); /* unloads everything; accepts NULL */
 /* Server shutdown begins: a load waiting for its runner process fails now (so that the
  * request holding it ends and the HTTP server can stop). Accepts NULL. */
 void sched_abort_loads(sched *s);
+
+/* The health-check timeout before reusing an idle runner, in ms (0: none). */
+int sched_health_timeout_ms(void);
 
 /* The default keep-alive (environment, else 5 minutes) in ns. */
 int64_t sched_default_keep_alive(void);
