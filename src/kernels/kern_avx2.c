@@ -995,6 +995,48 @@ AVX512_FN float dot_q6_K_avx512(int64_t n, const void *row, const void *vec) {
     return hsum_ps(acc);
 }
 
+/* AVX-512 single-token Q4_0 dot: the integer part of two blocks in one zmm (block i in
+ * the low 256 bits, i+1 in the high), then block i's and block i+1's float steps one
+ * after the other, exactly as dot_q4_0 does them, so it returns dot_q4_0's bits. The
+ * int32 lanes are the same integers: with u the unsigned nibble, maddubs(u, y) -
+ * maddubs(8, y) is (u - 8) * y summed in pairs (no int16 saturation: |sums| <= 3810),
+ * as the sign trick computes it. Q4_0 decode is bound by vector uops, not memory:
+ * this does a block's integer work in about half of them. */
+AVX512_FN float dot_q4_0_avx512(int64_t n, const void *row, const void *vec) {
+    const block_q4_0 *x = row;
+    const block_q8_0 *y = vec;
+    const int64_t nb = n / QK4_0;
+    const __m512i low4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+    const __m512i ones = _mm512_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256i qs = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)x[i].qs)),
+            _mm_loadu_si128((const __m128i *)x[i + 1].qs), 1);
+        /* 128-bit lanes [qs_i, qs_i+1, qs_i>>4, qs_i+1>>4] -> [lo_i, hi_i, lo_i+1, hi_i+1] */
+        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(qs),
+                                                _mm256_srli_epi16(qs, 4), 1);
+        const __m512i u =
+            _mm512_and_si512(_mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(3, 1, 2, 0)), low4);
+        const __m512i yv = _mm512_inserti64x4(_mm512_castsi256_si512(load256(y[i].qs)),
+                                              load256(y[i + 1].qs), 1);
+        const __m512i p16 =
+            _mm512_sub_epi16(_mm512_maddubs_epi16(u, yv), _mm512_maddubs_epi16(eight, yv));
+        const __m512 p = _mm512_cvtepi32_ps(_mm512_madd_epi16(p16, ones));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d)),
+                              _mm512_castps512_ps256(p), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_f32(x[i + 1].d) * fp16_to_f32(y[i + 1].d)),
+                              zmm_high_ps(p), acc);
+    }
+    for (; i < nb; i++) {
+        const __m256i q = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d)),
+                              dot_i8x32(q, load256(y[i].qs)), acc);
+    }
+    return hsum_ps(acc);
+}
+
 /* ---- activation quantizer --------------------------------------------------------- */
 
 /* roundf(): half away from zero, as the reference quantizer rounds. v - trunc(v)
@@ -1298,4 +1340,5 @@ void kern_avx512_fill(kern_table *t) {
     t->vec_dot_tile[HL_TYPE_Q6_K] = tile_q6_K_avx512;
     t->vec_dot[HL_TYPE_Q4_K] = dot_q4_K_avx512;
     t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K_avx512;
+    t->vec_dot[HL_TYPE_Q4_0] = dot_q4_0_avx512;
 }
