@@ -357,7 +357,9 @@ hl_status eremote_open(const char *gguf_path, const engine_config *cfg, eremote 
     eremote *r = calloc(1, sizeof *r);
     if (!r) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     r->out_fd = r->lifeline_fd = -1;
-    r->stall_ns = env_duration_ns("HEARTH_RUNNER_STALL_TIMEOUT", NULL, 5LL * 60 * 1000000000LL);
+    /* generous: the runner beats only between prefill chunks, and one chunk of a large
+     * model on a small CPU can take minutes; this catches a runner that is stuck */
+    r->stall_ns = env_duration_ns("HEARTH_RUNNER_STALL_TIMEOUT", NULL, 20LL * 60 * 1000000000LL);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     /* the tokenizer lives here too: requests are tokenized and rendered in the server */

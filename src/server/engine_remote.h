@@ -25,7 +25,7 @@
  * scheduler then reloads the model for the next request).
  * A runner that goes silent under a request (no line, not even the heartbeat it sends
  * while queued or in prefill, for $HEARTH_RUNNER_STALL_TIMEOUT: integer seconds or a Go
- * duration, default 5m, <= 0 none; also bounds sending to it) is killed and the request
+ * duration, default 20m, <= 0 none; also bounds sending to it) is killed and the request
  * fails with the same message ("...: the runner sent nothing for N s"). Embeddings and
  * POST /stop are bounded the same way.
  * eremote_ping: GET /health within timeout_ms (connect included); a runner that does not
