@@ -58,7 +58,7 @@ $(BUILD)/bench/%: bench/%.c $(BENCH_LIB) $(BUILD)/libhearth.a
 # SIMD variants get their own flags; everything else targets baseline x86-64.
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SIMD_AVX2) -c -o $@ $<
+	$(CC) $(CFLAGS_ALL) $(SIMD_AVX2) $(SIMD_OPT) -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -84,6 +84,7 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
  * arithmetic is the same for any nt, so multi-token matmul results equal the
  * single-token dot bit for bit (prefill and decode agree exactly). */
 #define ROWS_INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
 
 ROWS_INLINE void q4_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
                            float *out) {
@@ -93,7 +94,7 @@ ROWS_INLINE void q4_0_rows(int64_t n, const void *row, const uint8_t *vec, size_
     for (int64_t i = 0; i < n / QK4_0; i++) {
         const __m256i q = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
         const float dx = fp16_to_f32(x[i].d);
-        for (int t = 0; t < nt; t++) {
+        UNROLL for (int t = 0; t < nt; t++) {
             const block_q8_0 *y = (const block_q8_0 *)(vec + (size_t)t * stride) + i;
             const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));
             acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y->qs)), acc[t]);
@@ -180,7 +181,7 @@ ROWS_INLINE void q8_0_rows(int64_t n, const void *row, const uint8_t *vec, size_
     for (int64_t i = 0; i < n / QK8_0; i++) {
         const __m256i q = load256(x[i].qs);
         const float dx = fp16_to_f32(x[i].d);
-        for (int t = 0; t < nt; t++) {
+        UNROLL for (int t = 0; t < nt; t++) {
             const block_q8_0 *y = (const block_q8_0 *)(vec + (size_t)t * stride) + i;
             const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));
             acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y->qs)), acc[t]);
@@ -204,7 +205,6 @@ static void dot4_q8_0(int64_t n, const void *row, const void *vec, size_t stride
  * lanes, same float scale product, same fma chain over blocks, same final hsum), so a
  * tile's outputs equal vec_dot bit for bit; what changes is that the 8 accumulators stay
  * in registers and each loaded block serves the whole tile. */
-#define UNROLL _Pragma("GCC unroll 8")
 
 static inline __m256i q8_0_block_quants(const block_q8_0 *b) { return load256(b->qs); }
 static inline __m256i q4_0_block_quants(const block_q4_0 *b) {
@@ -329,7 +329,7 @@ static float dot_q2_K(int64_t n, const void *row, const void *vec) {
         const int summ = hsum_epi32(_mm256_madd_epi16(mins, bsums));
         acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
         __m256i sumi = _mm256_setzero_si256();
-        for (int half = 0; half < 2; half++) {
+        UNROLL for (int half = 0; half < 2; half++) {
             const __m256i q2 = load256(x[i].qs + 32 * half);
             for (int s = 0; s < 4; s++) {
                 const int k = half * 8 + 2 * s;
@@ -359,7 +359,7 @@ static float dot_q3_K(int64_t n, const void *row, const void *vec) {
         /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
         __m256i hm = load256(x[i].hmask);
         __m256i sumi = _mm256_setzero_si256();
-        for (int half = 0; half < 2; half++) {
+        UNROLL for (int half = 0; half < 2; half++) {
             const __m256i q2 = load256(x[i].qs + 32 * half);
             for (int s = 0; s < 4; s++, hm = _mm256_srli_epi16(hm, 1)) {
                 const int k = half * 8 + 2 * s;
@@ -408,7 +408,7 @@ ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
         const float dx = fp16_to_f32(x[i].d), dminx = fp16_to_f32(x[i].dmin);
         /* each 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high) */
         __m256i lo[4], hi[4], scv[8];
-        for (int j = 0; j < 4; j++) {
+        UNROLL for (int j = 0; j < 4; j++) {
             const __m256i q4 = load256(x[i].qs + 32 * j);
             lo[j] = _mm256_and_si256(q4, low4);
             hi[j] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
@@ -418,7 +418,7 @@ ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
         memcpy(&sc8, sc, 8);
         const __m256i sc16 = _mm256_broadcastsi128_si256(
             _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
-        for (int k = 0; k < 8; k++)
+        UNROLL for (int k = 0; k < 8; k++)
             scv[k] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * k)));
         /* mins as 16 int16, each twice: bsums 2j and 2j+1 cover sub-block j; one madd
          * per token then gives sum(mn[j] * bsums of j) exactly, as the scalar loop did */
@@ -426,12 +426,12 @@ ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
         memcpy(&mn8, mn, 8);
         const __m128i mnb = _mm_cvtsi64_si128((long long)mn8);
         const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
-        for (int t = 0; t < nt; t++) {
+        UNROLL for (int t = 0; t < nt; t++) {
             const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
             const int summ = hsum_epi32(_mm256_madd_epi16(load256(y->bsums), mins16));
             acc_min[t] += y->d * dminx * (float)summ;
             __m256i sumi = _mm256_setzero_si256();
-            for (int j = 0; j < 4; j++) {
+            UNROLL for (int j = 0; j < 4; j++) {
                 const __m256i y0 = load256(y->qs + 64 * j);
                 const __m256i y1 = load256(y->qs + 64 * j + 32);
                 /* unsigned nibbles: maddubs needs no sign trick (15*127*2 fits int16) */
@@ -664,7 +664,7 @@ ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                            _mm256_setzero_si256()};
-        for (int half = 0; half < 2; half++) {
+        UNROLL for (int half = 0; half < 2; half++) {
             const uint8_t *ql = x[i].ql + 64 * half;
             const int8_t *sc = x[i].scales + 8 * half;
             const __m256i qh = load256(x[i].qh + 32 * half);
@@ -683,14 +683,14 @@ ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
                 _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
             /* lane 0 is elements 0..15 (scale 2g), lane 1 is 16..31 (scale 2g+1) */
-            for (int g = 0; g < 4; g++)
+            UNROLL for (int g = 0; g < 4; g++)
                 scale[g] =
                     _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])),
                                             _mm_set1_epi16(sc[2 * g + 1]), 1);
-            for (int t = 0; t < nt; t++) {
+            UNROLL for (int t = 0; t < nt; t++) {
                 const int8_t *q8 =
                     ((const block_q8_K *)(vec + (size_t)t * stride) + i)->qs + 128 * half;
-                for (int g = 0; g < 4; g++) {
+                UNROLL for (int g = 0; g < 4; g++) {
                     const __m256i yv = load256(q8 + 32 * g);
                     const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], yv),
                                                          _mm256_maddubs_epi16(m32, yv));
@@ -699,7 +699,7 @@ ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
             }
         }
         const float dx = fp16_to_f32(x[i].d);
-        for (int t = 0; t < nt; t++) {
+        UNROLL for (int t = 0; t < nt; t++) {
             const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
             acc[t] =
                 _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
@@ -733,7 +733,7 @@ static void tile_q6_K(int64_t n, const void *w, size_t w_stride, const void *vec
         UNROLL for (int t = 0; t < 4; t++) y[t] = (const block_q8_K *)(v + (size_t)t * stride) + i;
         __m256i sumi[2][4];
         UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm256_setzero_si256();
-        for (int half = 0; half < 2; half++) {
+        UNROLL for (int half = 0; half < 2; half++) {
             UNROLL for (int g = 0; g < 4; g++) {
                 __m256i q[2], scale[2];
                 UNROLL for (int r = 0; r < 2; r++) {
@@ -789,7 +789,7 @@ AVX512_FN void tile_q6_K_avx512(int64_t n, const void *w, size_t w_stride, const
         UNROLL for (int t = 0; t < 4; t++) y[t] = (const block_q8_K *)(v + (size_t)t * stride) + i;
         __m512i sumi[2][4];
         UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm512_setzero_si512();
-        for (int half = 0; half < 2; half++) {
+        UNROLL for (int half = 0; half < 2; half++) {
             UNROLL for (int pr = 0; pr < 2; pr++) { /* groups g = 2pr, 2pr+1 */
                 /* high bits of group g sit at bit 2g of qh; scale of int16 lane l is
                  * sc[4pr + l/8] */
@@ -956,7 +956,7 @@ AVX512_FN float dot_q6_K_avx512(int64_t n, const void *row, const void *vec) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m512i sumi = _mm512_setzero_si512();
-        for (int half = 0; half < 2; half++) {
+        UNROLL for (int half = 0; half < 2; half++) {
             const __m512i ql = _mm512_loadu_si512((const void *)(x[i].ql + 64 * half));
             const __m512i qh = _mm512_broadcast_i64x4(load256(x[i].qh + 32 * half));
             int64_t sc8;
