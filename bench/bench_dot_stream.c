@@ -14,7 +14,7 @@
  * With 2+ threads, each pass splits the buffer into one contiguous part per thread (the
  * threads then compete for the memory bus, as in a decode).
  *
- * Usage: bench_dot_stream [passes] [MiB] [threads]. HEARTH_CPU caps the kernel variant.
+ * Usage: bench_dot_stream [passes] [MiB] [threads] (MiB may be a fraction: 0.25 stays in L2). HEARTH_CPU caps the kernel variant.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -84,7 +84,7 @@ static void pass_worker(void *ctx, int ith, int nth) {
 
 int main(int argc, char **argv) {
     const int passes = argc > 1 ? atoi(argv[1]) : 5;
-    const size_t mib = argc > 2 ? (size_t)atoi(argv[2]) : 512;
+    const double mib = argc > 2 ? atof(argv[2]) : 512; /* fractions: e.g. 0.25 stays in L2 */
     const int threads = argc > 3 ? atoi(argv[3]) : 1;
     hl_pool *pool = NULL;
     hl_err err;
@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
     const char *variant = kern_variant();
     /* the active table: kern_table_active() is what kern_matmul uses */
     const kern_table *tab = kern_table_active();
-    printf("variant %s, %d threads, %zu MiB per type, best of %d passes (GB/s of weights)\n",
+    printf("variant %s, %d threads, %g MiB per type, best of %d passes (GB/s of weights)\n",
            variant, threads, mib, passes);
     const hl_type types[] = {HL_TYPE_Q8_0, HL_TYPE_Q4_0, HL_TYPE_Q4_K, HL_TYPE_Q6_K};
     const int64_t cols = 2048;
@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const hl_type t = types[ti];
         const size_t row_bytes = hl_row_size(t, cols);
-        const int64_t rows = (int64_t)((mib << 20) / row_bytes) / 64 * 64;
+        const int64_t rows = (int64_t)(mib * (1 << 20) / (double)row_bytes) / 64 * 64;
         const size_t bytes = row_bytes * (size_t)rows;
         uint8_t *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
         if (!buf) return 1;

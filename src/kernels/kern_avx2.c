@@ -627,12 +627,12 @@ static float dot_q5_K(int64_t n, const void *row, const void *vec) {
         uint8_t sc[8], mn[8];
         q4_K_scales_mins(x[i].scales, sc, mn);
         int summ = 0;
-        for (int j = 0; j < 8; j++) summ += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        UNROLL for (int j = 0; j < 8; j++) summ += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
         acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
         /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
         __m256i qh = load256(x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++, qh = _mm256_srli_epi16(qh, 2)) {
+        UNROLL for (int j = 0; j < 4; j++, qh = _mm256_srli_epi16(qh, 2)) {
             const __m256i q4 = load256(x[i].qs + 32 * j);
             const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, low4),
                                                _mm256_slli_epi16(_mm256_and_si256(qh, bit0), 4));
@@ -650,6 +650,18 @@ static float dot_q5_K(int64_t n, const void *row, const void *vec) {
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc) - acc_min;
+}
+
+/* The 8 scales of one Q6_K half (128 elements), as int16 vectors for madd: out[g] holds
+ * sc[2g] in its low 128-bit lane and sc[2g+1] in its high one (group g's elements 0..15
+ * and 16..31). One widening load and four in-lane shuffles. */
+static inline void q6_K_half_scales(const int8_t *sc, __m256i out[4]) {
+    const __m256i s16 =
+        _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+    UNROLL for (int g = 0; g < 4; g++)
+        out[g] = _mm256_shuffle_epi8(
+            s16, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1))),
+                                  _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g)))));
 }
 
 /* Q6_K: quants are 0..63 with a bias of 32; the bias is taken off after the
@@ -682,11 +694,7 @@ ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
             q[3] = _mm256_or_si256(
                 _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
-            /* lane 0 is elements 0..15 (scale 2g), lane 1 is 16..31 (scale 2g+1) */
-            UNROLL for (int g = 0; g < 4; g++)
-                scale[g] =
-                    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])),
-                                            _mm_set1_epi16(sc[2 * g + 1]), 1);
+            q6_K_half_scales(sc, scale);
             UNROLL for (int t = 0; t < nt; t++) {
                 const int8_t *q8 =
                     ((const block_q8_K *)(vec + (size_t)t * stride) + i)->qs + 128 * half;
