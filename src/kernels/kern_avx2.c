@@ -9,6 +9,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "kernels/kern_internal.h"
@@ -111,7 +112,7 @@ ROWS_INLINE void q4_0_rows(int64_t n, const void *row, const uint8_t *vec, size_
             acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), acc[t]);
         }
     }
-    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+    UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
 }
 
 static float dot_q4_0(int64_t n, const void *row, const void *vec) {
@@ -198,7 +199,7 @@ ROWS_INLINE void q8_0_rows(int64_t n, const void *row, const uint8_t *vec, size_
             acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y->qs)), acc[t]);
         }
     }
-    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+    UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
 }
 
 static float dot_q8_0(int64_t n, const void *row, const void *vec) {
@@ -416,7 +417,12 @@ ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], mn[8];
         q4_K_scales_mins(x[i].scales, sc, mn);
-        const float dx = fp16_to_f32(x[i].d), dminx = fp16_to_f32(x[i].dmin);
+        /* d and dmin are adjacent: one load and one conversion for both */
+        uint32_t d_dmin;
+        _Static_assert(offsetof(block_q4_K, dmin) == 2, "d, dmin adjacent at the start");
+        memcpy(&d_dmin, &x[i], sizeof d_dmin);
+        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)d_dmin));
+        const float dx = _mm_cvtss_f32(dd), dminx = _mm_cvtss_f32(_mm_movehdup_ps(dd));
         /* each 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high) */
         __m256i lo[4], hi[4], scv[8];
         UNROLL for (int j = 0; j < 4; j++) {
@@ -456,7 +462,7 @@ ROWS_INLINE void q4_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
             acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[t]);
         }
     }
-    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]) - acc_min[t];
+    UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]) - acc_min[t];
 }
 
 static float dot_q4_K(int64_t n, const void *row, const void *vec) {
@@ -724,7 +730,7 @@ ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
                 _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
         }
     }
-    for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+    UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
 }
 
 static float dot_q6_K(int64_t n, const void *row, const void *vec) {
