@@ -517,31 +517,31 @@ static void tile_q4_K(int64_t n, const void *w, size_t w_stride, const void *vec
             const __m128 dmin = _mm_mul_ps(yd, _mm_set1_ps(fp16_to_f32(x->dmin)));
             acc_min[r] = _mm_add_ps(acc_min[r], _mm_mul_ps(dmin, _mm_cvtepi32_ps(summ)));
         }
-        __m256i sumi[2][4];
-        UNROLL for (int t = 0; t < 4; t++) sumi[0][t] = sumi[1][t] = _mm256_setzero_si256();
-        UNROLL for (int j = 0; j < 4; j++) {
-            __m256i lo[2], hi[2], s0[2], s1[2];
-            UNROLL for (int r = 0; r < 2; r++) {
+        /* perf: one row at a time, so that its 4 sums, unpacked quants and scales fit the
+         * 16 ymm registers (both rows at once spilled them on every sub-block); the
+         * activations are loaded again for the second row, from L1. */
+        UNROLL for (int r = 0; r < 2; r++) {
+            __m256i sumi[4];
+            UNROLL for (int t = 0; t < 4; t++) sumi[t] = _mm256_setzero_si256();
+            UNROLL for (int j = 0; j < 4; j++) {
                 const __m256i q4 = load256(xr[r][i].qs + 32 * j);
-                lo[r] = _mm256_and_si256(q4, low4);
-                hi[r] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
-                s0[r] = _mm256_shuffle_epi8(sc16[r], _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
-                s1[r] = _mm256_shuffle_epi8(sc16[r], _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
-            }
-            UNROLL for (int t = 0; t < 4; t++) {
-                const __m256i y0 = load256(y[t]->qs + 64 * j);
-                const __m256i y1 = load256(y[t]->qs + 64 * j + 32);
-                UNROLL for (int r = 0; r < 2; r++) {
-                    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], y0), s0[r]);
-                    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], y1), s1[r]);
-                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_add_epi32(p0, p1));
+                const __m256i lo = _mm256_and_si256(q4, low4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
+                const __m256i s0 =
+                    _mm256_shuffle_epi8(sc16[r], _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
+                const __m256i s1 =
+                    _mm256_shuffle_epi8(sc16[r], _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
+                UNROLL for (int t = 0; t < 4; t++) {
+                    const __m256i p0 =
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(y[t]->qs + 64 * j)), s0);
+                    const __m256i p1 = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(hi, load256(y[t]->qs + 64 * j + 32)), s1);
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p0, p1));
                 }
             }
-        }
-        UNROLL for (int t = 0; t < 4; t++) {
-            UNROLL for (int r = 0; r < 2; r++)
+            UNROLL for (int t = 0; t < 4; t++)
                 acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx[r]),
-                                            _mm256_cvtepi32_ps(sumi[r][t]), acc[r][t]);
+                                            _mm256_cvtepi32_ps(sumi[t]), acc[r][t]);
         }
     }
     float mins[2][4];
