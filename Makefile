@@ -24,6 +24,8 @@ CFLAGS_ALL = -std=c11 $(OPT) -g $(WARN) -D_DEFAULT_SOURCE -Isrc -Itests $(PKG_CF
              -MMD -MP $(SAN) $(CFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm -lpthread
 SIMD_AVX2 := -mavx2 -mfma -mf16c
+# extra flags for the SIMD files only (e.g. SIMD_OPT=-O3 to compare code generation)
+SIMD_OPT  ?=
 
 LIB_SRC   := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CLI_SRC   := $(wildcard src/cli/*.c)
