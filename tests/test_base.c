@@ -2,10 +2,14 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
 #include "base/file.h"
 #include "base/pool.h"
 #include "base/status.h"
@@ -347,4 +351,62 @@ TEST(base_utf8_valid_and_put) {
         CHECK_EQ_INT((int)n, cps[i] < 0x80 ? 1 : cps[i] < 0x800 ? 2 : cps[i] < 0x10000 ? 3 : 4);
         CHECK_EQ_INT((int)hl_utf8_valid_len(out, n), (int)n);
     }
+}
+
+/* Writes DIR/cpuN/topology/{physical_package_id,core_id} (core < 0: no topology dir). */
+static void fake_cpu(const char *dir, int cpu, int pkg, int core) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/cpu%d", dir, cpu);
+    mkdir(path, 0755);
+    if (core < 0) return;
+    snprintf(path, sizeof path, "%s/cpu%d/topology", dir, cpu);
+    mkdir(path, 0755);
+    const char *names[2] = {"physical_package_id", "core_id"};
+    const int vals[2] = {pkg, core};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/cpu%d/topology/%s", dir, cpu, names[i]);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "%d\n", vals[i]);
+            fclose(f);
+        }
+    }
+}
+
+/* SMT siblings count once, cores of two packages with the same core_id count twice,
+ * only the listed (usable) CPUs count, and a CPU without topology makes every CPU count. */
+TEST(base_cpu_counts_physical_cores) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/sysfs-cpu", test_tmpdir());
+    CHECK_EQ_INT(mkdir(dir, 0755), 0);
+    /* package 0: cores 0,1 with two threads each (cpu0/cpu2, cpu1/cpu3); package 1: core 0
+     * (cpu4, cpu5); cpu6 has no topology */
+    const int layout[][3] = {{0, 0, 0}, {1, 0, 1}, {2, 0, 0}, {3, 0, 1}, {4, 1, 0}, {5, 1, 0}};
+    for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++)
+        fake_cpu(dir, layout[i][0], layout[i][1], layout[i][2]);
+    fake_cpu(dir, 6, 0, -1);
+    const int all[] = {0, 1, 2, 3, 4, 5};
+    CHECK_EQ_INT(hl_cpu_count_cores(dir, all, 6), 3);
+    const int siblings[] = {0, 2}; /* taskset to one core's two threads */
+    CHECK_EQ_INT(hl_cpu_count_cores(dir, siblings, 2), 1);
+    const int two_pkgs[] = {0, 4};
+    CHECK_EQ_INT(hl_cpu_count_cores(dir, two_pkgs, 2), 2);
+    const int unknown[] = {0, 2, 6};
+    CHECK_EQ_INT(hl_cpu_count_cores(dir, unknown, 3), 3);
+    const int missing[] = {0, 42};
+    CHECK_EQ_INT(hl_cpu_count_cores(dir, missing, 2), 2);
+    CHECK_EQ_INT(hl_cpu_count_cores(dir, all, 0), 1);
+    /* the live machine: at least one core, never more than the usable CPUs */
+    const int usable = hl_cpu_usable(), cores = hl_cpu_default_threads();
+    CHECK(usable >= 1);
+    CHECK(cores >= 1 && cores <= usable);
+}
+
+/* A pool created with n <= 0 gets the default thread count. */
+TEST(base_pool_default_threads_are_physical_cores) {
+    hl_pool *p = NULL;
+    hl_err err;
+    CHECK_OK(hl_pool_create(0, &p, &err), &err);
+    CHECK_EQ_INT(hl_pool_n_threads(p), hl_cpu_default_threads());
+    hl_pool_destroy(p);
 }

@@ -33,6 +33,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "base/pool.h"
 
+#include "base/cpu.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -149,16 +151,12 @@ static void wake_workers(hl_pool *p) {
 
 hl_status hl_pool_create(int n_threads, hl_pool **out, hl_err *err) {
     *out = NULL;
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
+    if (n_threads <= 0) n_threads = hl_cpu_default_threads(); /* physical cores we may use */
     if (n_threads > 512) n_threads = 512;
     hl_pool *p = calloc(1, sizeof *p);
     if (!p) return hl_fail(err, HL_ERR_NOMEM, "thread pool: out of memory");
     p->n_threads = n_threads;
-    const long n_cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    p->spin_ns = n_cpus > 0 && n_threads >= n_cpus ? 0 : 100 * 1000;
+    p->spin_ns = n_threads >= hl_cpu_usable() ? 0 : 100 * 1000;
     const char *env = getenv("HEARTH_POOL_SPIN_US");
     if (env) {
         const long us = strtol(env, NULL, 10);

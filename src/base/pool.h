@@ -15,7 +15,7 @@
 typedef struct hl_pool hl_pool;
 typedef void (*hl_pool_fn)(void *ctx, int ith, int nth);
 
-/* n_threads <= 0 means the number of online CPUs. */
+/* n_threads <= 0: hl_cpu_default_threads(), the physical cores this process may use. */
 hl_status hl_pool_create(int n_threads, hl_pool **out, hl_err *err);
 void hl_pool_destroy(hl_pool *p); /* accepts NULL; joins the workers */
 int hl_pool_n_threads(const hl_pool *p); /* 1 for NULL */

@@ -51,7 +51,7 @@ static void gen_usage(FILE *out) {
             "  --repeat-penalty R  (default 1 = off)\n"
             "  --repeat-last-n N   penalty window (default 64, 0 = off, -1 = context)\n"
             "  --seed S         RNG seed (default: from the clock)\n"
-            "  -t N             threads (default: all CPUs)\n"
+            "  -t N             threads (default: the physical cores this process may use)\n"
             "  -c N             context size (default: the model's, at most %d)\n"
             "  --tokens         print token ids instead of text\n"
             "  --mmap           map the model file instead of reading it into memory\n",

@@ -118,7 +118,8 @@ hl_status model_kv_truncate(model_kv *kv, int32_t n, hl_err *err);
 /* ---- evaluation ---- */
 typedef struct model_ctx model_ctx;
 
-/* n_threads <= 0: all online CPUs. max_batch <= 0: 512 (at most 8192). */
+/* n_threads <= 0: the physical cores this process may use (base/cpu.h).
+ * max_batch <= 0: 512 (at most 8192). */
 hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, model_ctx **out,
                            hl_err *err);
 void model_ctx_free(model_ctx *c); /* accepts NULL */
