@@ -98,7 +98,8 @@ int main(int argc, char **argv) {
     const kern_table *tab = kern_table_active();
     printf("variant %s, %d threads, %g MiB per type, best of %d passes (GB/s of weights)\n",
            variant, threads, mib, passes);
-    const hl_type types[] = {HL_TYPE_Q8_0, HL_TYPE_Q4_0, HL_TYPE_Q4_K, HL_TYPE_Q6_K};
+    const hl_type types[] = {HL_TYPE_Q8_0, HL_TYPE_Q4_0, HL_TYPE_Q4_K, HL_TYPE_Q6_K, HL_TYPE_Q4_1,
+                             HL_TYPE_Q5_0, HL_TYPE_Q5_1, HL_TYPE_Q2_K, HL_TYPE_Q3_K, HL_TYPE_Q5_K};
     const int64_t cols = 2048;
     float *x = malloc(sizeof(float) * (size_t)cols);
     float *out = malloc(sizeof(float) * 4096 * (size_t)threads);

@@ -312,12 +312,37 @@ BLOCK32_TILE_VNNI(tile_q4_0_vnni, block_q4_0, q4_0_block_quants)
 
 /* ---- K-quants against Q8_K ---------------------------------------------------------- */
 
-/* Q2_K: 2-bit quants; per 16 elements a 4-bit scale (low nibble) and 4-bit min
- * (high nibble). 32 bytes of qs hold 4 groups of 32 elements at shifts 0,2,4,6;
- * in each group bytes 0..15 belong to one sub-block and 16..31 to the next. */
-static inline __m256i two_scales(int a, int b) {
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)a)),
-                                   _mm_set1_epi16((short)b), 1);
+/* Scale vectors for madd from 8 int16 scales s[0..7] (one half of a 16-scale K-quant
+ * block): out[g] holds s[2g] in its low 128-bit lane and s[2g+1] in its high one, the
+ * scales of a 32-byte group's elements 0..15 and 16..31. One broadcast and four in-lane
+ * shuffles, in place of eight scalar broadcasts and four inserts. */
+static inline void pair_scales(__m128i s16, __m256i out[4]) {
+    const __m256i b = _mm256_broadcastsi128_si256(s16);
+    UNROLL for (int g = 0; g < 4; g++)
+        out[g] = _mm256_shuffle_epi8(
+            b, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1))),
+                                _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g)))));
+}
+
+/* The 8 int8 scales of one Q6_K half as pair_scales vectors. */
+static inline void q6_K_half_scales(const int8_t *sc, __m256i out[4]) {
+    pair_scales(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)sc)), out);
+}
+
+/* The 16 Q3_K scales (6 bits, packed in 12 bytes as hl_q3_K_scale reads them), minus 32,
+ * as 16 int8: low nibbles of bytes 0..7 are scales 0..7, their high nibbles 8..15, and
+ * byte 8 + j%4 holds the top two bits of scale j at bit 2*(j/4). */
+static inline __m128i q3_K_scales(const uint8_t packed[12]) {
+    uint32_t a0, a1, a2;
+    memcpy(&a0, packed, 4);
+    memcpy(&a1, packed + 4, 4);
+    memcpy(&a2, packed + 8, 4);
+    const uint32_t lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
+    const __m128i v = _mm_setr_epi32((int)((a0 & lo4) | (a2 & hi2) << 4),
+                                     (int)((a1 & lo4) | (a2 >> 2 & hi2) << 4),
+                                     (int)((a0 >> 4 & lo4) | (a2 >> 4 & hi2) << 4),
+                                     (int)((a1 >> 4 & lo4) | (a2 >> 6 & hi2) << 4));
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
 static inline int hsum_epi32(__m256i v) {
@@ -327,6 +352,9 @@ static inline int hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* Q2_K: 2-bit quants; per 16 elements a 4-bit scale (low nibble) and 4-bit min
+ * (high nibble). 32 bytes of qs hold 4 groups of 32 elements at shifts 0,2,4,6;
+ * in each group bytes 0..15 belong to one sub-block and 16..31 to the next. */
 static float dot_q2_K(int64_t n, const void *row, const void *vec) {
     const block_q2_K *x = row;
     const block_q8_K *y = vec;
@@ -341,14 +369,17 @@ static float dot_q2_K(int64_t n, const void *row, const void *vec) {
         const int summ = hsum_epi32(_mm256_madd_epi16(mins, bsums));
         acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
         __m256i sumi = _mm256_setzero_si256();
+        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm_set1_epi8(0x0f)));
         UNROLL for (int half = 0; half < 2; half++) {
             const __m256i q2 = load256(x[i].qs + 32 * half);
-            for (int s = 0; s < 4; s++) {
-                const int k = half * 8 + 2 * s;
+            __m256i sc[4];
+            pair_scales(half ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16),
+                        sc);
+            UNROLL for (int s = 0; s < 4; s++) {
                 const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three);
                 const __m256i yv = load256(y[i].qs + 128 * half + 32 * s);
-                const __m256i sc = two_scales(x[i].scales[k] & 0x0f, x[i].scales[k + 1] & 0x0f);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sc));
+                sumi = _mm256_add_epi32(sumi,
+                                        _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sc[s]));
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)),
@@ -366,23 +397,23 @@ static float dot_q3_K(int64_t n, const void *row, const void *vec) {
     const __m256i four = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        int scales[16];
-        for (int k = 0; k < 16; k++) scales[k] = hl_q3_K_scale(x[i].scales, k);
+        /* perf: the 16 scales by 32-bit masks and one vector, not 16 calls */
+        const __m128i sc8 = q3_K_scales(x[i].scales);
         /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
         __m256i hm = load256(x[i].hmask);
         __m256i sumi = _mm256_setzero_si256();
         UNROLL for (int half = 0; half < 2; half++) {
             const __m256i q2 = load256(x[i].qs + 32 * half);
-            for (int s = 0; s < 4; s++, hm = _mm256_srli_epi16(hm, 1)) {
-                const int k = half * 8 + 2 * s;
+            __m256i sc[4];
+            pair_scales(_mm_cvtepi8_epi16(half ? _mm_unpackhi_epi64(sc8, sc8) : sc8), sc);
+            UNROLL for (int s = 0; s < 4; s++, hm = _mm256_srli_epi16(hm, 1)) {
                 const __m256i q =
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three),
                                     _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
                 const __m256i yv = load256(y[i].qs + 128 * half + 32 * s);
                 const __m256i p16 =
                     _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv), _mm256_maddubs_epi16(four, yv));
-                sumi = _mm256_add_epi32(
-                    sumi, _mm256_madd_epi16(p16, two_scales(scales[k], scales[k + 1])));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc[s]));
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)),
@@ -667,18 +698,6 @@ static float dot_q5_K(int64_t n, const void *row, const void *vec) {
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc) - acc_min;
-}
-
-/* The 8 scales of one Q6_K half (128 elements), as int16 vectors for madd: out[g] holds
- * sc[2g] in its low 128-bit lane and sc[2g+1] in its high one (group g's elements 0..15
- * and 16..31). One widening load and four in-lane shuffles. */
-static inline void q6_K_half_scales(const int8_t *sc, __m256i out[4]) {
-    const __m256i s16 =
-        _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-    UNROLL for (int g = 0; g < 4; g++)
-        out[g] = _mm256_shuffle_epi8(
-            s16, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1))),
-                                  _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g)))));
 }
 
 /* Q6_K: quants are 0..63 with a bias of 32; the bias is taken off after the
