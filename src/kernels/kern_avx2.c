@@ -664,40 +664,73 @@ AVX512_FN void tile_q4_K_avx512(int64_t n, const void *w, size_t w_stride, const
 }
 
 /* Q5_K: Q4_K plus a 5th bit per element: bit 2j / 2j+1 of qh[l] for sub-blocks 2j / 2j+1. */
-static float dot_q5_K(int64_t n, const void *row, const void *vec) {
+ROWS_INLINE void q5_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
     const block_q5_K *x = row;
-    const block_q8_K *y = vec;
     const __m256i low4 = _mm256_set1_epi8(0x0f), bit0 = _mm256_set1_epi8(1);
     const __m256i bit1 = _mm256_set1_epi8(2);
-    __m256 acc = _mm256_setzero_ps();
-    float acc_min = 0.0f;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float acc_min[4] = {0, 0, 0, 0};
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], mn[8];
         q4_K_scales_mins(x[i].scales, sc, mn);
-        int summ = 0;
-        UNROLL for (int j = 0; j < 8; j++) summ += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
+        uint64_t sc8, mn8;
+        memcpy(&sc8, sc, 8);
+        memcpy(&mn8, mn, 8);
+        /* scales as int16 in both halves (pshufb picks scale k); mins twice each, so one
+         * madd with bsums gives sum(mn[j] * (bsums[2j] + bsums[2j+1])) exactly */
+        const __m256i sc16 =
+            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+        const __m128i mnb = _mm_cvtsi64_si128((long long)mn8);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
+        const float dx = fp16_to_f32(x[i].d), dminx = fp16_to_f32(x[i].dmin);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            const int summ = hsum_epi32(_mm256_madd_epi16(load256(y->bsums), mins16));
+            acc_min[t] += y->d * dminx * (float)summ;
+        }
+        __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                           _mm256_setzero_si256()};
         /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
         __m256i qh = load256(x[i].qh);
-        __m256i sumi = _mm256_setzero_si256();
         UNROLL for (int j = 0; j < 4; j++, qh = _mm256_srli_epi16(qh, 2)) {
             const __m256i q4 = load256(x[i].qs + 32 * j);
             const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, low4),
                                                _mm256_slli_epi16(_mm256_and_si256(qh, bit0), 4));
             const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), low4),
                                                _mm256_slli_epi16(_mm256_and_si256(qh, bit1), 3));
-            const __m256i y0 = load256(y[i].qs + 64 * j);
-            const __m256i y1 = load256(y[i].qs + 64 * j + 32);
-            const __m256i p0 =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(sc[2 * j]));
-            const __m256i p1 =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * j + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            const __m256i s0 =
+                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
+            const __m256i s1 =
+                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
+            UNROLL for (int t = 0; t < nt; t++) {
+                const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+                const __m256i p0 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(lo, load256(y->qs + 64 * j)), s0);
+                const __m256i p1 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(hi, load256(y->qs + 64 * j + 32)), s1);
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p0, p1));
+            }
         }
-        const __m256 d = _mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[t]),
+                                     acc[t]);
+        }
     }
-    return hsum_ps(acc) - acc_min;
+    UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]) - acc_min[t];
+}
+
+static float dot_q5_K(int64_t n, const void *row, const void *vec) {
+    float out;
+    q5_K_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+/* perf: prefill (4 tokens per weight unpack; Q5_K has no register tile) */
+static void dot4_q5_K(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q5_K_rows(n, row, vec, stride, 4, out);
 }
 
 /* Q6_K: quants are 0..63 with a bias of 32; the bias is taken off after the
@@ -1355,6 +1388,7 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot4[HL_TYPE_Q4_0] = dot4_q4_0;
     t->vec_dot4[HL_TYPE_Q8_0] = dot4_q8_0;
     t->vec_dot4[HL_TYPE_Q4_K] = dot4_q4_K;
+    t->vec_dot4[HL_TYPE_Q5_K] = dot4_q5_K;
     t->vec_dot4[HL_TYPE_Q6_K] = dot4_q6_K;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0;
