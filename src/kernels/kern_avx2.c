@@ -355,20 +355,25 @@ static inline int hsum_epi32(__m256i v) {
 /* Q2_K: 2-bit quants; per 16 elements a 4-bit scale (low nibble) and 4-bit min
  * (high nibble). 32 bytes of qs hold 4 groups of 32 elements at shifts 0,2,4,6;
  * in each group bytes 0..15 belong to one sub-block and 16..31 to the next. */
-static float dot_q2_K(int64_t n, const void *row, const void *vec) {
+ROWS_INLINE void q2_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
     const block_q2_K *x = row;
-    const block_q8_K *y = vec;
     const __m256i three = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
-    float acc_min = 0.0f;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float acc_min[4] = {0, 0, 0, 0};
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i mins =
             _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
-        const __m256i bsums = load256(y[i].bsums);
-        const int summ = hsum_epi32(_mm256_madd_epi16(mins, bsums));
-        acc_min += y[i].d * fp16_to_f32(x[i].dmin) * (float)summ;
-        __m256i sumi = _mm256_setzero_si256();
+        const float dminx = fp16_to_f32(x[i].dmin), dx = fp16_to_f32(x[i].d);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            const int summ = hsum_epi32(_mm256_madd_epi16(mins, load256(y->bsums)));
+            acc_min[t] += y->d * dminx * (float)summ;
+        }
+        __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                           _mm256_setzero_si256()};
         const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm_set1_epi8(0x0f)));
         UNROLL for (int half = 0; half < 2; half++) {
             const __m256i q2 = load256(x[i].qs + 32 * half);
@@ -377,31 +382,50 @@ static float dot_q2_K(int64_t n, const void *row, const void *vec) {
                         sc);
             UNROLL for (int s = 0; s < 4; s++) {
                 const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three);
-                const __m256i yv = load256(y[i].qs + 128 * half + 32 * s);
-                sumi = _mm256_add_epi32(sumi,
-                                        _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sc[s]));
+                UNROLL for (int t = 0; t < nt; t++) {
+                    const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+                    const __m256i yv = load256(y->qs + 128 * half + 32 * s);
+                    sumi[t] = _mm256_add_epi32(
+                        sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sc[s]));
+                }
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)),
-                              _mm256_cvtepi32_ps(sumi), acc);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[t]),
+                                     acc[t]);
+        }
     }
-    return hsum_ps(acc) - acc_min;
+    UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]) - acc_min[t];
+}
+
+static float dot_q2_K(int64_t n, const void *row, const void *vec) {
+    float out;
+    q2_K_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+/* perf: prefill (4 tokens per weight unpack) */
+static void dot4_q2_K(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q2_K_rows(n, row, vec, stride, 4, out);
 }
 
 /* Q3_K: Q2_K's layout plus a high bit per element in hmask (byte e%32, bit e/32);
  * value = low2 | high<<2, minus 4. The bias is taken off as 4 * sum(y). */
-static float dot_q3_K(int64_t n, const void *row, const void *vec) {
+ROWS_INLINE void q3_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
     const block_q3_K *x = row;
-    const block_q8_K *y = vec;
     const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     const __m256i four = _mm256_set1_epi8(4);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / QK_K; i++) {
         /* perf: the 16 scales by 32-bit masks and one vector, not 16 calls */
         const __m128i sc8 = q3_K_scales(x[i].scales);
         /* shifting 16-bit lanes by <8 keeps each byte's own bits in its low bits */
         __m256i hm = load256(x[i].hmask);
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                           _mm256_setzero_si256()};
         UNROLL for (int half = 0; half < 2; half++) {
             const __m256i q2 = load256(x[i].qs + 32 * half);
             __m256i sc[4];
@@ -410,16 +434,34 @@ static float dot_q3_K(int64_t n, const void *row, const void *vec) {
                 const __m256i q =
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three),
                                     _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
-                const __m256i yv = load256(y[i].qs + 128 * half + 32 * s);
-                const __m256i p16 =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv), _mm256_maddubs_epi16(four, yv));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc[s]));
+                UNROLL for (int t = 0; t < nt; t++) {
+                    const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+                    const __m256i yv = load256(y->qs + 128 * half + 32 * s);
+                    const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv),
+                                                         _mm256_maddubs_epi16(four, yv));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p16, sc[s]));
+                }
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)),
-                              _mm256_cvtepi32_ps(sumi), acc);
+        const float dx = fp16_to_f32(x[i].d);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[t]),
+                                     acc[t]);
+        }
     }
-    return hsum_ps(acc);
+    UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+}
+
+static float dot_q3_K(int64_t n, const void *row, const void *vec) {
+    float out;
+    q3_K_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+/* perf: prefill (4 tokens per weight unpack) */
+static void dot4_q3_K(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    q3_K_rows(n, row, vec, stride, 4, out);
 }
 
 /* The 8 scales and 8 mins of a Q4_K/Q5_K block (6 bits each, packed in 12 bytes, see
@@ -1387,6 +1429,8 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K;
     t->vec_dot4[HL_TYPE_Q4_0] = dot4_q4_0;
     t->vec_dot4[HL_TYPE_Q8_0] = dot4_q8_0;
+    t->vec_dot4[HL_TYPE_Q2_K] = dot4_q2_K;
+    t->vec_dot4[HL_TYPE_Q3_K] = dot4_q3_K;
     t->vec_dot4[HL_TYPE_Q4_K] = dot4_q4_K;
     t->vec_dot4[HL_TYPE_Q5_K] = dot4_q5_K;
     t->vec_dot4[HL_TYPE_Q6_K] = dot4_q6_K;
