@@ -137,53 +137,86 @@ static inline __m256i bits_to_bytes(const uint8_t qh[4]) {
     return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
 }
 
-/* Q4_1/Q5_1: unsigned quants need no sign trick; the min term is m * s (s = d*sum). */
-static float dot_q4_1(int64_t n, const void *row, const void *vec) {
-    const block_q4_1 *x = row;
-    const block_q8_1 *y = vec;
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0.0f;
-    for (int64_t i = 0; i < n / QK4_1; i++) {
-        const __m256i yv = load256(y[i].qs);
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(unpack_nibbles(x[i].qs), yv),
-                                            _mm256_set1_epi16(1));
-        const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-        summs += fp16_to_f32(x[i].m) * fp16_to_f32(y[i].s);
-    }
-    return hsum_ps(acc) + summs;
+/* The 32 quants of a 16-byte nibble block as bytes 0..15 (low nibbles, elements 0..15,
+ * then high nibbles, 16..31), from one broadcast load and a per-lane shift. */
+static inline __m256i nibbles_bcast(const uint8_t *qs) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                            _mm256_set1_epi8(0x0f));
 }
 
-static float dot_q5_0(int64_t n, const void *row, const void *vec) {
+/* Q4_1/Q5_1 (against Q8_1, whose s = d * sum(y)): unsigned quants need no sign trick; the
+ * min term is m * s, summed per block in a float beside the vector sum. Q5_0: quants
+ * 0..31 with a bias of 16, taken off as maddubs(16, y) per int16 pair, exactly the pair
+ * sums of the sign trick (see q4_0_rows). The 5th bits: bits_to_bytes. nt tokens share
+ * each weight block's unpacking (dot4 = prefill); per token the arithmetic is that of
+ * nt = 1, so prefill and decode agree bit for bit. */
+#define Q_1_ROWS(NAME, WBLOCK, QUANTS)                                                             \
+    ROWS_INLINE void NAME(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,   \
+                          float *out) {                                                            \
+        const WBLOCK *x = row;                                                                     \
+        const __m256i ones = _mm256_set1_epi16(1);                                                 \
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),            \
+                         _mm256_setzero_ps()};                                                     \
+        float summs[4] = {0, 0, 0, 0};                                                             \
+        for (int64_t i = 0; i < n / 32; i++) {                                                     \
+            const __m256i q = QUANTS(&x[i]);                                                       \
+            const float dx = fp16_to_f32(x[i].d), mx = fp16_to_f32(x[i].m);                        \
+            UNROLL for (int t = 0; t < nt; t++) {                                                  \
+                const block_q8_1 *y = (const block_q8_1 *)(vec + (size_t)t * stride) + i;         \
+                const __m256i p =                                                                  \
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(y->qs)), ones);              \
+                const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));                           \
+                acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[t]);                        \
+                summs[t] += mx * fp16_to_f32(y->s);                                                \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]) + summs[t];                   \
+    }
+
+static inline __m256i q4_1_quants(const block_q4_1 *b) { return nibbles_bcast(b->qs); }
+static inline __m256i q5_1_quants(const block_q5_1 *b) {
+    return _mm256_or_si256(nibbles_bcast(b->qs),
+                           _mm256_and_si256(bits_to_bytes(b->qh), _mm256_set1_epi8(0x10)));
+}
+Q_1_ROWS(q4_1_rows, block_q4_1, q4_1_quants)
+Q_1_ROWS(q5_1_rows, block_q5_1, q5_1_quants)
+
+ROWS_INLINE void q5_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                           float *out) {
     const block_q5_0 *x = row;
-    const block_q8_0 *y = vec;
-    __m256 acc = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi8(16);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / QK5_0; i++) {
-        const __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
-        const __m256i q =
-            _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(x[i].qs), hi), _mm256_set1_epi8(16));
-        const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
-        acc = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y[i].qs)), acc);
+        const __m256i q = _mm256_or_si256(
+            nibbles_bcast(x[i].qs), _mm256_and_si256(bits_to_bytes(x[i].qh), sixteen));
+        const float dx = fp16_to_f32(x[i].d);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const block_q8_0 *y = (const block_q8_0 *)(vec + (size_t)t * stride) + i;
+            const __m256i yv = load256(y->qs);
+            const __m256i p16 =
+                _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv), _mm256_maddubs_epi16(sixteen, yv));
+            const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));
+            acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), acc[t]);
+        }
     }
-    return hsum_ps(acc);
+    UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
 }
 
-static float dot_q5_1(int64_t n, const void *row, const void *vec) {
-    const block_q5_1 *x = row;
-    const block_q8_1 *y = vec;
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0.0f;
-    for (int64_t i = 0; i < n / QK5_1; i++) {
-        const __m256i hi = _mm256_and_si256(bits_to_bytes(x[i].qh), _mm256_set1_epi8(0x10));
-        const __m256i q = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
-        const __m256i yv = load256(y[i].qs);
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), _mm256_set1_epi16(1));
-        const __m256 d = _mm256_set1_ps(fp16_to_f32(x[i].d) * fp16_to_f32(y[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-        summs += fp16_to_f32(x[i].m) * fp16_to_f32(y[i].s);
+#define ROWS_DOTS(TYPE)                                                                            \
+    static float dot_##TYPE(int64_t n, const void *row, const void *vec) {                         \
+        float out;                                                                                 \
+        TYPE##_rows(n, row, vec, 0, 1, &out);                                                      \
+        return out;                                                                                \
+    }                                                                                              \
+    static void dot4_##TYPE(int64_t n, const void *row, const void *vec, size_t stride,            \
+                            float *out) {                                                          \
+        TYPE##_rows(n, row, vec, stride, 4, out);                                                  \
     }
-    return hsum_ps(acc) + summs;
-}
+ROWS_DOTS(q4_1)
+ROWS_DOTS(q5_0)
+ROWS_DOTS(q5_1)
 
 ROWS_INLINE void q8_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
                            float *out) {
@@ -1429,6 +1462,9 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K;
     t->vec_dot4[HL_TYPE_Q4_0] = dot4_q4_0;
     t->vec_dot4[HL_TYPE_Q8_0] = dot4_q8_0;
+    t->vec_dot4[HL_TYPE_Q4_1] = dot4_q4_1;
+    t->vec_dot4[HL_TYPE_Q5_0] = dot4_q5_0;
+    t->vec_dot4[HL_TYPE_Q5_1] = dot4_q5_1;
     t->vec_dot4[HL_TYPE_Q2_K] = dot4_q2_K;
     t->vec_dot4[HL_TYPE_Q3_K] = dot4_q3_K;
     t->vec_dot4[HL_TYPE_Q4_K] = dot4_q4_K;
