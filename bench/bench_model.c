@@ -7,7 +7,10 @@
  * percentage of the bandwidth bound (bandwidth / bytes per token).
  *
  *   bench_model [--type Q8_0,Q4_K_M] [--threads 2] [--runs 5] [--model FILE.gguf]
- *               [--prefill 512] [--decode 128] [--dir build/bench]
+ *               [--prefill 512] [--decode 128] [--decode-at 0] [--dir build/bench]
+ * --decode-at N decodes after N positions of context (filled untimed before each decode
+ * run) instead of from empty: what a long conversation costs, where the KV cache is read
+ * for every token as well as the weights.
  * Environment: HEARTH_BENCH_TYPES, HEARTH_BENCH_THREADS, HEARTH_BENCH_RUNS.
  *
  * The model file is generated with hearth's GGUF writer and quantizer into
@@ -228,8 +231,9 @@ static double read_bandwidth(hl_pool *pool, const v4u64 *buf, int passes, double
 /* ---- measurement -------------------------------------------------------------------- */
 
 /* Bytes one decoded token reads: every weight once (token_embd: one row), plus K and V
- * of every cached position, averaged over a decode of n_decode tokens from empty. */
-static void bytes_per_token(const char *path, int n_decode, double *weights, double *kv) {
+ * of every cached position, averaged over a decode of n_decode tokens after `at`. */
+static void bytes_per_token(const char *path, int n_decode, int at, double *weights,
+                            double *kv) {
     gguf_file *f;
     hl_err err;
     *weights = 0;
@@ -243,7 +247,7 @@ static void bytes_per_token(const char *path, int n_decode, double *weights, dou
     }
     gguf_close(f);
     const double per_pos = (double)N_LAYER * N_HEAD_KV * HEAD_DIM * 2 * sizeof(float);
-    *kv = per_pos * (n_decode + 1) / 2.0;
+    *kv = per_pos * (at + (n_decode + 1) / 2.0);
 }
 
 typedef struct result {
@@ -253,17 +257,18 @@ typedef struct result {
 } result;
 
 static hl_status measure(const char *path, int threads, int runs, int n_prefill, int n_decode,
-                         hl_pool *bw_pool, const v4u64 *bw_buf, double bytes_per_tok,
+                         int at, hl_pool *bw_pool, const v4u64 *bw_buf, double bytes_per_tok,
                          result *r, hl_err *err) {
     model *m = NULL;
     model_kv *kv = NULL;
     model_ctx *c = NULL;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_prefill + n_decode));
+    const int n_first = n_prefill > at ? n_prefill : at; /* decode tokens follow these */
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_first + n_decode));
     hl_status s = toks ? HL_OK : hl_fail(err, HL_ERR_NOMEM, "out of memory");
     if (s == HL_OK) s = model_load(path, NULL, &m, err);
-    if (s == HL_OK) s = model_kv_create(m, n_prefill + n_decode + 8, &kv, err);
+    if (s == HL_OK) s = model_kv_create(m, n_first + n_decode + 8, &kv, err);
     if (s == HL_OK) s = model_ctx_create(m, threads, n_prefill, &c, err);
-    for (int i = 0; s == HL_OK && i < n_prefill + n_decode; i++)
+    for (int i = 0; s == HL_OK && i < n_first + n_decode; i++)
         toks[i] = 3 + (int32_t)(rng_next() % (N_VOCAB - 3));
     double pp[MAX_RUNS], tg[MAX_RUNS], ppc[MAX_RUNS], tgc[MAX_RUNS], paired[MAX_RUNS];
     /* one untimed decode step and prefill warm the page cache and the pool */
@@ -275,12 +280,15 @@ static hl_status measure(const char *path, int threads, int runs, int n_prefill,
         pp[run] = n_prefill / (now_s(CLOCK_MONOTONIC) - t0);
         ppc[run] = (now_s(CLOCK_PROCESS_CPUTIME_ID) - c0) * 1e3 / n_prefill;
         if (s == HL_OK) s = model_kv_truncate(kv, 0, err);
+        for (int done = 0; s == HL_OK && done < at; done += n_prefill) /* context, untimed */
+            s = model_eval(c, kv, toks + done, at - done < n_prefill ? at - done : n_prefill, NULL,
+                           err);
         double bw_med;
         const double bw = read_bandwidth(bw_pool, bw_buf, 3, &bw_med);
         t0 = now_s(CLOCK_MONOTONIC);
         c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
         for (int i = 0; s == HL_OK && i < n_decode; i++)
-            s = model_eval(c, kv, toks + n_prefill + i, 1, NULL, err);
+            s = model_eval(c, kv, toks + n_first + i, 1, NULL, err);
         tg[run] = n_decode / (now_s(CLOCK_MONOTONIC) - t0);
         tgc[run] = (now_s(CLOCK_PROCESS_CPUTIME_ID) - c0) * 1e3 / n_decode;
         paired[run] = bw > 0 ? tg[run] / (bw / bytes_per_tok) : 0;
@@ -318,12 +326,14 @@ int main(int argc, char **argv) {
     int runs = atoi(arg_or_env(argc, argv, "--runs", "HEARTH_BENCH_RUNS", "5"));
     const int n_prefill = atoi(arg_or_env(argc, argv, "--prefill", "HEARTH_BENCH_PREFILL", "512"));
     const int n_decode = atoi(arg_or_env(argc, argv, "--decode", "HEARTH_BENCH_DECODE", "128"));
+    const int decode_at =
+        atoi(arg_or_env(argc, argv, "--decode-at", "HEARTH_BENCH_DECODE_AT", "0"));
     const char *dir = arg_or_env(argc, argv, "--dir", "HEARTH_BENCH_DIR", "build/bench");
     const char *model_arg = arg_or_env(argc, argv, "--model", "HEARTH_BENCH_MODEL", NULL);
     if (runs < 1) runs = 1;
     if (runs > MAX_RUNS) runs = MAX_RUNS;
-    if (threads < 1 || n_prefill < 1 || n_decode < 1) {
-        fprintf(stderr, "bench_model: bad --threads/--prefill/--decode\n");
+    if (threads < 1 || n_prefill < 1 || n_decode < 1 || decode_at < 0) {
+        fprintf(stderr, "bench_model: bad --threads/--prefill/--decode/--decode-at\n");
         return 2;
     }
     hl_pool *pool;
@@ -382,19 +392,21 @@ int main(int argc, char **argv) {
         }
         result r = {0};
         double wbytes = 0, kvbytes = 0;
-        bytes_per_token(path, n_decode, &wbytes, &kvbytes);
-        if (measure(path, threads, runs, n_prefill, n_decode, pool, bw_buf, wbytes + kvbytes, &r,
+        bytes_per_token(path, n_decode, decode_at, &wbytes, &kvbytes);
+        if (measure(path, threads, runs, n_prefill, n_decode, decode_at, pool, bw_buf, wbytes + kvbytes, &r,
                     &err) != HL_OK) {
             fprintf(stderr, "bench_model: %s: %s\n", path, err.msg);
             rc = 1;
             break;
         }
         const double bound = (r.bw_max > bw ? r.bw_max : bw) / (wbytes + kvbytes);
-        printf("%-8s prefill %4d: %7.2f tok/s (%.1f cpu-ms/tok) | decode %3d: %6.2f tok/s "
+        char at_txt[32] = "";
+        if (decode_at > 0) snprintf(at_txt, sizeof at_txt, " at %d", decode_at);
+        printf("%-8s prefill %4d: %7.2f tok/s (%.1f cpu-ms/tok) | decode %3d%s: %6.2f tok/s "
                "(%.1f cpu-ms/tok) | %.0f MB/token (weights %.0f + KV %.1f) | bound %.2f tok/s "
                "| decode = %.0f%% of bound, %.0f%% paired\n",
                model_arg ? "model" : quant_ftype_name(ft), n_prefill, r.pp, r.pp_cpu_ms, n_decode,
-               r.tg, r.tg_cpu_ms, (wbytes + kvbytes) / 1e6, wbytes / 1e6, kvbytes / 1e6, bound,
+               at_txt, r.tg, r.tg_cpu_ms, (wbytes + kvbytes) / 1e6, wbytes / 1e6, kvbytes / 1e6, bound,
                100.0 * r.tg / bound, 100.0 * r.tg_paired);
         fflush(stdout);
         if (model_arg) break;
