@@ -26,6 +26,7 @@
 #define MODEL_DEFAULT_BATCH 512
 #define MODEL_MAX_BATCH 8192
 #define ATTN_BLOCK 64 /* keys scored per step of the online softmax */
+#define ATTN_HEADS 16 /* query heads that share one pass over a KV head's keys */
 
 /* ---- KV cache ---- */
 
@@ -317,40 +318,54 @@ typedef struct attn_job {
     _Atomic int64_t next_chunk; /* perf: see attn_worker */
 } attn_job;
 
-static void attn_one(const attn_job *j, int32_t t, int32_t h) {
+/* Query heads [h0, h0 + nh) of token t, all of one KV head, nh <= ATTN_HEADS. perf: the
+ * heads walk the keys together, a block at a time, so each block of K and V comes from
+ * memory once for the group instead of once per head (GQA: 4-8 query heads per KV head;
+ * at 2000 positions one KV head's K and V are 1 MB, beyond L2). Per head the operations
+ * and their order are exactly those of a head computed alone. */
+static void attn_heads(const attn_job *j, int32_t t, int32_t h0, int32_t nh) {
     const model_hparams *hp = &j->c->m->hp;
     const int32_t hdk = hp->head_dim_k, hdv = hp->head_dim_v;
-    const int32_t kvh = h / (hp->n_head / hp->n_head_kv);
-    const float *q = j->c->q + ((int64_t)t * hp->n_head + h) * hdk;
-    float *out = j->c->att + ((int64_t)t * hp->n_head + h) * hdv;
+    const int32_t kvh = h0 / (hp->n_head / hp->n_head_kv);
     const kv_blocks *kv = &j->c->seq_kv[j->c->tok_seq[t]]; /* the token's own sequence */
     const int32_t n_keys = j->c->tok_pos[t] + 1;
     const float scale = 1.0f / sqrtf((float)hdk);
-    float run_max = -INFINITY, run_sum = 0.0f;
+    float run_max[ATTN_HEADS], run_sum[ATTN_HEADS];
     float score[ATTN_BLOCK];
-    memset(out, 0, (size_t)hdv * sizeof *out);
+    const float *q = j->c->q + ((int64_t)t * hp->n_head + h0) * hdk;
+    float *out = j->c->att + ((int64_t)t * hp->n_head + h0) * hdv;
+    for (int32_t i = 0; i < nh; i++) {
+        run_max[i] = -INFINITY;
+        run_sum[i] = 0.0f;
+    }
+    memset(out, 0, (size_t)nh * (size_t)hdv * sizeof *out);
     for (int32_t k0 = 0, nb; k0 < n_keys; k0 += nb) {
         /* a run of keys that is contiguous: inside one cache block */
         nb = n_keys - k0 < ATTN_BLOCK ? n_keys - k0 : ATTN_BLOCK;
         if (nb > kv->B - k0 % kv->B) nb = kv->B - k0 % kv->B;
         const float *K = kv_k_at(kv, hp, j->layer, kvh, k0);
         const float *V = kv_v_at(kv, hp, j->layer, kvh, k0);
-        kern_dot_rows(score, q, K, hdk, nb, hdk, scale); /* perf: 4 keys per pass */
-        float block_max = -INFINITY;
-        for (int32_t i = 0; i < nb; i++)
-            if (score[i] > block_max) block_max = score[i];
-        if (block_max > run_max) {
-            const float r = expf(run_max - block_max); /* 0 on the first block */
-            run_sum *= r;
-            for (int32_t d = 0; d < hdv; d++) out[d] *= r;
-            run_max = block_max;
+        for (int32_t i = 0; i < nh; i++) {
+            float *o = out + (int64_t)i * hdv;
+            kern_dot_rows(score, q + (int64_t)i * hdk, K, hdk, nb, hdk, scale); /* 4 keys/pass */
+            float block_max = -INFINITY;
+            for (int32_t k = 0; k < nb; k++)
+                if (score[k] > block_max) block_max = score[k];
+            if (block_max > run_max[i]) {
+                const float r = expf(run_max[i] - block_max); /* 0 on the first block */
+                run_sum[i] *= r;
+                for (int32_t d = 0; d < hdv; d++) o[d] *= r;
+                run_max[i] = block_max;
+            }
+            /* perf: vector exp over the block; the value sum with o held in registers */
+            run_sum[i] += kern_exp_shift_sum(score, nb, run_max[i]);
+            kern_axpy_rows(o, score, V, hdv, nb, hdv);
         }
-        /* perf: vector exp over the block; the value sum with out held in registers */
-        run_sum += kern_exp_shift_sum(score, nb, run_max);
-        kern_axpy_rows(out, score, V, hdv, nb, hdv);
     }
-    const float inv = 1.0f / run_sum;
-    for (int32_t d = 0; d < hdv; d++) out[d] *= inv;
+    for (int32_t i = 0; i < nh; i++) {
+        const float inv = 1.0f / run_sum[i];
+        for (int32_t d = 0; d < hdv; d++) out[(int64_t)i * hdv + d] *= inv;
+    }
 }
 
 /* perf: threads claim chunks (one token x the query heads of one KV head) from a counter,
@@ -368,7 +383,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
         if (c >= n_chunks) break;
         const int64_t i = n_chunks - 1 - c;
         const int32_t t = (int32_t)(i / per_tok), h0 = (int32_t)(i % per_tok) * group;
-        for (int32_t h = h0; h < h0 + group; h++) attn_one(j, t, h);
+        for (int32_t h = h0; h < h0 + group; h += ATTN_HEADS)
+            attn_heads(j, t, h, h0 + group - h < ATTN_HEADS ? h0 + group - h : ATTN_HEADS);
     }
 }
 
