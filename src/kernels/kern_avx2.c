@@ -1386,7 +1386,29 @@ static void dot_rows(float *out, const float *q, const float *k, int64_t ldk, in
         for (int64_t j = 0; j < nk; j++) out[j] = scale * dot_f32(d, k + j * ldk, q);
         return;
     }
-    for (int64_t j = 0; j < nk; j += 4) {
+    int64_t j = 0;
+    /* perf: 8 keys per pass while there are 8 (8 FMA chains hide the FMA latency that 4
+     * left exposed); per key the lanes, the order and the reduction are those of the
+     * 4-key pass below, so every score is the same whichever pass computes it */
+    for (; j + 8 <= nk; j += 8) {
+        const float *kr = k + j * ldk;
+        __m256 a[8];
+        UNROLL for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < d; i += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + i);
+            UNROLL for (int r = 0; r < 8; r++)
+                a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + r * ldk + i), qv, a[r]);
+        }
+        UNROLL for (int g = 0; g < 2; g++) {
+            const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[4 * g], a[4 * g + 1]),
+                                            _mm256_hadd_ps(a[4 * g + 2], a[4 * g + 3]));
+            _mm_storeu_ps(out + j + 4 * g,
+                          _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(h),
+                                                _mm256_extractf128_ps(h, 1)),
+                                     _mm_set1_ps(scale)));
+        }
+    }
+    for (; j < nk; j += 4) {
         const float *kr[4];
         for (int r = 0; r < 4; r++) kr[r] = k + (j + r < nk ? j + r : j) * ldk;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -1416,6 +1438,19 @@ static void dot_rows(float *out, const float *q, const float *k, int64_t ldk, in
 static void axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64_t nk,
                       int64_t d) {
     int64_t i = 0;
+    /* perf: 64 outputs (8 FMA chains) per pass while there are 64; each output's FMAs over
+     * the keys run in the same order in every pass */
+    for (; i + 64 <= d; i += 64) {
+        __m256 acc[8];
+        UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_loadu_ps(y + i + 8 * r);
+        for (int64_t j = 0; j < nk; j++) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            const float *vj = v + j * ldv + i;
+            UNROLL for (int r = 0; r < 8; r++)
+                acc[r] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * r), acc[r]);
+        }
+        UNROLL for (int r = 0; r < 8; r++) _mm256_storeu_ps(y + i + 8 * r, acc[r]);
+    }
     for (; i + 32 <= d; i += 32) {
         __m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
         __m256 y2 = _mm256_loadu_ps(y + i + 16), y3 = _mm256_loadu_ps(y + i + 24);
