@@ -224,7 +224,7 @@ TEST(kernels_simd_vec_dot4_equals_vec_dot) {
             free(x);
         }
     }
-    CHECK_EQ_INT(n_dot4, 10); /* every quant type */
+    CHECK_EQ_INT(n_dot4, 13); /* every weight type */
 }
 
 /* The register-blocked tiles (2 weight rows x 4 tokens) must equal the single-token dot
