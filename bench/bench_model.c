@@ -393,8 +393,8 @@ int main(int argc, char **argv) {
         result r = {0};
         double wbytes = 0, kvbytes = 0;
         bytes_per_token(path, n_decode, decode_at, &wbytes, &kvbytes);
-        if (measure(path, threads, runs, n_prefill, n_decode, decode_at, pool, bw_buf, wbytes + kvbytes, &r,
-                    &err) != HL_OK) {
+        if (measure(path, threads, runs, n_prefill, n_decode, decode_at, pool, bw_buf,
+                    wbytes + kvbytes, &r, &err) != HL_OK) {
             fprintf(stderr, "bench_model: %s: %s\n", path, err.msg);
             rc = 1;
             break;
@@ -406,8 +406,8 @@ int main(int argc, char **argv) {
                "(%.1f cpu-ms/tok) | %.0f MB/token (weights %.0f + KV %.1f) | bound %.2f tok/s "
                "| decode = %.0f%% of bound, %.0f%% paired\n",
                model_arg ? "model" : quant_ftype_name(ft), n_prefill, r.pp, r.pp_cpu_ms, n_decode,
-               at_txt, r.tg, r.tg_cpu_ms, (wbytes + kvbytes) / 1e6, wbytes / 1e6, kvbytes / 1e6, bound,
-               100.0 * r.tg / bound, 100.0 * r.tg_paired);
+               at_txt, r.tg, r.tg_cpu_ms, (wbytes + kvbytes) / 1e6, wbytes / 1e6, kvbytes / 1e6,
+               bound, 100.0 * r.tg / bound, 100.0 * r.tg_paired);
         fflush(stdout);
         if (model_arg) break;
     }
