@@ -353,45 +353,43 @@ TEST(base_utf8_valid_and_put) {
     }
 }
 
-/* Writes DIR/cpuN/topology/{physical_package_id,core_id} (core < 0: no topology dir). */
-static void fake_cpu(const char *dir, int cpu, int pkg, int core) {
+/* Writes DIR/cpuN/topology/NAME with the text `siblings` (NULL: no topology dir). */
+static void fake_cpu(const char *dir, int cpu, const char *name, const char *siblings) {
     char path[512];
     snprintf(path, sizeof path, "%s/cpu%d", dir, cpu);
     mkdir(path, 0755);
-    if (core < 0) return;
+    if (!siblings) return;
     snprintf(path, sizeof path, "%s/cpu%d/topology", dir, cpu);
     mkdir(path, 0755);
-    const char *names[2] = {"physical_package_id", "core_id"};
-    const int vals[2] = {pkg, core};
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/cpu%d/topology/%s", dir, cpu, names[i]);
-        FILE *f = fopen(path, "w");
-        if (f) {
-            fprintf(f, "%d\n", vals[i]);
-            fclose(f);
-        }
+    snprintf(path, sizeof path, "%s/cpu%d/topology/%s", dir, cpu, name);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%s\n", siblings);
+        fclose(f);
     }
 }
 
-/* SMT siblings count once, cores of two packages with the same core_id count twice,
- * only the listed (usable) CPUs count, and a CPU without topology makes every CPU count. */
+/* SMT siblings count once; cores whose core_id repeats in another cluster are still
+ * distinct cores (their sibling sets differ); only the listed (usable) CPUs count; the
+ * old file name works; a CPU without topology makes every CPU count. */
 TEST(base_cpu_counts_physical_cores) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/sysfs-cpu", test_tmpdir());
     CHECK_EQ_INT(mkdir(dir, 0755), 0);
-    /* package 0: cores 0,1 with two threads each (cpu0/cpu2, cpu1/cpu3); package 1: core 0
-     * (cpu4, cpu5); cpu6 has no topology */
-    const int layout[][3] = {{0, 0, 0}, {1, 0, 1}, {2, 0, 0}, {3, 0, 1}, {4, 1, 0}, {5, 1, 0}};
-    for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++)
-        fake_cpu(dir, layout[i][0], layout[i][1], layout[i][2]);
-    fake_cpu(dir, 6, 0, -1);
+    /* cores {0,2} and {1,3} with two threads each; cpu4 and cpu5 single-threaded cores
+     * (say a second cluster); cpu6 lists its siblings under the old name; cpu7 has no
+     * topology */
+    static const char *const sib[] = {"0,2", "1,3", "0,2", "1,3", "4", "5"};
+    for (int c = 0; c < 6; c++) fake_cpu(dir, c, "core_cpus_list", sib[c]);
+    fake_cpu(dir, 6, "thread_siblings_list", "6");
+    fake_cpu(dir, 7, NULL, NULL);
     const int all[] = {0, 1, 2, 3, 4, 5};
-    CHECK_EQ_INT(hl_cpu_count_cores(dir, all, 6), 3);
+    CHECK_EQ_INT(hl_cpu_count_cores(dir, all, 6), 4);
     const int siblings[] = {0, 2}; /* taskset to one core's two threads */
     CHECK_EQ_INT(hl_cpu_count_cores(dir, siblings, 2), 1);
-    const int two_pkgs[] = {0, 4};
-    CHECK_EQ_INT(hl_cpu_count_cores(dir, two_pkgs, 2), 2);
-    const int unknown[] = {0, 2, 6};
+    const int old_name[] = {0, 2, 6};
+    CHECK_EQ_INT(hl_cpu_count_cores(dir, old_name, 3), 2);
+    const int unknown[] = {0, 2, 7};
     CHECK_EQ_INT(hl_cpu_count_cores(dir, unknown, 3), 3);
     const int missing[] = {0, 42};
     CHECK_EQ_INT(hl_cpu_count_cores(dir, missing, 2), 2);

@@ -5,8 +5,10 @@
 #include "base/cpu.h"
 
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* The usable CPU ids into cpus (up to cap); returns how many. Falls back to 0..n-1 of
@@ -35,41 +37,46 @@ int hl_cpu_usable(void) {
     return online > 0 ? (int)online : 1;
 }
 
-/* Reads one small non-negative integer file; -1 when missing or malformed. */
-static long read_id(const char *dir, int cpu, const char *name) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/cpu%d/topology/%s", dir, cpu, name);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    long v = -1;
-    if (fscanf(f, "%ld", &v) != 1 || v < 0) v = -1;
-    fclose(f);
-    return v;
+/* The CPU's SMT siblings (itself included) as sysfs lists them, e.g. "0,64" or "2-3";
+ * false when missing. core_cpus_list is the current name, thread_siblings_list the old
+ * one; both name the same set. */
+static bool read_siblings(const char *dir, int cpu, char *buf, size_t cap) {
+    static const char *const names[2] = {"core_cpus_list", "thread_siblings_list"};
+    for (int k = 0; k < 2; k++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/cpu%d/topology/%s", dir, cpu, names[k]);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        const bool ok = fgets(buf, (int)cap, f) != NULL && buf[0] >= '0' && buf[0] <= '9';
+        fclose(f);
+        if (ok) {
+            buf[strcspn(buf, "\n")] = '\0';
+            return true;
+        }
+    }
+    return false;
 }
 
+/* Distinct sibling sets = physical cores. A set is compared as sysfs prints it, which is
+ * the same text for every CPU of one core. Unlike (package, core_id) pairs this also
+ * holds where core ids repeat across clusters or dies of one package. */
 int hl_cpu_count_cores(const char *sysfs_cpu_dir, const int *cpus, int n_cpus) {
     if (n_cpus <= 0) return 1;
-    long *pkg = malloc(sizeof *pkg * (size_t)n_cpus);
-    long *core = malloc(sizeof *core * (size_t)n_cpus);
+    enum { SET_MAX = 64 };
+    char(*sets)[SET_MAX] = malloc((size_t)n_cpus * SET_MAX);
+    if (!sets) return n_cpus;
     int n_cores = 0;
-    for (int i = 0; pkg && core && i < n_cpus; i++) {
-        const long p = read_id(sysfs_cpu_dir, cpus[i], "physical_package_id");
-        const long c = read_id(sysfs_cpu_dir, cpus[i], "core_id");
-        if (p < 0 || c < 0) { /* no topology: count CPUs */
+    for (int i = 0; i < n_cpus; i++) {
+        char cur[SET_MAX];
+        if (!read_siblings(sysfs_cpu_dir, cpus[i], cur, sizeof cur)) { /* no topology */
             n_cores = n_cpus;
             break;
         }
         int seen = 0;
-        for (int k = 0; k < n_cores && !seen; k++) seen = pkg[k] == p && core[k] == c;
-        if (!seen) {
-            pkg[n_cores] = p;
-            core[n_cores] = c;
-            n_cores++;
-        }
+        for (int k = 0; k < n_cores && !seen; k++) seen = strcmp(sets[k], cur) == 0;
+        if (!seen) memcpy(sets[n_cores++], cur, SET_MAX);
     }
-    if (!pkg || !core) n_cores = n_cpus;
-    free(pkg);
-    free(core);
+    free(sets);
     return n_cores > 0 ? n_cores : 1;
 }
 

@@ -9,8 +9,9 @@
  * share one core's vector units, caches and memory bandwidth: a second thread per core
  * makes a memory-bound decode no faster, and every pool run then waits for its slowest
  * thread. llama.cpp and Ollama default to physical cores as well. The topology comes
- * from sysfs (cpuN/topology/physical_package_id and core_id); where it cannot be read,
- * every usable CPU counts as a core. Hybrid CPUs' efficiency cores count as cores.
+ * from sysfs (cpuN/topology/core_cpus_list, or thread_siblings_list on older kernels:
+ * the SMT siblings of the CPU's core); where it cannot be read, every usable CPU counts
+ * as a core. Hybrid CPUs' efficiency cores count as cores.
  *
  * No allocation is exposed; every function is thread-safe.
  */
@@ -23,9 +24,9 @@ int hl_cpu_usable(void);
 /* Physical cores among the usable CPUs (at least 1). */
 int hl_cpu_default_threads(void);
 
-/* The counting behind hl_cpu_default_threads, for tests: distinct (package, core) pairs
- * of cpus[0..n_cpus) under sysfs_cpu_dir (normally "/sys/devices/system/cpu"); n_cpus
- * when any CPU's topology cannot be read. */
+/* The counting behind hl_cpu_default_threads, for tests: distinct sibling sets of
+ * cpus[0..n_cpus) under sysfs_cpu_dir (normally "/sys/devices/system/cpu"); n_cpus when
+ * any CPU's topology cannot be read. */
 int hl_cpu_count_cores(const char *sysfs_cpu_dir, const int *cpus, int n_cpus);
 
 #endif
