@@ -249,19 +249,33 @@ static void check_tiles(const kern_table *simd, int *n_tile) {
                 for (int64_t i = 0; i < n; i++) x[i] = frand() * (float)(tok + 1);
                 hl_quantize_row(vdt, x, xq + tok * xr, n);
             }
-            const size_t os = KERN_TILE_ROWS + 3;
-            float out[KERN_TILE_TOKS * (KERN_TILE_ROWS + 3)];
-            for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) out[i] = -1234.5f;
-            simd->vec_dot_tile[t](n, w, wr, xq, xr, out, os);
-            for (int tok = 0; tok < KERN_TILE_TOKS; tok++) {
-                for (int r = 0; r < KERN_TILE_ROWS; r++) {
-                    const float want = simd->vec_dot[t](n, w + r * wr, xq + tok * xr);
-                    CHECK_MSG(out[tok * os + r] == want, "%s %s n=%lld row %d tok %d: %g vs %g",
-                              simd->name, hl_type_name(t), (long long)n, r, tok, out[tok * os + r],
-                              want);
-                }
-                for (size_t r = KERN_TILE_ROWS; r < os; r++) CHECK(out[tok * os + r] == -1234.5f);
+            /* Q8_0 activations: with and without their scales in float (vscale) */
+            float *vscale = NULL;
+            if (vdt == HL_TYPE_Q8_0) {
+                vscale = malloc(sizeof *vscale * KERN_TILE_TOKS * (size_t)(n / QK8_0));
+                for (int tok = 0; tok < KERN_TILE_TOKS; tok++)
+                    for (int64_t i = 0; i < n / QK8_0; i++)
+                        vscale[KERN_TILE_TOKS * i + tok] =
+                            hl_fp16_to_fp32(((const block_q8_0 *)(xq + tok * xr))[i].d);
             }
+            for (int with_vs = 0; with_vs <= (vscale != NULL); with_vs++) {
+                const size_t os = KERN_TILE_ROWS + 3;
+                float out[KERN_TILE_TOKS * (KERN_TILE_ROWS + 3)];
+                for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) out[i] = -1234.5f;
+                simd->vec_dot_tile[t](n, w, wr, xq, xr, with_vs ? vscale : NULL, out, os);
+                for (int tok = 0; tok < KERN_TILE_TOKS; tok++) {
+                    for (int r = 0; r < KERN_TILE_ROWS; r++) {
+                        const float want = simd->vec_dot[t](n, w + r * wr, xq + tok * xr);
+                        CHECK_MSG(out[tok * os + r] == want,
+                                  "%s %s n=%lld row %d tok %d vscale %d: %g vs %g", simd->name,
+                                  hl_type_name(t), (long long)n, r, tok, with_vs,
+                                  out[tok * os + r], want);
+                    }
+                    for (size_t r = KERN_TILE_ROWS; r < os; r++)
+                        CHECK(out[tok * os + r] == -1234.5f);
+                }
+            }
+            free(vscale);
             free(w);
             free(xq);
             free(x);

@@ -26,10 +26,15 @@ typedef void (*kern_vec_dot4_fn)(int64_t n, const void *row, const void *vec, si
  * KERN_TILE_TOKS activation rows (stride bytes apart); out[t*out_stride + r] must equal
  * vec_dot(n, row r, token t) exactly. Each weight block is unpacked once for all the
  * tile's tokens and each activation block loaded once for all its rows, with the
- * accumulators in registers. Optional (NULL: dot4 / vec_dot). */
+ * accumulators in registers. Optional (NULL: dot4 / vec_dot).
+ * vscale: for Q8_0 activations, the tile's block scales as floats, token-interleaved
+ * (block i of token t at vscale[4*i + t]), so that a tile need not convert the fp16
+ * scales again for every pair of rows; NULL when not given (a tile then converts them
+ * itself; other activation types ignore it). */
 enum { KERN_TILE_ROWS = 2, KERN_TILE_TOKS = 4 };
 typedef void (*kern_vec_dot_tile_fn)(int64_t n, const void *w, size_t w_stride, const void *vec,
-                                     size_t stride, float *out, size_t out_stride);
+                                     size_t stride, const float *vscale, float *out,
+                                     size_t out_stride);
 /* Converts n f32 activations to a row of the table slot's type. */
 typedef void (*kern_quantize_fn)(const float *x, void *dst, int64_t n);
 

@@ -103,10 +103,24 @@ float kern_vec_dot(hl_type type, int64_t n, const void *row, const void *vec) {
     return t->vec_dot[type](n, row, vec);
 }
 
+/* Q8_0 activations of a multi-token matmul also get their block scales as floats, token-
+ * interleaved per group of KERN_TILE_TOKS tokens, for the tiles (kern_internal.h). */
+static bool wants_vscale(hl_type vec_dot_type, int64_t n_tok) {
+    return vec_dot_type == HL_TYPE_Q8_0 && n_tok >= KERN_TILE_TOKS;
+}
+
+static size_t vscale_offset(hl_type vec_dot_type, int64_t n_cols, int64_t n_tok) {
+    return (hl_row_size(vec_dot_type, n_cols) * (size_t)n_tok + 63) / 64 * 64;
+}
+
 size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok) {
     const hl_type_traits *tr = hl_type_traits_get(type);
     if (!tr || tr->vec_dot_type == HL_TYPE_F32 || n_tok <= 0) return 0;
-    return hl_row_size(tr->vec_dot_type, n_cols) * (size_t)n_tok;
+    if (!wants_vscale(tr->vec_dot_type, n_tok))
+        return hl_row_size(tr->vec_dot_type, n_cols) * (size_t)n_tok;
+    const size_t groups = ((size_t)n_tok + KERN_TILE_TOKS - 1) / KERN_TILE_TOKS;
+    return vscale_offset(tr->vec_dot_type, n_cols, n_tok) +
+           groups * KERN_TILE_TOKS * (size_t)(n_cols / QK8_0) * sizeof(float);
 }
 
 typedef struct matmul_job {
@@ -120,6 +134,7 @@ typedef struct matmul_job {
     const float *x;
     const uint8_t *xq; /* activations in the vec_dot type, n_tok rows */
     size_t xq_row_bytes;
+    float *vscale; /* Q8_0 activations' scales for the tiles, or NULL (wants_vscale) */
     int64_t n_tok;
     float *out;
 } matmul_job;
@@ -135,9 +150,15 @@ static void quantize_worker(void *ctx, int ith, int nth) {
     const matmul_job *j = ctx;
     int64_t t0, t1;
     range_split(j->n_tok, 1, ith, nth, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++)
-        j->quantize(j->x + t * j->n_cols, (uint8_t *)j->xq + (size_t)t * j->xq_row_bytes,
-                    j->n_cols);
+    const int64_t nb = j->n_cols / QK8_0;
+    for (int64_t t = t0; t < t1; t++) {
+        uint8_t *row = (uint8_t *)j->xq + (size_t)t * j->xq_row_bytes;
+        j->quantize(j->x + t * j->n_cols, row, j->n_cols);
+        if (!j->vscale) continue;
+        float *vs = j->vscale + (t / KERN_TILE_TOKS) * KERN_TILE_TOKS * nb + t % KERN_TILE_TOKS;
+        for (int64_t i = 0; i < nb; i++)
+            vs[KERN_TILE_TOKS * i] = hl_fp16_to_fp32(((const block_q8_0 *)row)[i].d);
+    }
 }
 
 /* One row against tokens [t0, t1): 4 at a time through dot4 where there is one. */
@@ -165,9 +186,14 @@ static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1, int64_t tb0
         if (t_tiles > t0) {
             for (; r + KERN_TILE_ROWS <= r1; r += KERN_TILE_ROWS) {
                 const uint8_t *w = j->w + (size_t)r * j->w_row_bytes;
-                for (int64_t t = t0; t < t_tiles; t += KERN_TILE_TOKS)
+                for (int64_t t = t0; t < t_tiles; t += KERN_TILE_TOKS) {
+                    /* t is a multiple of KERN_TILE_TOKS (token blocks and tiles are) */
+                    const float *vs = j->vscale && t % KERN_TILE_TOKS == 0
+                                          ? j->vscale + t * (j->n_cols / QK8_0)
+                                          : NULL;
                     j->tile(j->n_cols, w, j->w_row_bytes, j->xq + (size_t)t * j->xq_row_bytes,
-                            j->xq_row_bytes, j->out + t * j->n_rows + r, (size_t)j->n_rows);
+                            j->xq_row_bytes, vs, j->out + t * j->n_rows + r, (size_t)j->n_rows);
+                }
                 for (int64_t rr = r; rr < r + KERN_TILE_ROWS; rr++) matmul_row(j, rr, t_tiles, t1);
             }
         }
@@ -197,6 +223,9 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
     } else {
         j.xq = scratch;
         j.xq_row_bytes = hl_row_size(tr->vec_dot_type, n_cols);
+        if (wants_vscale(tr->vec_dot_type, n_tok))
+            j.vscale = (float *)((uint8_t *)scratch +
+                                 vscale_offset(tr->vec_dot_type, n_cols, n_tok));
     }
     return j;
 }
