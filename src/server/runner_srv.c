@@ -10,7 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
 #include "base/file.h"
+#include "kernels/kernels.h"
 #include "server/engine.h"
 #include "server/internal.h"
 #include "server/jsonfmt.h"
@@ -315,7 +317,11 @@ int runner_srv_main(int argc, char **argv) {
         engine_close(g_eng);
         return 1;
     }
-    fprintf(stderr, "runner: serving %s on 127.0.0.1:%d (pid %d)\n", model, port, (int)getpid());
+    /* what decides speed, for whoever reads the server log (the pool's default when
+     * --threads is 0) */
+    const int threads = cfg.n_threads > 0 ? cfg.n_threads : hl_cpu_default_threads();
+    fprintf(stderr, "runner: serving %s on 127.0.0.1:%d (pid %d, %d threads, %s kernels)\n",
+            model, port, (int)getpid(), threads, kern_variant());
     fflush(stderr);
     int sig = 0;
     sigwait(&set, &sig);
