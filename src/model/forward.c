@@ -598,3 +598,40 @@ hl_status model_eval_batch(model_ctx *c, const model_batch_entry *entries, int32
     forward_batch(c, t, c->logit_rows, logits ? n_rows : 0, logits);
     return HL_OK;
 }
+
+hl_status model_embed(model_ctx *c, const int32_t *tokens, int32_t n, bool normalize, float *out,
+                      hl_err *err) {
+    const model *m = c->m;
+    const int64_t E = m->hp.n_embd;
+    if (n <= 0) return hl_fail(err, HL_ERR_INVALID, "no tokens to embed");
+    model_kv *kv = NULL;
+    float *hidden = malloc((size_t)n * (size_t)E * sizeof *hidden);
+    if (!hidden) return hl_fail(err, HL_ERR_NOMEM, "out of memory for %d hidden states", n);
+    hl_status st = model_kv_create(m, n, &kv, err);
+    if (!st) st = model_eval_hidden(c, kv, tokens, n, hidden, err);
+    model_kv_free(kv);
+    if (st) {
+        free(hidden);
+        return st;
+    }
+    switch (m->hp.pooling) {
+    case MODEL_POOL_CLS: memcpy(out, hidden, (size_t)E * sizeof *out); break;
+    case MODEL_POOL_LAST: memcpy(out, hidden + (size_t)(n - 1) * E, (size_t)E * sizeof *out); break;
+    default:
+        for (int64_t j = 0; j < E; j++) {
+            double sum = 0;
+            for (int32_t i = 0; i < n; i++) sum += hidden[(size_t)i * E + j];
+            out[j] = (float)(sum / n);
+        }
+    }
+    free(hidden);
+    if (normalize) {
+        double ss = 0;
+        for (int64_t j = 0; j < E; j++) ss += (double)out[j] * out[j];
+        if (ss > 0) {
+            const float inv = (float)(1.0 / sqrt(ss));
+            for (int64_t j = 0; j < E; j++) out[j] *= inv;
+        }
+    }
+    return HL_OK;
+}

@@ -98,6 +98,23 @@ static hl_status hp_int(const loader *L, const char *suffix, bool required, int3
     return HL_OK;
 }
 
+/* An optional integer that may be 0 (absent: 0). */
+static hl_status hp_uint_opt(const loader *L, const char *suffix, int32_t *out, hl_err *err) {
+    char key[128];
+    *out = 0;
+    if (!arch_key(L, suffix, key, sizeof key)) return hl_fail(err, HL_ERR_INVALID, "key too long");
+    if (gguf_find_key(L->f, key) < 0) return HL_OK;
+    uint32_t v;
+    int32_t s;
+    if (gguf_get_u32(L->f, key, &v)) s = v > MODEL_MAX_DIM ? -1 : (int32_t)v;
+    else if (!gguf_get_i32(L->f, key, &s)) s = -1;
+    if (s < 0)
+        return hl_fail(err, HL_ERR_FORMAT, "metadata key '%s' is not a small non-negative integer",
+                       key);
+    *out = s;
+    return HL_OK;
+}
+
 static hl_status hp_float(const loader *L, const char *suffix, float dflt, float *out,
                           hl_err *err) {
     char key[128];
@@ -170,6 +187,11 @@ static hl_status read_hparams(loader *L, hl_err *err) {
     if ((st = hp_float(L, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps, err))) return st;
     if ((st = hp_float(L, "rope.freq_base", 10000.0f, &hp->rope_freq_base, err))) return st;
     if ((st = read_rope_scaling(L, &hp->rope_freq_scale, err))) return st;
+    int32_t pooling = 0;
+    if ((st = hp_uint_opt(L, "pooling_type", &pooling, err))) return st;
+    if (pooling > MODEL_POOL_LAST)
+        return hl_fail(err, HL_ERR_UNSUPPORTED, "unsupported pooling_type %d", pooling);
+    hp->pooling = (model_pooling)pooling;
     hp->rope_kind = (hp->arch == MODEL_ARCH_QWEN2 || hp->arch == MODEL_ARCH_QWEN3)
                         ? MODEL_ROPE_NEOX
                         : MODEL_ROPE_NORM;

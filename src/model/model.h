@@ -54,8 +54,17 @@ typedef enum model_rope_kind {
     MODEL_ROPE_NEOX,     /* rotates halves (x[i], x[i + n_rot/2]): qwen2, qwen3 */
 } model_rope_kind;
 
+/* How a sequence's hidden states become one embedding ({arch}.pooling_type in GGUF). */
+typedef enum model_pooling {
+    MODEL_POOL_NONE = 0, /* not declared: model_embed means over the tokens */
+    MODEL_POOL_MEAN = 1,
+    MODEL_POOL_CLS = 2,  /* the first token's state */
+    MODEL_POOL_LAST = 3, /* the last token's state */
+} model_pooling;
+
 typedef struct model_hparams {
     model_arch arch;
+    model_pooling pooling;
     int32_t n_vocab;     /* rows of the token embedding (logits per token) */
     int32_t n_ctx_train; /* context length the model was trained with */
     int32_t n_embd;
@@ -180,5 +189,12 @@ const float *model_ctx_logits(const model_ctx *c);
  * kv like model_eval does. */
 hl_status model_eval_hidden(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
                             float *hidden, hl_err *err);
+
+/* One sequence's embedding: tokens[0..n) evaluated from position 0 in a cache of their
+ * own (the context's other state is not touched), the final hidden states pooled as the
+ * model declares (mean when it declares nothing), then L2-normalised when normalize is
+ * set. out receives n_embd floats. */
+hl_status model_embed(model_ctx *c, const int32_t *tokens, int32_t n, bool normalize, float *out,
+                      hl_err *err);
 
 #endif
