@@ -19,7 +19,7 @@ struct kv_block {
     int32_t table_refs; /* held by live tables: pinned resident */
     int32_t n_valid;
     kv_tier tier;
-    float *data;
+    void *data;
     uint8_t *zdata; /* compressed bytes (tier COMPRESSED) */
     size_t zlen;    /* compressed size (also the spill file's size) */
     uint64_t last_used;
@@ -27,7 +27,8 @@ struct kv_block {
 };
 
 struct kv_pool {
-    kv_layout layout;
+    kv_layout layout; /* layers points at geom.dims */
+    kv_geom geom;
     size_t block_bytes;
     size_t budget;
     char *spill_dir;
@@ -36,7 +37,7 @@ struct kv_pool {
     uint64_t next_id;
     uint64_t tick;
     kv_block *head; /* alive blocks */
-    float *recycled[KV_MAX_RECYCLED];
+    void *recycled[KV_MAX_RECYCLED];
     int n_recycled;
     kv_block *free_structs; /* recycled kv_block structs, linked through next */
     uint8_t *scratch; /* block_bytes, for shuffling */
@@ -45,17 +46,26 @@ struct kv_pool {
     kv_pool_stats st;
 };
 
+hl_status kv_layout_geom(const kv_layout *l, kv_geom *out, hl_err *err) {
+    if (l->layers) return kv_geom_init(out, l->n_layer, l->layers, l->k_type, l->v_type, err);
+    if (l->n_layer <= 0 || l->n_layer > 65536 || l->n_head_kv <= 0)
+        return hl_fail(err, HL_ERR_INVALID, "invalid KV layout: %d layers, %d KV heads",
+                       l->n_layer, l->n_head_kv);
+    kv_layer_dims *dims = malloc((size_t)l->n_layer * sizeof *dims);
+    if (!dims) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; i < l->n_layer; i++)
+        dims[i] = (kv_layer_dims){l->n_head_kv, l->head_dim_k, l->head_dim_v};
+    hl_status st = kv_geom_init(out, l->n_layer, dims, l->k_type, l->v_type, err);
+    free(dims);
+    return st;
+}
+
 size_t kv_layout_block_bytes(const kv_layout *l) {
-    if (l->n_layer <= 0 || l->n_head_kv <= 0 || l->head_dim_k <= 0 || l->head_dim_v <= 0 ||
-        l->block_tokens <= 0)
-        return 0;
-    size_t per_row = 0, n = 0;
-    if (__builtin_add_overflow((size_t)l->head_dim_k, (size_t)l->head_dim_v, &per_row) ||
-        __builtin_mul_overflow(per_row, (size_t)l->n_layer, &n) ||
-        __builtin_mul_overflow(n, (size_t)l->n_head_kv, &n) ||
-        __builtin_mul_overflow(n, (size_t)l->block_tokens, &n) ||
-        __builtin_mul_overflow(n, sizeof(float), &n))
-        return 0;
+    kv_geom g;
+    if (l->block_tokens <= 0 || kv_layout_geom(l, &g, NULL)) return 0;
+    size_t n = 0;
+    if (__builtin_mul_overflow(g.bytes_per_pos, (size_t)l->block_tokens, &n)) n = 0;
+    kv_geom_free(&g);
     return n;
 }
 
@@ -88,7 +98,13 @@ hl_status kv_pool_create(const kv_pool_config *cfg, kv_pool **out, hl_err *err) 
                        cfg->layout.head_dim_v, cfg->layout.block_tokens);
     kv_pool *p = calloc(1, sizeof *p);
     if (!p) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    hl_status st = kv_layout_geom(&cfg->layout, &p->geom, err);
+    if (st) {
+        free(p);
+        return st;
+    }
     p->layout = cfg->layout;
+    p->layout.layers = p->geom.dims;
     p->block_bytes = bb;
     p->budget = cfg->budget_bytes ? cfg->budget_bytes : kv_default_budget();
     p->spill_max = cfg->spill_max_bytes ? cfg->spill_max_bytes : SIZE_MAX;
@@ -165,21 +181,23 @@ void kv_pool_destroy(kv_pool *p) {
     free(p->scratch);
     free(p->cands);
     free(p->spill_dir);
+    kv_geom_free(&p->geom);
     free(p);
 }
 
 const kv_layout *kv_pool_layout(const kv_pool *p) { return &p->layout; }
+const kv_geom *kv_pool_geom(const kv_pool *p) { return &p->geom; }
 size_t kv_pool_budget(const kv_pool *p) { return p->budget; }
 size_t kv_pool_spill_max(const kv_pool *p) { return p->spill_max; }
 void kv_pool_set_budget(kv_pool *p, size_t budget_bytes) { p->budget = budget_bytes; }
 kv_pool_stats kv_pool_get_stats(const kv_pool *p) { return p->st; }
 
-static float *data_alloc(kv_pool *p) {
+static void *data_alloc(kv_pool *p) {
     if (p->n_recycled > 0) {
         p->st.n_free--;
         return p->recycled[--p->n_recycled];
     }
-    float *d = malloc(p->block_bytes);
+    void *d = malloc(p->block_bytes);
     if (d) p->st.ram_bytes += p->block_bytes;
     return d;
 }
@@ -223,49 +241,58 @@ void kv_block_unref(kv_pool *p, kv_block *b) {
 int32_t kv_block_refs(const kv_block *b) { return b->refs; }
 int32_t kv_block_valid(const kv_block *b) { return b->n_valid; }
 kv_tier kv_block_tier(const kv_block *b) { return b->tier; }
-float *kv_block_data(const kv_block *b) { return b->data; }
+void *kv_block_data(const kv_block *b) { return b->data; }
 
-float *kv_block_k_row(const kv_pool *p, float *data, int32_t layer, int32_t head, int32_t row) {
-    const kv_layout *l = &p->layout;
-    return data + (((size_t)layer * l->n_head_kv + head) * l->block_tokens + row) * l->head_dim_k;
+void *kv_block_k_row(const kv_pool *p, void *data, int32_t layer, int32_t head, int32_t row) {
+    return kv_geom_k(&p->geom, data, p->layout.block_tokens, layer, head, row);
 }
 
-float *kv_block_v_row(const kv_pool *p, float *data, int32_t layer, int32_t head, int32_t row) {
-    const kv_layout *l = &p->layout;
-    size_t k_floats = (size_t)l->n_layer * l->n_head_kv * l->block_tokens * l->head_dim_k;
-    return data + k_floats +
-           (((size_t)layer * l->n_head_kv + head) * l->block_tokens + row) * l->head_dim_v;
+void *kv_block_v_row(const kv_pool *p, void *data, int32_t layer, int32_t head, int32_t row) {
+    return kv_geom_v(&p->geom, data, p->layout.block_tokens, layer, head, row);
+}
+
+/* Runs `fn` over every (layer, head) run of K and V rows [row, row + n) of a block. */
+static void block_rows(const kv_pool *p, void *dst, const void *src, int32_t row, int32_t n) {
+    const kv_geom *g = &p->geom;
+    const int32_t B = p->layout.block_tokens;
+    for (int32_t layer = 0; layer < g->n_layer; layer++)
+        for (int32_t h = 0; h < g->dims[layer].n_head_kv; h++) {
+            uint8_t *dk = kv_geom_k(g, dst, B, layer, h, row);
+            uint8_t *dv = kv_geom_v(g, dst, B, layer, h, row);
+            if (src) {
+                memcpy(dk, kv_geom_k(g, (void *)src, B, layer, h, row), (size_t)n * g->k_row[layer]);
+                memcpy(dv, kv_geom_v(g, (void *)src, B, layer, h, row), (size_t)n * g->v_row[layer]);
+            } else {
+                memset(dk, 0, (size_t)n * g->k_row[layer]);
+                memset(dv, 0, (size_t)n * g->v_row[layer]);
+            }
+        }
 }
 
 /* ---- tiers ---- */
 
 /* f32 keys/values compress poorly as bytes; grouping byte i of every float together puts
- * the similar sign/exponent bytes next to each other. */
+ * the similar sign/exponent bytes next to each other (f16 pairs alike). Bytes past the
+ * last whole group (q8_0 blocks need not fill one) are copied as they are. */
 static void shuffle(const uint8_t *src, uint8_t *dst, size_t n_bytes) {
     size_t n = n_bytes / 4;
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < 4; j++) dst[j * n + i] = src[i * 4 + j];
+    memcpy(dst + n * 4, src + n * 4, n_bytes - n * 4);
 }
 
 static void unshuffle(const uint8_t *src, uint8_t *dst, size_t n_bytes) {
     size_t n = n_bytes / 4;
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < 4; j++) dst[i * 4 + j] = src[j * n + i];
+    memcpy(dst + n * 4, src + n * 4, n_bytes - n * 4);
 }
 
 /* Rows >= n_valid are read by nobody; zeroing them makes the block deflate better (and
  * never feeds uninitialised bytes to the compressor). */
 static void zero_invalid_rows(kv_pool *p, kv_block *b) {
-    const kv_layout *l = &p->layout;
-    const int32_t rows = l->block_tokens - b->n_valid;
-    if (rows <= 0) return;
-    for (int32_t layer = 0; layer < l->n_layer; layer++)
-        for (int32_t h = 0; h < l->n_head_kv; h++) {
-            memset(kv_block_k_row(p, b->data, layer, h, b->n_valid), 0,
-                   (size_t)rows * (size_t)l->head_dim_k * sizeof(float));
-            memset(kv_block_v_row(p, b->data, layer, h, b->n_valid), 0,
-                   (size_t)rows * (size_t)l->head_dim_v * sizeof(float));
-        }
+    const int32_t rows = p->layout.block_tokens - b->n_valid;
+    if (rows > 0) block_rows(p, b->data, NULL, b->n_valid, rows);
 }
 
 static bool block_compress(kv_pool *p, kv_block *b) {
@@ -332,7 +359,7 @@ hl_status kv_block_make_resident(kv_pool *p, kv_block *b, hl_err *err) {
                            strerror(errno ? errno : EIO));
         }
     }
-    float *d = data_alloc(p);
+    void *d = data_alloc(p);
     if (!d) {
         if (from_disk) free(z);
         return hl_fail(err, HL_ERR_NOMEM, "out of memory restoring a KV block");
@@ -481,7 +508,7 @@ static hl_status table_grow(kv_table *t, int32_t n_blocks, hl_err *err) {
     kv_block **nb = realloc(t->blocks, (size_t)cap * sizeof *nb);
     if (!nb) return hl_fail(err, HL_ERR_NOMEM, "out of memory for a KV block table");
     t->blocks = nb;
-    float **nd = realloc(t->data, (size_t)cap * sizeof *nd);
+    void **nd = realloc(t->data, (size_t)cap * sizeof *nd);
     if (!nd) return hl_fail(err, HL_ERR_NOMEM, "out of memory for a KV block table");
     t->data = nd;
     t->cap = cap;
@@ -492,14 +519,7 @@ static hl_status table_grow(kv_table *t, int32_t n_blocks, hl_err *err) {
 static kv_block *block_copy_prefix(kv_pool *p, kv_block *b, int32_t rows) {
     kv_block *c = block_new(p);
     if (!c) return NULL;
-    const kv_layout *l = &p->layout;
-    for (int32_t layer = 0; layer < l->n_layer; layer++)
-        for (int32_t h = 0; h < l->n_head_kv; h++) {
-            memcpy(kv_block_k_row(p, c->data, layer, h, 0), kv_block_k_row(p, b->data, layer, h, 0),
-                   (size_t)rows * (size_t)l->head_dim_k * sizeof(float));
-            memcpy(kv_block_v_row(p, c->data, layer, h, 0), kv_block_v_row(p, b->data, layer, h, 0),
-                   (size_t)rows * (size_t)l->head_dim_v * sizeof(float));
-        }
+    block_rows(p, c->data, b->data, 0, rows);
     c->n_valid = rows;
     p->st.n_cow++;
     return c;

@@ -3,9 +3,9 @@
  * block tables.
  *
  * A block holds the keys and values of `block_tokens` consecutive positions
- * [k*B, (k+1)*B) for every layer and KV head:
- *     K: [n_layer][n_head_kv][B][head_dim_k], then V: [n_layer][n_head_kv][B][head_dim_v]
- * (f32), so attention reads each head's keys contiguously inside a block.
+ * [k*B, (k+1)*B) for every layer and KV head, laid out as kv/layout.h says (per layer
+ * K rows [n_head_kv][B][row], then the V rows likewise; f32 unless the layout names f16
+ * or q8_0), so attention reads each head's keys contiguously inside a block.
  *
  * Sharing and copy-on-write. A block is reference counted: the live block table of a
  * sequence (kv_table) and any number of prefix-trie snapshots may hold it. Rows
@@ -37,17 +37,24 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "kv/layout.h"
 
 typedef struct kv_layout {
     int32_t n_layer;
-    int32_t n_head_kv;
+    int32_t n_head_kv; /* the same for every layer, unless `layers` is set */
     int32_t head_dim_k;
     int32_t head_dim_v;
     int32_t block_tokens; /* B: positions per block (> 0) */
+    /* Optional: per-layer heads and head sizes ([n_layer], copied by kv_pool_create);
+     * NULL: every layer has the uniform fields above. */
+    const kv_layer_dims *layers;
+    hl_type k_type, v_type; /* element types (0: f32) */
 } kv_layout;
 
-/* Bytes of one block's f32 data; 0 when the layout is invalid or overflows. */
+/* Bytes of one block's data; 0 when the layout is invalid or overflows. */
 size_t kv_layout_block_bytes(const kv_layout *l);
+/* The layout's geometry (kv/layout.h); the caller frees it with kv_geom_free. */
+hl_status kv_layout_geom(const kv_layout *l, kv_geom *out, hl_err *err);
 
 typedef enum kv_tier {
     KV_TIER_RESIDENT = 0,
@@ -83,7 +90,8 @@ size_t kv_default_budget(void);
 
 hl_status kv_pool_create(const kv_pool_config *cfg, kv_pool **out, hl_err *err);
 void kv_pool_destroy(kv_pool *p); /* accepts NULL */
-const kv_layout *kv_pool_layout(const kv_pool *p);
+const kv_layout *kv_pool_layout(const kv_pool *p); /* its `layers` is the pool's copy */
+const kv_geom *kv_pool_geom(const kv_pool *p);
 size_t kv_pool_budget(const kv_pool *p);
 size_t kv_pool_spill_max(const kv_pool *p); /* SIZE_MAX when unlimited */
 void kv_pool_set_budget(kv_pool *p, size_t budget_bytes);
@@ -111,13 +119,13 @@ int32_t kv_block_refs(const kv_block *b);
 int32_t kv_block_valid(const kv_block *b); /* rows written from the block start */
 kv_tier kv_block_tier(const kv_block *b);
 /* The resident data (NULL when paged out). */
-float *kv_block_data(const kv_block *b);
+void *kv_block_data(const kv_block *b);
 /* Brings a block back to RAM (decompress / read the spill file). */
 hl_status kv_block_make_resident(kv_pool *p, kv_block *b, hl_err *err);
 
 /* Row pointers inside a resident block's data. */
-float *kv_block_k_row(const kv_pool *p, float *data, int32_t layer, int32_t head, int32_t row);
-float *kv_block_v_row(const kv_pool *p, float *data, int32_t layer, int32_t head, int32_t row);
+void *kv_block_k_row(const kv_pool *p, void *data, int32_t layer, int32_t head, int32_t row);
+void *kv_block_v_row(const kv_pool *p, void *data, int32_t layer, int32_t head, int32_t row);
 
 /* ---- per-sequence block table ---- */
 
@@ -126,7 +134,7 @@ float *kv_block_v_row(const kv_pool *p, float *data, int32_t layer, int32_t head
 typedef struct kv_table {
     kv_pool *pool;
     kv_block **blocks;
-    float **data;
+    void **data;
     int32_t n_blocks; /* == ceil(len / B) after reserve/truncate, or more after reserve */
     int32_t cap;
     int32_t len;

@@ -1,41 +1,255 @@
 /*
- * internal.h - the model struct shared by model.c (GGUF loading), llama2c.c (llama2.c
- * checkpoints) and forward.c (evaluation). Not for use outside src/model/. The model owns
- * its file mapping, weight table and tokenizer; model_free() releases them.
+ * internal.h - what the files of src/model/ share: the model and its weights, the
+ * per-layer hyperparameters, the evaluation context, and the architecture descriptor.
+ * Not for use outside src/model/.
+ *
+ * An architecture is one file (llama.c, gemma.c, ...) that defines a model_arch_desc: its
+ * GGUF names, a hyperparameter reader, a tensor table (data: names, shapes, required or
+ * optional), and a forward pass written on the shared ops of ops.h. model.c loads any
+ * registered architecture by walking its table; forward.c drives evaluation (batches,
+ * KV views, logits, pooling) and calls the architecture's forward for the layers.
+ *
+ * The model owns its file mapping, weight table and tokenizer; model_free() releases them.
  */
 #ifndef HL_MODEL_INTERNAL_H
 #define HL_MODEL_INTERNAL_H
 
+#include <stdalign.h>
+
 #include "base/file.h"
+#include "base/pool.h"
+#include "kv/layout.h"
 #include "model/model.h"
 
-/* A 2-D weight: n_rows rows of n_cols elements of `type`, row-major, in the mapping. */
+/* A weight of up to 4 dims (GGUF order: ne[0] is the row length). As a matrix it has
+ * n_rows = ne[1]*ne[2]*ne[3] rows of n_cols = ne[0] elements of `type`, row-major. */
 typedef struct model_weight {
     uint32_t type;
     int64_t n_rows;
     int64_t n_cols;
+    int64_t ne[4];
     const void *data;
 } model_weight;
 
+/* Every tensor any architecture's layer may have; each architecture's table says which
+ * it loads (unused ones stay zero). Vectors are f32. */
 typedef struct model_layer {
-    const float *attn_norm; /* [n_embd] */
-    model_weight wq, wk, wv, wo;
-    const float *bq, *bk, *bv;    /* qwen2 biases, else NULL */
-    const float *q_norm, *k_norm; /* qwen3 per-head RMSNorm weights [head_dim_k], else NULL */
-    const float *ffn_norm;
+    const float *attn_norm, *attn_norm_b;
+    model_weight wq, wk, wv, wo, wqkv;
+    const float *bq, *bk, *bv, *bo, *bqkv;
+    const float *q_norm, *k_norm;    /* per-head RMSNorm weights */
+    const float *post_attn_norm, *post_attn_norm_b; /* gemma: sandwich; bert: post-LN */
+    const float *ffn_norm, *ffn_norm_b;
     model_weight w_gate, w_up, w_down;
+    const float *b_up, *b_down;
+    const float *post_ffn_norm, *post_ffn_norm_b;
+    const float *layer_out_scale;    /* gemma4: one float */
+    model_weight pl_gate, pl_proj;   /* gemma4: per-layer input gate and projection */
+    const float *pl_post_norm;
 } model_layer;
+
+/* What a layer's attention and feed-forward look like (most models: the same for all). */
+typedef struct model_layer_hp {
+    int32_t n_head, n_head_kv; /* n_head_kv 0: no KV of its own (reads kv_src's) */
+    int32_t head_dim_k, head_dim_v;
+    int32_t n_ff;
+    int32_t n_rot;        /* leading dims of each head that RoPE rotates */
+    float rope_base;
+    float rope_scale;     /* 1 / linear factor */
+    const float *rope_factors; /* per-pair frequency divisors [n_rot/2], or NULL */
+    int32_t window;       /* 0: full attention; W: keys at p-W+1..p */
+    int32_t kv_src;       /* layer whose cache this layer's attention reads */
+} model_layer_hp;
+
+typedef enum model_rope_scaling {
+    MODEL_ROPE_SCALING_NONE = 0,
+    MODEL_ROPE_SCALING_LINEAR,
+    MODEL_ROPE_SCALING_YARN,
+    MODEL_ROPE_SCALING_LONGROPE,
+} model_rope_scaling;
+
+/* Hyperparameters beyond the public ones, read by the loader or the architecture. */
+typedef struct model_hp_ext {
+    float norm_eps;       /* RMS or LayerNorm epsilon, as the architecture uses it */
+    bool layer_norm;      /* the file names a LayerNorm epsilon (BERT), not an RMS one */
+    bool causal;          /* false: every token sees its whole sequence (BERT) */
+    float embd_scale;     /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
+    float attn_softcap;   /* 0: none */
+    float final_softcap;  /* 0: none */
+    float attn_scale;     /* 0: 1/sqrt(head_dim_k) */
+    model_rope_scaling rope_scaling;
+    float rope_attn_factor;   /* cos/sin multiplier (longrope, yarn mscale) */
+    int32_t n_ctx_orig;       /* rope.scaling.original_context_length */
+    float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow;
+    int32_t n_embd_per_layer; /* gemma4 per-layer inputs */
+    int32_t n_token_types;    /* BERT token types */
+} model_hp_ext;
+
+struct model_arch_desc;
 
 struct model {
     model_hparams hp;
+    model_hp_ext x;
+    const struct model_arch_desc *arch;
+    model_layer_hp *lhp; /* [n_layer] */
     model_weight tok_embd; /* n_vocab rows of n_embd */
-    const float *output_norm;
-    model_weight output; /* == tok_embd when tied */
+    const float *output_norm, *output_norm_b; /* NULL: no final norm */
+    model_weight output; /* == tok_embd when tied; no data: an embedding model */
     const float *rope_freqs; /* optional per-frequency divisors [n_rot/2], else NULL */
+    const float *rope_long, *rope_short; /* phi3 longrope factors */
+    model_weight pos_embd, type_embd;    /* BERT */
+    const float *embd_norm, *embd_norm_b;
+    model_weight pl_tok_embd, pl_model_proj; /* gemma4 */
+    const float *pl_proj_norm;
     model_layer *layers;
+    kv_geom kv; /* f32 geometry of this model's KV (per-layer heads and sizes) */
+    /* every loaded matmul weight and the bytes of all loaded tensors: what
+     * model_weight_bytes and the context's scratch size iterate */
+    const model_weight **mats;
+    int32_t n_mats;
+    size_t tensor_bytes;
     tok_vocab *vocab;
     gguf_file *gguf; /* owned, for GGUF models */
     hl_map map;      /* owned, for llama2.c checkpoints */
 };
+
+/* ---- evaluation context (forward.c) ---- */
+
+#define MODEL_ROPE_TABLES 4
+
+/* cos/sin of one RoPE configuration for every token of the batch. */
+typedef struct model_rope_table {
+    bool valid;
+    int32_t n_rot;
+    float base, scale, attn_factor;
+    const float *factors;
+    float *cos, *sin; /* [max_batch][max_rot/2] */
+} model_rope_table;
+
+/* The KV buffers of one sequence as the forward pass sees them. */
+typedef struct model_seq_kv {
+    void *const *blocks;
+    int32_t B;
+    int32_t len;
+    const kv_geom *geom;
+} model_seq_kv;
+
+struct model_ctx {
+    const model *m;
+    hl_pool *pool;
+    int32_t max_batch;
+    /* activations, max_batch rows each (sizes: the largest layer's) */
+    float *x;    /* residual stream [B][n_embd] */
+    float *xb;   /* normed input of a block [B][n_embd] */
+    float *xc;   /* a second [B][n_embd] (sandwich norms, BERT post-LN) */
+    float *q;    /* [B][max q] */
+    float *k;    /* [B][max k] */
+    float *v;    /* [B][max v] */
+    float *att;  /* attention output [B][max n_head * head_dim_v] */
+    float *proj; /* output of Wo / Wdown [B][n_embd] */
+    float *gate; /* [B][max(n_ff, fused widths)] */
+    float *up;   /* [B][max n_ff] */
+    float *extra; /* [B][extra_floats]: the architecture's own per-token scratch */
+    int64_t extra_floats;
+    model_rope_table rope[MODEL_ROPE_TABLES];
+    int32_t max_rot;
+    float *head_tmp; /* [max head dim] */
+    float *logits;   /* [n_vocab], the last token's */
+    /* the batch: per token its id, position and sequence; per sequence its KV and the
+     * end of its tokens in this batch (exclusive position) */
+    int32_t *tok_id, *tok_pos, *tok_seq;
+    model_seq_kv *seq_kv;
+    int32_t *seq_end;
+    int32_t *logit_rows;
+    void *mm_scratch;
+    size_t scratch_bytes;
+};
+
+/* ---- architecture descriptor ---- */
+
+typedef struct model_loader {
+    const gguf_file *f;
+    const char *prefix; /* metadata key prefix: the GGUF's general.architecture */
+    model *m;
+} model_loader;
+
+/* Shape codes of the tensor table, resolved per layer (model.c: model_dim). */
+enum {
+    MD_ONE = 0,
+    MD_EMBD,
+    MD_VOCAB,
+    MD_FF,      /* the layer's n_ff */
+    MD_Q,       /* n_head * head_dim_k */
+    MD_KVK,     /* n_head_kv * head_dim_k */
+    MD_KVV,     /* n_head_kv * head_dim_v */
+    MD_O,       /* n_head * head_dim_v */
+    MD_HEAD_K,  /* head_dim_k */
+    MD_ROT2,    /* n_rot / 2 (of the hparams) */
+    MD_QKV,     /* Q + KVK + KVV */
+    MD_FF2,     /* 2 * n_ff (fused gate|up) */
+    MD_CTX,     /* n_ctx_train */
+    MD_TYPES,   /* token types */
+    MD_PL,      /* n_embd_per_layer */
+    MD_PL_ALL,  /* n_embd_per_layer * n_layer */
+};
+
+enum {
+    MT_MAT = 0,      /* a matmul weight */
+    MT_EMB = 1,      /* rows read one at a time (dequantized): embeddings */
+    MT_VEC = 2,      /* f32 vector */
+    MT_LAYER = 1 << 4, /* per layer: the name has "%d" for the layer index */
+    MT_OPT = 1 << 5,   /* may be absent */
+};
+
+typedef struct model_tensor_spec {
+    const char *name;
+    uint16_t off;  /* offsetof(model_layer, f) for MT_LAYER, else offsetof(struct model, f) */
+    uint8_t flags; /* kind | MT_LAYER | MT_OPT */
+    uint8_t ne0, ne1; /* shape codes */
+} model_tensor_spec;
+
+#define MT_G(name, field, fl, a, b) {name, offsetof(struct model, field), (fl), (a), (b)}
+#define MT_L(name, field, fl, a, b) {name, offsetof(model_layer, field), (fl) | MT_LAYER, (a), (b)}
+
+typedef struct model_arch_desc {
+    const char *name;
+    const char *const *aliases; /* other general.architecture values, NULL-terminated */
+    model_rope_kind rope_kind;
+    bool no_output;             /* an embedding model: no output projection */
+    /* After the common keys are read (model.c: hp, lhp filled uniformly): the
+     * architecture's own keys and per-layer differences. May be NULL. */
+    hl_status (*read_hparams)(model_loader *L, hl_err *err);
+    const model_tensor_spec *tensors;
+    int32_t n_tensors;
+    /* After the table is loaded: checks across tensors (may be NULL). */
+    hl_status (*check)(model_loader *L, hl_err *err);
+    /* Per-token floats of c->extra this architecture needs (may be NULL: none). */
+    int64_t (*extra_floats)(const model *m);
+    /* Runs the layers over the batch described in c (tok_id/pos/seq, seq_kv): from token
+     * ids to the last layer's residual stream in c->x. The driver then applies the output
+     * norm, the output matmul and the final softcap. */
+    void (*forward)(model_ctx *c, int32_t n_tok);
+} model_arch_desc;
+
+extern const model_arch_desc model_arch_llama, model_arch_qwen2, model_arch_qwen3;
+extern const model_arch_desc model_arch_gemma2, model_arch_gemma3;
+
+/* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */
+hl_status model_add_mat(model *m, const model_weight *w, hl_err *err);
+/* Builds m->kv from m->lhp (after loading). */
+hl_status model_build_kv_geom(model *m, hl_err *err);
+
+/* model.c helpers for architectures' read_hparams */
+hl_status model_hp_int(const model_loader *L, const char *suffix, bool required, int32_t dflt,
+                       int32_t *out, hl_err *err);
+hl_status model_hp_float(const model_loader *L, const char *suffix, float dflt, float *out,
+                         hl_err *err);
+/* A per-layer array (or one value for all layers) of ints or bools. */
+hl_status model_hp_layer_ints(const model_loader *L, const char *suffix, int32_t *out,
+                              bool *present, hl_err *err);
+/* {arch}.attention.sliding_window W and its pattern (an int n: layer l is local iff
+ * l % n < n - 1, llama.cpp's rule; or a bool per layer, true = local): sets lhp[].window.
+ * default_pattern applies when the key is absent. No window key: nothing changes. */
+hl_status model_hp_sliding_window(model_loader *L, int32_t default_pattern, hl_err *err);
 
 #endif

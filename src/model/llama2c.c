@@ -26,6 +26,36 @@ static bool add_u64(uint64_t *acc, uint64_t a, uint64_t b, uint64_t c) {
     return !__builtin_add_overflow(*acc, p, acc);
 }
 
+/* What the GGUF loader derives from a tensor table, for this fixed layout: the llama
+ * architecture, uniform layers, the matmul list, the KV geometry. */
+static hl_status finish_model(model *m, hl_err *err) {
+    const model_hparams *hp = &m->hp;
+    m->arch = &model_arch_llama;
+    m->x = (model_hp_ext){.norm_eps = hp->rms_eps, .causal = true, .rope_attn_factor = 1.0f};
+    m->lhp = calloc((size_t)hp->n_layer, sizeof *m->lhp);
+    if (!m->lhp) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    hl_status st = HL_OK;
+    for (int32_t l = 0; l < hp->n_layer && !st; l++) {
+        m->lhp[l] = (model_layer_hp){
+            .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
+            .head_dim_v = hp->head_dim_v, .n_ff = hp->n_ff, .n_rot = hp->n_rot,
+            .rope_base = hp->rope_freq_base, .rope_scale = hp->rope_freq_scale, .kv_src = l};
+        model_layer *ly = &m->layers[l];
+        const model_weight *ws[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo,
+                                    &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !st; i++) st = model_add_mat(m, ws[i], err);
+    }
+    if (!st) st = model_add_mat(m, &m->output, err);
+    if (st) return st;
+    /* every matmul (the output too), the embeddings when untied, the norms; all f32 */
+    for (int32_t i = 0; i < m->n_mats; i++)
+        m->tensor_bytes += (size_t)m->mats[i]->n_rows * (size_t)m->mats[i]->n_cols * 4;
+    if (m->output.data != m->tok_embd.data)
+        m->tensor_bytes += (size_t)hp->n_vocab * (size_t)hp->n_embd * 4;
+    m->tensor_bytes += (size_t)(2 * hp->n_layer + 1) * (size_t)hp->n_embd * 4;
+    return model_build_kv_geom(m, err);
+}
+
 hl_status model_load_llama2c(const char *path, const char *tokenizer_path, model **out,
                              hl_err *err) {
     return model_load_llama2c_ex(path, tokenizer_path, NULL, out, err);
@@ -89,7 +119,7 @@ hl_status model_load_llama2c_ex(const char *path, const char *tokenizer_path,
 
     model_hparams *hp = &m->hp;
     *hp = (model_hparams){
-        .arch = MODEL_ARCH_LLAMA,
+        .arch = "llama",
         .n_vocab = (int32_t)vocab,
         .n_ctx_train = seq_len,
         .n_embd = dim,
@@ -112,7 +142,8 @@ hl_status model_load_llama2c_ex(const char *path, const char *tokenizer_path,
     }
     const float *p = (const float *)(m->map.data + L2C_HEADER_BYTES);
 #define MAT(rows, cols)                                                                   \
-    ((model_weight){.type = HL_TYPE_F32, .n_rows = (rows), .n_cols = (cols), .data = p})
+    ((model_weight){.type = HL_TYPE_F32, .n_rows = (rows), .n_cols = (cols),              \
+                    .ne = {(cols), (rows), 1, 1}, .data = p})
     m->tok_embd = MAT(vocab, dim);
     p += vocab * dim;
     for (int32_t l = 0; l < n_layers; l++) m->layers[l].attn_norm = p + (int64_t)l * dim;
@@ -134,6 +165,7 @@ hl_status model_load_llama2c_ex(const char *path, const char *tokenizer_path,
     p += (int64_t)seq_len * hs; /* freq_cis_real + freq_cis_imag */
     m->output = shared ? m->tok_embd : MAT(vocab, dim);
 #undef MAT
+    if ((st = finish_model(m, err))) goto fail;
 
     if (tokenizer_path) {
         if ((st = model_llama2c_vocab_load(tokenizer_path, &m->vocab, err))) goto fail;

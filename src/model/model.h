@@ -1,8 +1,9 @@
 /*
- * model.h - llama-family models: loading, a per-sequence KV cache, and the forward pass.
+ * model.h - transformer models: loading, a per-sequence KV cache, and the forward pass.
  *
  * A model holds the hyperparameters, the weights and the tokenizer of one checkpoint:
- *   - model_load_gguf()      a GGUF of architecture llama, mistral, qwen2 or qwen3;
+ *   - model_load_gguf()      a GGUF of any registered architecture (model_supported_archs:
+ *                            the llama family, gemma2/3, ...; one file each in src/model/);
  *   - model_load_llama2c()   a llama2.c checkpoint (.bin) plus its tokenizer (tok512.bin);
  *   - model_load()           either, chosen by the file's magic.
  * Loading validates every tensor's shape and type before returning. The file is read
@@ -11,8 +12,8 @@
  * memory (and the gguf_file) and the tok_vocab, and frees them in model_free(). An immutable model may be
  * shared by any number of contexts and KV caches, also across threads.
  *
- * A model_kv is one sequence's KV cache (f32, [layer][kv_head][pos][head_dim], so attention
- * reads each head's keys and values contiguously). It has a fixed capacity (its context
+ * A model_kv is one sequence's KV cache (f32, laid out as kv/layout.h says: per layer
+ * [kv_head][pos][head_dim], so attention reads each head's keys and values contiguously). It has a fixed capacity (its context
  * size), a current length, and can be rewound (model_kv_truncate) to reuse a common prefix.
  * model_eval_view() evaluates over a block table instead (the runner's shared, paged cache);
  * a model_kv is the special case of one block of n_ctx positions.
@@ -42,13 +43,6 @@
 #include "gguf/gguf.h"
 #include "tok/tok.h"
 
-typedef enum model_arch {
-    MODEL_ARCH_LLAMA = 0,
-    MODEL_ARCH_MISTRAL,
-    MODEL_ARCH_QWEN2,
-    MODEL_ARCH_QWEN3,
-} model_arch;
-
 typedef enum model_rope_kind {
     MODEL_ROPE_NORM = 0, /* rotates adjacent pairs (x[2i], x[2i+1]): llama, mistral */
     MODEL_ROPE_NEOX,     /* rotates halves (x[i], x[i + n_rot/2]): qwen2, qwen3 */
@@ -63,7 +57,7 @@ typedef enum model_pooling {
 } model_pooling;
 
 typedef struct model_hparams {
-    model_arch arch;
+    const char *arch; /* the architecture that runs it: "llama", "qwen3", "gemma3", ... */
     model_pooling pooling;
     int32_t n_vocab;     /* rows of the token embedding (logits per token) */
     int32_t n_ctx_train; /* context length the model was trained with */
@@ -106,7 +100,16 @@ const model_hparams *model_get_hparams(const model *m);
 const tok_vocab *model_vocab(const model *m); /* owned by the model; NULL if none */
 /* Bytes of the weights the forward pass reads (the tensors in use, not the whole file). */
 size_t model_weight_bytes(const model *m);
-const char *model_arch_name(model_arch arch);
+/* The model's KV geometry with f32 keys and values (per-layer heads and head sizes; a
+ * layer that reads another's cache stores nothing). Owned by the model. */
+const struct kv_geom *model_kv_geom(const model *m);
+/* True when every token attends to its whole sequence (BERT): such a sequence must be
+ * evaluated in one batch, and its cache cannot be extended. */
+bool model_is_causal(const model *m);
+/* False for embedding-only models (no output projection: no logits). */
+bool model_has_logits(const model *m);
+/* The architectures this build runs (general.architecture values), comma-separated. */
+const char *model_supported_archs(void);
 
 /* Reads a llama2.c tokenizer file (tok512.bin, tokenizer.bin) into a SPM vocab: ids 0..2
  * are <unk>, <s>, </s>, ids 3..258 the <0xXX> byte tokens, spaces become U+2581. The
@@ -143,14 +146,16 @@ size_t model_ctx_scratch_bytes(const model_ctx *c);
 hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
                      float *all_logits, hl_err *err);
 /* A block table: the runner's shared KV cache (kv/block.h). blocks[i] holds positions
- * [i*B, (i+1)*B) of every layer, K then V in one f32 buffer:
- *     K [n_layer][n_head_kv][B][head_dim_k], then V [n_layer][n_head_kv][B][head_dim_v].
- * The caller owns the blocks; they must be writable at positions len..len+n-1. */
+ * [i*B, (i+1)*B) of every layer, laid out as kv/layout.h says for `geom` (NULL: the
+ * model's own geometry with f32 keys and values, model_kv_geom()). The caller owns the
+ * blocks; they must be writable at positions len..len+n-1. */
+struct kv_geom;
 typedef struct model_kv_view {
-    float *const *blocks;
+    void *const *blocks;
     int32_t n_blocks;
     int32_t block_tokens; /* B */
     int32_t len;          /* positions already in the cache */
+    const struct kv_geom *geom;
 } model_kv_view;
 
 /* Like model_eval, over a block table: feeds tokens at positions len.. and writes their keys

@@ -128,7 +128,8 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     kv_pool_config pc = {
         .layout = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
                    .head_dim_k = hp->head_dim_k, .head_dim_v = hp->head_dim_v,
-                   .block_tokens = cfg->block_tokens > 0 ? cfg->block_tokens : RUNNER_BLOCK_TOKENS},
+                   .block_tokens = cfg->block_tokens > 0 ? cfg->block_tokens : RUNNER_BLOCK_TOKENS,
+                   .layers = model_kv_geom(m)->dims},
         .budget_bytes = cfg->kv_budget_bytes,
         .spill_dir = cfg->spill_dir,
         .spill_max_bytes = cfg->spill_max_bytes,
@@ -526,7 +527,7 @@ static void step(runner *r) {
             model_batch_entry *en = &r->entries[n_entries];
             *en = (model_batch_entry){
                 .kv = {.blocks = s->table.data, .n_blocks = s->table.n_blocks,
-                       .block_tokens = B, .len = s->table.len},
+                       .block_tokens = B, .len = s->table.len, .geom = kv_pool_geom(r->pool)},
                 .tokens = toks, .n_tokens = n, .want_logits = pass == 0};
             r->entry_seq[n_entries++] = s->slot;
             n_tokens += n;

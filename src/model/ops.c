@@ -1,0 +1,374 @@
+/*
+ * ops.c - shared forward-pass operations (ops.h).
+ */
+#include "model/ops.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "tensor/types.h"
+
+#define ATTN_BLOCK 64 /* keys scored per step of the online softmax */
+#define ATTN_HEADS 16 /* query heads that share one pass over a KV head's keys */
+
+/* ---- embeddings, norms, elementwise ---- */
+
+static void weight_row(const model_weight *w, int64_t row, float *out) {
+    const size_t bytes = hl_row_size(w->type, w->n_cols);
+    const uint8_t *src = (const uint8_t *)w->data + (size_t)row * bytes;
+    if (w->type == HL_TYPE_F32) memcpy(out, src, bytes);
+    else hl_dequantize_row((hl_type)w->type, src, out, w->n_cols);
+}
+
+void op_embed(model_ctx *c, const model_weight *w, int32_t n_tok, float scale, float *out) {
+    const int64_t E = w->n_cols;
+    for (int32_t t = 0; t < n_tok; t++) {
+        weight_row(w, c->tok_id[t], out + t * E);
+        if (scale != 0.0f)
+            for (int64_t i = 0; i < E; i++) out[t * E + i] *= scale;
+    }
+}
+
+/* out[t] += w[row(t)], through c->proj as the dequantized row (any weight type). */
+static void add_rows(model_ctx *c, const model_weight *w, int32_t n_tok, const int32_t *rows,
+                     int64_t row, float *out) {
+    const int64_t E = w->n_cols;
+    for (int32_t t = 0; t < n_tok; t++) {
+        float *r = c->proj + t * E;
+        weight_row(w, rows ? rows[t] : row, r);
+        op_add(out + t * E, r, E);
+    }
+}
+
+void op_add_rows_by_pos(model_ctx *c, const model_weight *w, int32_t n_tok, float *out) {
+    add_rows(c, w, n_tok, c->tok_pos, 0, out);
+}
+
+void op_add_row(model_ctx *c, const model_weight *w, int64_t row, int32_t n_tok, float *out) {
+    add_rows(c, w, n_tok, NULL, row, out);
+}
+
+void op_rmsnorm(model_ctx *c, float *out, const float *x, const float *w, int32_t n_tok,
+                int64_t n, float eps) {
+    (void)c;
+    for (int32_t t = 0; t < n_tok; t++) kern_rmsnorm(out + t * n, x + t * n, w, n, eps);
+}
+
+void op_layernorm(float *out, const float *x, const float *w, const float *b, int32_t n_tok,
+                  int64_t n, float eps) {
+    for (int32_t t = 0; t < n_tok; t++) {
+        const float *xi = x + t * n;
+        float *o = out + t * n;
+        float mean = 0.0f;
+        for (int64_t i = 0; i < n; i++) mean += xi[i];
+        mean /= (float)n;
+        float var = 0.0f;
+        for (int64_t i = 0; i < n; i++) var += (xi[i] - mean) * (xi[i] - mean);
+        var /= (float)n;
+        const float inv = 1.0f / sqrtf(var + eps);
+        for (int64_t i = 0; i < n; i++) {
+            float y = (xi[i] - mean) * inv;
+            if (w) y *= w[i];
+            if (b) y += b[i];
+            o[i] = y;
+        }
+    }
+}
+
+void op_head_norm(model_ctx *c, float *x, const float *w, int32_t n_tok, int32_t n_heads,
+                  int32_t head_dim, float eps) {
+    for (int64_t i = 0; i < (int64_t)n_tok * n_heads; i++) {
+        float *h = x + i * head_dim;
+        kern_rmsnorm(c->head_tmp, h, w, head_dim, eps);
+        memcpy(h, c->head_tmp, (size_t)head_dim * sizeof *h);
+    }
+}
+
+void op_linear(model_ctx *c, const model_weight *w, const float *bias, const float *x,
+               int32_t n_tok, float *out) {
+    kern_matmul(c->pool, (hl_type)w->type, w->data, w->n_rows, w->n_cols, x, n_tok, out,
+                c->mm_scratch);
+    op_add_bias(out, bias, n_tok, w->n_rows);
+}
+
+void op_linear_many(model_ctx *c, const model_weight *w1, float *out1, const model_weight *w2,
+                    float *out2, const model_weight *w3, float *out3, const float *x,
+                    int32_t n_tok) {
+    const kern_matmul_item items[3] = {{(hl_type)w1->type, w1->data, w1->n_rows, out1},
+                                       {(hl_type)w2->type, w2->data, w2->n_rows, out2},
+                                       {w3 ? (hl_type)w3->type : HL_TYPE_F32,
+                                        w3 ? w3->data : NULL, w3 ? w3->n_rows : 0, out3}};
+    kern_matmul_many(c->pool, items, w3 ? 3 : 2, w1->n_cols, x, n_tok, c->mm_scratch);
+}
+
+void op_add_bias(float *x, const float *bias, int32_t n_tok, int64_t n) {
+    if (!bias) return;
+    for (int32_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n; i++) x[t * n + i] += bias[i];
+}
+
+void op_add(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+void op_scale(float *x, float s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void op_split(const float *src, int32_t n_tok, float *a, int64_t n_a, float *b, int64_t n_b,
+              float *cc, int64_t n_c) {
+    const int64_t w = n_a + n_b + n_c;
+    for (int32_t t = 0; t < n_tok; t++) {
+        const float *s = src + t * w;
+        memcpy(a + t * n_a, s, (size_t)n_a * sizeof *s);
+        memcpy(b + t * n_b, s + n_a, (size_t)n_b * sizeof *s);
+        if (n_c) memcpy(cc + t * n_c, s + n_a + n_b, (size_t)n_c * sizeof *s);
+    }
+}
+
+static float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+}
+
+void op_act_apply(float *x, int64_t n, op_act act) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i];
+        switch (act) {
+        case OP_SILU: x[i] = v / (1.0f + expf(-v)); break;
+        case OP_GELU_TANH: x[i] = gelu_tanh(v); break;
+        case OP_GELU_ERF: x[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
+        }
+    }
+}
+
+void op_glu(float *gate, const float *up, int64_t n, op_act act) {
+    if (act == OP_SILU) {
+        kern_swiglu(gate, gate, up, n); /* the vectorised path llama models always used */
+        return;
+    }
+    op_act_apply(gate, n, act);
+    for (int64_t i = 0; i < n; i++) gate[i] *= up[i];
+}
+
+void op_softcap(float *x, int64_t n, float cap) {
+    if (cap == 0.0f) return;
+    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
+/* ---- RoPE ---- */
+
+/* llama.cpp's YaRN ramp between the extrapolated and interpolated angle (ggml rope). */
+static void yarn_corr_dims(int32_t n_rot, int32_t n_ctx_orig, float base, float beta_fast,
+                           float beta_slow, float dims[2]) {
+    const double two_pi = 6.283185307179586;
+#define CORR_DIM(beta) \
+    ((double)n_rot * log((double)n_ctx_orig / ((beta) * two_pi)) / (2.0 * log((double)base)))
+    double lo = floor(CORR_DIM(beta_fast)), hi = ceil(CORR_DIM(beta_slow));
+#undef CORR_DIM
+    dims[0] = (float)(lo > 0 ? lo : 0);
+    dims[1] = (float)(hi < n_rot - 1 ? hi : n_rot - 1);
+}
+
+static void rope_fill(const model_ctx *c, model_rope_table *tb, int32_t n_tok) {
+    const model *m = c->m;
+    const int32_t half = tb->n_rot / 2;
+    const bool yarn = m->x.rope_scaling == MODEL_ROPE_SCALING_YARN;
+    float corr[2] = {0, 0};
+    float mscale = tb->attn_factor;
+    const float ext = yarn ? m->x.yarn_ext_factor : 0.0f;
+    if (yarn) {
+        yarn_corr_dims(tb->n_rot, m->x.n_ctx_orig, tb->base, m->x.yarn_beta_fast,
+                       m->x.yarn_beta_slow, corr);
+        if (ext != 0.0f) mscale *= 1.0f + 0.1f * logf(1.0f / tb->scale);
+    }
+    for (int32_t i = 0; i < half; i++) {
+        /* theta_i = pos * scale * base^(-2i/n_rot) / factor_i, in double so large
+         * positions keep their angle; YaRN mixes in the unscaled angle per frequency */
+        double f = pow((double)tb->base, -2.0 * i / tb->n_rot);
+        double inv = f * tb->scale;
+        if (tb->factors && tb->factors[i] != 0.0f) {
+            inv /= tb->factors[i];
+            f /= tb->factors[i];
+        }
+        double ramp = 0.0;
+        if (ext != 0.0f) {
+            double y = ((double)i - corr[0]) / fmax(0.001, (double)corr[1] - corr[0]);
+            ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * ext;
+        }
+        for (int32_t t = 0; t < n_tok; t++) {
+            double theta = (double)c->tok_pos[t] * inv;
+            if (ramp != 0.0) theta = theta * (1.0 - ramp) + (double)c->tok_pos[t] * f * ramp;
+            float cs = (float)cos(theta), sn = (float)sin(theta);
+            if (mscale != 1.0f) {
+                cs *= mscale;
+                sn *= mscale;
+            }
+            tb->cos[t * half + i] = cs;
+            tb->sin[t * half + i] = sn;
+        }
+    }
+    tb->valid = true;
+}
+
+/* The batch's table for this configuration, computed on first use in a batch. */
+static const model_rope_table *rope_table(model_ctx *c, const model_layer_hp *h, int32_t n_tok) {
+    const float attn_factor = c->m->x.rope_attn_factor;
+    model_rope_table *free_slot = NULL;
+    for (int i = 0; i < MODEL_ROPE_TABLES; i++) {
+        model_rope_table *tb = &c->rope[i];
+        if (!tb->valid) {
+            if (!free_slot) free_slot = tb;
+            continue;
+        }
+        if (tb->n_rot == h->n_rot && tb->base == h->rope_base && tb->scale == h->rope_scale &&
+            tb->factors == h->rope_factors && tb->attn_factor == attn_factor)
+            return tb;
+    }
+    if (!free_slot) free_slot = &c->rope[0]; /* more kinds than slots: recompute */
+    free_slot->n_rot = h->n_rot;
+    free_slot->base = h->rope_base;
+    free_slot->scale = h->rope_scale;
+    free_slot->factors = h->rope_factors;
+    free_slot->attn_factor = attn_factor;
+    rope_fill(c, free_slot, n_tok);
+    return free_slot;
+}
+
+void op_rope(model_ctx *c, const model_layer_hp *h, bool neox, float *x, int32_t n_tok,
+             int32_t n_heads, int32_t head_dim) {
+    const model_rope_table *tb = rope_table(c, h, n_tok);
+    const int32_t half = h->n_rot / 2;
+    for (int32_t t = 0; t < n_tok; t++) {
+        const float *cs = tb->cos + t * half, *sn = tb->sin + t * half;
+        for (int32_t hd = 0; hd < n_heads; hd++) {
+            float *v = x + ((int64_t)t * n_heads + hd) * head_dim;
+            for (int32_t i = 0; i < half; i++) {
+                const int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                const float x0 = v[a], x1 = v[b];
+                v[a] = x0 * cs[i] - x1 * sn[i];
+                v[b] = x0 * sn[i] + x1 * cs[i];
+            }
+        }
+    }
+}
+
+/* ---- attention ---- */
+
+static const float *kv_k(const model_seq_kv *kv, int32_t layer, int32_t head, int32_t pos) {
+    return (const float *)kv_geom_k(kv->geom, kv->blocks[pos / kv->B], kv->B, layer, head,
+                                    pos % kv->B);
+}
+
+static const float *kv_v(const model_seq_kv *kv, int32_t layer, int32_t head, int32_t pos) {
+    return (const float *)kv_geom_v(kv->geom, kv->blocks[pos / kv->B], kv->B, layer, head,
+                                    pos % kv->B);
+}
+
+/* Writes the batch's (already rotated) keys and values into each token's sequence at its
+ * position. */
+static void kv_store(const model_ctx *c, const op_attn *a, int32_t n_tok) {
+    const int32_t hdk = a->head_dim_k, hdv = a->head_dim_v;
+    for (int32_t t = 0; t < n_tok; t++) {
+        const model_seq_kv *kv = &c->seq_kv[c->tok_seq[t]];
+        const int32_t pos = c->tok_pos[t];
+        for (int32_t h = 0; h < a->n_head_kv; h++) {
+            memcpy((void *)kv_k(kv, a->layer, h, pos), c->k + ((int64_t)t * a->n_head_kv + h) * hdk,
+                   (size_t)hdk * sizeof(float));
+            memcpy((void *)kv_v(kv, a->layer, h, pos), c->v + ((int64_t)t * a->n_head_kv + h) * hdv,
+                   (size_t)hdv * sizeof(float));
+        }
+    }
+}
+
+typedef struct attn_job {
+    const model_ctx *c;
+    const op_attn *a;
+    int32_t n_tok;
+    _Atomic int64_t next_chunk; /* perf: see attn_worker */
+} attn_job;
+
+/* Query heads [h0, h0 + nh) of token t, all of one KV head, nh <= ATTN_HEADS. Keys are
+ * scored a block at a time; the softmax is computed online (running max and sum), so no
+ * buffer the size of the context is needed. perf: the heads walk the keys together, so
+ * each block of K and V comes from memory once for the group instead of once per head
+ * (GQA: 4-8 query heads per KV head). Per head the operations and their order are
+ * exactly those of a head computed alone. */
+static void attn_heads(const attn_job *j, int32_t t, int32_t h0, int32_t nh) {
+    const op_attn *a = j->a;
+    const model_ctx *c = j->c;
+    const int32_t hdk = a->head_dim_k, hdv = a->head_dim_v;
+    const int32_t kvh = h0 / (a->n_head / a->n_head_kv);
+    const int32_t seq = c->tok_seq[t], pos = c->tok_pos[t];
+    const model_seq_kv *kv = &c->seq_kv[seq]; /* the token's own sequence */
+    const int32_t k_end = a->causal ? pos + 1 : c->seq_end[seq];
+    const int32_t k_begin = a->causal && a->window > 0 && pos - a->window + 1 > 0
+                                ? pos - a->window + 1
+                                : 0;
+    float run_max[ATTN_HEADS], run_sum[ATTN_HEADS];
+    float score[ATTN_BLOCK];
+    const float *q = c->q + ((int64_t)t * a->n_head + h0) * hdk;
+    float *out = c->att + ((int64_t)t * a->n_head + h0) * hdv;
+    for (int32_t i = 0; i < nh; i++) {
+        /* a sink is one more logit in the denominator: exp(sink - max) starts the sum */
+        run_max[i] = a->sinks ? a->sinks[h0 + i] : -INFINITY;
+        run_sum[i] = a->sinks ? 1.0f : 0.0f;
+    }
+    memset(out, 0, (size_t)nh * (size_t)hdv * sizeof *out);
+    for (int32_t k0 = k_begin, nb; k0 < k_end; k0 += nb) {
+        /* a run of keys that is contiguous: inside one cache block */
+        nb = k_end - k0 < ATTN_BLOCK ? k_end - k0 : ATTN_BLOCK;
+        if (nb > kv->B - k0 % kv->B) nb = kv->B - k0 % kv->B;
+        const float *K = kv_k(kv, a->layer, kvh, k0);
+        const float *V = kv_v(kv, a->layer, kvh, k0);
+        for (int32_t i = 0; i < nh; i++) {
+            float *o = out + (int64_t)i * hdv;
+            kern_dot_rows(score, q + (int64_t)i * hdk, K, hdk, nb, hdk, a->scale);
+            if (a->softcap != 0.0f) op_softcap(score, nb, a->softcap);
+            float block_max = -INFINITY;
+            for (int32_t k = 0; k < nb; k++)
+                if (score[k] > block_max) block_max = score[k];
+            if (block_max > run_max[i]) {
+                const float r = expf(run_max[i] - block_max); /* 0 on the first block */
+                run_sum[i] *= r;
+                for (int32_t d = 0; d < hdv; d++) o[d] *= r;
+                run_max[i] = block_max;
+            }
+            /* perf: vector exp over the block; the value sum with o held in registers */
+            run_sum[i] += kern_exp_shift_sum(score, nb, run_max[i]);
+            kern_axpy_rows(o, score, V, hdv, nb, hdv);
+        }
+    }
+    for (int32_t i = 0; i < nh; i++) {
+        const float inv = run_sum[i] > 0.0f ? 1.0f / run_sum[i] : 0.0f;
+        for (int32_t d = 0; d < hdv; d++) out[(int64_t)i * hdv + d] *= inv;
+    }
+}
+
+/* perf: threads claim chunks (one token x the query heads of one KV head) from a counter,
+ * latest token first: causal rows grow with the position, so a static split gave the
+ * thread with the late tokens 3/4 of a prefill's work, and a descheduled thread no
+ * longer holds up the others. Each (token, head) is computed alike in any order. */
+static void attn_worker(void *ctx, int ith, int nth) {
+    attn_job *j = ctx;
+    (void)ith;
+    (void)nth;
+    const int32_t n_head = j->a->n_head, group = n_head / j->a->n_head_kv;
+    const int64_t per_tok = n_head / group, n_chunks = (int64_t)j->n_tok * per_tok;
+    for (;;) {
+        const int64_t ci = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed);
+        if (ci >= n_chunks) break;
+        const int64_t i = n_chunks - 1 - ci;
+        const int32_t t = (int32_t)(i / per_tok), h0 = (int32_t)(i % per_tok) * group;
+        for (int32_t h = h0; h < h0 + group; h += ATTN_HEADS)
+            attn_heads(j, t, h, h0 + group - h < ATTN_HEADS ? h0 + group - h : ATTN_HEADS);
+    }
+}
+
+void op_attention(model_ctx *c, const op_attn *a, int32_t n_tok) {
+    if (a->store) kv_store(c, a, n_tok);
+    attn_job job = {.c = c, .a = a, .n_tok = n_tok, .next_chunk = 0};
+    hl_pool_run_any(c->pool, attn_worker, &job); /* perf: chunks claimed dynamically */
+}
