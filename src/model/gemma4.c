@@ -57,7 +57,7 @@ static void per_layer_add(model_ctx *c, const model_layer *ly, int32_t l, int32_
     const model *m = c->m;
     const int64_t E = m->hp.n_embd, PL = m->x.n_embd_per_layer;
     const int64_t LPL = PL * m->hp.n_layer;
-    float *g = c->extra + (int64_t)c->max_batch * LPL; /* scratch: the token rows are used */
+    float *g = c->extra + (int64_t)c->max_batch * LPL; /* scratch: per_layer_inputs is done with it */
     op_linear(c, &ly->pl_gate, NULL, c->x, n_tok, g);
     op_act_apply(g, n_tok * PL, OP_GELU_TANH);
     for (int32_t t = 0; t < n_tok; t++) {
