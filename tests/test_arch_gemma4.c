@@ -112,9 +112,10 @@ TEST(gemma4_block_pool_batch_matches_each_alone_and_model_eval) {
     model_batch_entry e[NSEQ];
     for (int s = 0; s < NSEQ; s++) {
         CHECK_OK(kv_table_reserve(&batched[s], fresh[s], NULL), NULL);
-        e[s] = (model_batch_entry){{batched[s].data, batched[s].n_blocks, 8, batched[s].len,
-                                    kv_pool_geom(pool)},
-                                   toks[s] + cached[s], fresh[s], true};
+        e[s] = (model_batch_entry){.kv = {batched[s].data, batched[s].n_blocks, 8,
+                                          batched[s].len, kv_pool_geom(pool)},
+                                   .tokens = toks[s] + cached[s], .n_tokens = fresh[s],
+                                   .want_logits = true};
     }
     CHECK_OK(model_eval_batch(c, e, NSEQ, out, NULL), NULL);
     for (int s = 0; s < NSEQ; s++) {
