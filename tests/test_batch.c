@@ -85,6 +85,7 @@ TEST(batch_forward_mixed_sequences_match_each_alone) {
         }
         /* all at once: sequence 4 does not want logits */
         model_batch_entry e[NSEQ];
+        memset(e, 0, sizeof e);
         for (int s = 0; s < NSEQ; s++) {
             CHECK_OK(kv_table_reserve(&batched[s], seq_new[s], NULL), NULL);
             view_of(&batched[s], &e[s].kv);
