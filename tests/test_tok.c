@@ -313,6 +313,37 @@ TEST(tok_wpm_encode_decode) {
     tok_vocab_destroy(v);
 }
 
+/* A combining accent written as a code point of its own (NFD text, "e\u0301") is dropped
+ * like a precomposed one, as HF's BasicTokenizer does for uncased BERT (NFD, then drop
+ * category Mn). Before, the mark stayed in the word and the whole word became [UNK].
+ * Ids of bert-base-uncased (the bge vocabulary): "e" 1041, "cafe" 7668, "naive" 15743,
+ * "resume" 13746. */
+TEST(tok_wpm_drops_combining_marks) {
+    VOCAB_OR_SKIP(v, "ggml-vocab-bert-bge.gguf");
+    static const struct {
+        const char *text;
+        int32_t want[4];
+        int n;
+    } cases[] = {
+        {"e\xcc\x81", {101, 1041, 102}, 3},
+        {"Caf\xc3\xa9", {101, 7668, 102}, 3},
+        {"Cafe\xcc\x81", {101, 7668, 102}, 3},
+        {"NAI\xcc\x88VE re\xcc\x81sume\xcc\x81", {101, 15743, 13746, 102}, 4},
+        {"\xcc\x81", {101, 102}, 2}, /* a lone mark is no word at all */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int32_t ids[16];
+        long n = encode(v, cases[k].text, strlen(cases[k].text), true, false, ids, 16);
+        bool same = n == cases[k].n;
+        for (int i = 0; same && i < n; i++) same = ids[i] == cases[k].want[i];
+        CHECK_MSG(same, "case %zu: %ld ids [%d %d %d %d], want %d [%d %d %d %d]", k, n,
+                  n > 0 ? ids[0] : -1, n > 1 ? ids[1] : -1, n > 2 ? ids[2] : -1,
+                  n > 3 ? ids[3] : -1, cases[k].n, cases[k].want[0], cases[k].want[1],
+                  cases[k].want[2], cases[k].want[3]);
+    }
+    tok_vocab_destroy(v);
+}
+
 /* ---- hostile input ---- */
 
 /* Time limits are for optimised builds; sanitizers slow the code several times. */

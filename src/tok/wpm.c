@@ -1,8 +1,12 @@
 /*
  * wpm.c - WordPiece (BERT) encoding as llama.cpp does it. Each code point is mapped to
  * the first code point of its canonical decomposition (so accents drop off) and
- * lowercased; whitespace separates words, control characters vanish, punctuation,
- * ASCII symbols and CJK ideographs are words of their own. Each word, prefixed with
+ * lowercased. Nonspacing marks (category Mn) that remain, combining accents written as
+ * code points of their own ("e\u0301"), are dropped as well: that is what HF's
+ * BasicTokenizer does for uncased vocabularies (NFD, then drop Mn), so "e\u0301" and
+ * "\u00e9" both become "e" instead of the whole word becoming [UNK]. Whitespace
+ * separates words, control characters vanish, punctuation, ASCII symbols and CJK
+ * ideographs are words of their own. Each word, prefixed with
  * U+2581 (GGUF BERT vocabularies store word-initial pieces that way and continuation
  * pieces without "##"), is cut greedily into the longest tokens from the left; a
  * word that cannot be cut completely becomes one unknown token.
@@ -110,7 +114,7 @@ hl_status tok_wpm_encode(const tok_vocab *v, const char *text, size_t len, tok_s
         utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)c);
         if (c == 0 || c == 0xFFFD || cat == UTF8PROC_CATEGORY_CC ||
             cat == UTF8PROC_CATEGORY_CF || cat == UTF8PROC_CATEGORY_CO ||
-            cat == UTF8PROC_CATEGORY_CS)
+            cat == UTF8PROC_CATEGORY_CS || cat == UTF8PROC_CATEGORY_MN)
             continue;
         uint32_t lower = (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
         bool punct = cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
