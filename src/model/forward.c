@@ -257,8 +257,14 @@ static hl_status check_geom(const kv_geom *want, const kv_geom *g, hl_err *err) 
     return HL_OK;
 }
 
-/* Non-causal models see a sequence's later tokens: it must come in one piece. */
+/* Positions must exist; non-causal models see a sequence's later tokens: it must come in
+ * one piece. */
 static hl_status check_whole(const model_ctx *c, int32_t len, int32_t n, hl_err *err) {
+    /* absolute position embeddings (BERT) have a row per position and no more */
+    if (c->m->pos_embd.data && (int64_t)len + n > c->m->pos_embd.n_rows)
+        return hl_fail(err, HL_ERR_INVALID,
+                       "input of %d tokens exceeds the model's %lld positions", len + n,
+                       (long long)c->m->pos_embd.n_rows);
     if (c->m->x.causal) return HL_OK;
     if (len != 0)
         return hl_fail(err, HL_ERR_INVALID,
@@ -416,6 +422,15 @@ hl_status model_eval_batch(model_ctx *c, const model_batch_entry *entries, int32
     if (n_rows > 0 && !c->m->output.data)
         return hl_fail(err, HL_ERR_UNSUPPORTED, "this is an embedding model: it has no logits");
     forward_batch(c, t, c->logit_rows, logits ? n_rows : 0, logits);
+    /* c->x still holds every token's final residual stream (the logits step writes xb) */
+    const int64_t E = c->m->hp.n_embd;
+    t = 0;
+    for (int32_t e = 0; e < n_entries; e++) {
+        const model_batch_entry *b = &entries[e];
+        for (int32_t i = 0; b->hidden && i < b->n_tokens; i++)
+            final_norm_row(c, t + i, b->hidden + (int64_t)i * E);
+        t += b->n_tokens;
+    }
     return HL_OK;
 }
 
@@ -430,10 +445,13 @@ hl_status model_embed(model_ctx *c, const int32_t *tokens, int32_t n, bool norma
     hl_status st = model_kv_create(m, n, &kv, err);
     if (!st) st = model_eval_hidden(c, kv, tokens, n, hidden, err);
     model_kv_free(kv);
-    if (st) {
-        free(hidden);
-        return st;
-    }
+    if (!st) model_pool(m, hidden, n, normalize, out);
+    free(hidden);
+    return st;
+}
+
+void model_pool(const model *m, const float *hidden, int32_t n, bool normalize, float *out) {
+    const int64_t E = m->hp.n_embd;
     switch (m->hp.pooling) {
     case MODEL_POOL_CLS: memcpy(out, hidden, (size_t)E * sizeof *out); break;
     case MODEL_POOL_LAST: memcpy(out, hidden + (size_t)(n - 1) * E, (size_t)E * sizeof *out); break;
@@ -444,7 +462,6 @@ hl_status model_embed(model_ctx *c, const int32_t *tokens, int32_t n, bool norma
             out[j] = (float)(sum / n);
         }
     }
-    free(hidden);
     if (normalize) {
         double ss = 0;
         for (int64_t j = 0; j < E; j++) ss += (double)out[j] * out[j];
@@ -453,5 +470,4 @@ hl_status model_embed(model_ctx *c, const int32_t *tokens, int32_t n, bool norma
             for (int64_t j = 0; j < E; j++) out[j] *= inv;
         }
     }
-    return HL_OK;
 }

@@ -247,6 +247,7 @@ typedef struct model_arch_desc {
 extern const model_arch_desc model_arch_llama, model_arch_qwen2, model_arch_qwen3;
 extern const model_arch_desc model_arch_gemma2, model_arch_gemma3;
 extern const model_arch_desc model_arch_gemma4;
+extern const model_arch_desc model_arch_bert, model_arch_nomic_bert;
 
 /* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */
 hl_status model_add_mat(model *m, const model_weight *w, hl_err *err);

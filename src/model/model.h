@@ -182,6 +182,9 @@ typedef struct model_batch_entry {
     const int32_t *tokens;
     int32_t n_tokens;   /* >= 1 */
     bool want_logits;   /* the logits of this entry's last token */
+    /* NULL, or n_tokens rows of n_embd floats: this entry's final hidden states, as
+     * model_eval_hidden writes them (for embeddings; see model_pool) */
+    float *hidden;
 } model_batch_entry;
 
 /* Evaluates several sequences in one forward pass: all tokens of all entries (at most
@@ -206,6 +209,11 @@ const float *model_ctx_logits(const model_ctx *c);
  * kv like model_eval does. */
 hl_status model_eval_hidden(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t n,
                             float *hidden, hl_err *err);
+
+/* Pools n rows of final hidden states (n_embd floats each, as model_eval_hidden writes
+ * them) into out as the model declares (mean when it declares nothing), then
+ * L2-normalises when normalize is set. */
+void model_pool(const model *m, const float *hidden, int32_t n, bool normalize, float *out);
 
 /* One sequence's embedding: tokens[0..n) evaluated from position 0 in a cache of their
  * own (the context's other state is not touched), the final hidden states pooled as the

@@ -30,6 +30,9 @@
 typedef struct job {
     const runner_request *req;
     int32_t num_predict;
+    /* an embedding (runner_embed): n_tokens rows of hidden states filled step by step,
+     * pooled into embed_out at the end; NULL for a generation */
+    float *hidden, *embed_out;
     pthread_cond_t cv; /* the caller waits here */
     struct job *next;  /* queue link */
     /* batch thread -> caller (under mu); a sequence with an event pending does not step */
@@ -44,7 +47,8 @@ typedef struct job {
     bool refused; /* a callback returned false */
 } job;
 
-typedef enum seq_phase { SEQ_FREE = 0, SEQ_NEW, SEQ_PREFILL, SEQ_DECODE } seq_phase;
+/* SEQ_EMBED: an embedding's tokens go through the batch (no prefix cache, no sampling) */
+typedef enum seq_phase { SEQ_FREE = 0, SEQ_NEW, SEQ_PREFILL, SEQ_DECODE, SEQ_EMBED } seq_phase;
 
 /* One parallel slot: a sequence's live state. Batch thread only (phase/job under mu). */
 typedef struct seq {
@@ -79,6 +83,7 @@ struct runner {
     seq *seqs;
     int32_t n_parallel;
     int32_t n_ctx, chunk, batch_tokens, max_queue;
+    bool causal; /* false: a sequence's tokens must all be in one forward pass */
     int64_t ack_wait_ns; /* < 0: wait for all */
 
     pthread_mutex_t mu;
@@ -118,6 +123,7 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     runner *r = calloc(1, sizeof *r);
     if (!r) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     r->m = m;
+    r->causal = model_is_causal(m);
     r->n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : hp->n_ctx_train;
     if (r->n_ctx <= 0) r->n_ctx = 2048;
     r->chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : RUNNER_PREFILL_CHUNK;
@@ -269,6 +275,9 @@ runner_load runner_get_load(runner *r) {
 
 hl_status runner_prepare(const runner *r, const runner_request *req, int32_t *num_predict,
                          hl_err *err) {
+    if (!model_has_logits(r->m))
+        return hl_fail(err, HL_ERR_UNSUPPORTED,
+                       "this is an embedding model: it cannot generate text");
     if (req->n_tokens <= 0 || !req->tokens) return hl_fail(err, HL_ERR_INVALID, "empty prompt");
     if (req->n_tokens >= r->n_ctx)
         return hl_fail(err, HL_ERR_INVALID,
@@ -308,7 +317,10 @@ static void seq_finish(runner *r, seq *s, hl_status st, const hl_err *e) {
     hl_err fe = {0};
     if (st && e) fe = *e;
     pthread_mutex_lock(&r->kv_mu);
-    {
+    if (s->job->hidden) {
+        kv_table_truncate(&s->table, 0); /* an embedding's KV is not kept */
+        if (r->wpool) kv_table_truncate(&s->wtable, 0);
+    } else {
         /* the trie must record what the cache holds, whatever happened */
         hl_err ce;
         hl_status cs = kv_session_close(&s->sess, &ce);
@@ -369,6 +381,24 @@ static void seq_start(runner *r, seq *s) {
         s->phase = SEQ_DECODE;
         s->next_token = req->tokens[n - 1];
     }
+}
+
+/* Admission of an embedding: a fresh KV (the lane's table, empty between requests) for all
+ * its positions. */
+static void embed_start(runner *r, seq *s) {
+    hl_err e = {0};
+    pthread_mutex_lock(&r->kv_mu);
+    kv_table_truncate(&s->table, 0);
+    if (r->wpool) kv_table_truncate(&s->wtable, 0);
+    hl_status st = kv_table_prealloc(&s->table, s->job->req->n_tokens, &e);
+    if (!st && r->wpool) st = kv_table_prealloc(&s->wtable, s->job->req->n_tokens, &e);
+    pthread_mutex_unlock(&r->kv_mu);
+    if (st) {
+        seq_finish(r, s, st, &e);
+        return;
+    }
+    s->done = 0;
+    s->phase = SEQ_EMBED;
 }
 
 static bool job_cancelled(const job *j) {
@@ -488,14 +518,17 @@ static void post_token(runner *r, seq *s, const sampler_out *so) {
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Oldest admitted prefill that still needs a chunk this step, or NULL. */
-static seq *next_prefill(runner *r) {
+/* Oldest admitted prefill or embedding that still needs a chunk this step and can have
+ * one within budget (a non-causal embedding only whole), or NULL. */
+static seq *next_prefill(runner *r, int32_t budget) {
     seq *best = NULL;
     for (int32_t i = 0; i < r->n_parallel; i++) {
         seq *s = &r->seqs[i];
-        if (s->ready && s->phase == SEQ_PREFILL && s->step_n == 0 &&
-            (!best || s->admitted < best->admitted))
-            best = s;
+        if (!s->ready || s->step_n != 0 || (s->phase != SEQ_PREFILL && s->phase != SEQ_EMBED))
+            continue;
+        if (s->phase == SEQ_EMBED && !r->causal && s->job->req->n_tokens - s->done > budget)
+            continue;
+        if (!best || s->admitted < best->admitted) best = s;
     }
     return best;
 }
@@ -511,7 +544,10 @@ static void step(runner *r) {
             s->ready = false;
             continue;
         }
-        if (s->phase == SEQ_NEW) seq_start(r, s);
+        if (s->phase == SEQ_NEW) {
+            if (s->job->hidden) embed_start(r, s);
+            else seq_start(r, s);
+        }
         if (!s->job) s->ready = false; /* failed to start */
     }
 
@@ -523,6 +559,7 @@ static void step(runner *r) {
             seq *s = NULL;
             int32_t n = 0;
             const int32_t *toks = NULL;
+            float *hidden = NULL;
             if (pass == 0) {
                 for (int32_t i = 0; i < r->n_parallel && !s; i++) {
                     seq *c = &r->seqs[i];
@@ -533,14 +570,21 @@ static void step(runner *r) {
                 toks = &s->next_token;
             } else {
                 int32_t budget = r->batch_tokens - n_tokens;
-                if (budget <= 0 || !(s = next_prefill(r))) break;
+                if (budget <= 0 || !(s = next_prefill(r, budget))) break;
                 const int32_t n_prompt = s->job->req->n_tokens;
-                n = n_prompt - s->done - 1;
-                if (n > r->chunk) n = r->chunk;
-                if (n > budget) n = budget;
-                int32_t next = kv_session_next_snapshot(&s->sess);
-                if (next > s->done && next < s->done + n) n = next - s->done;
                 toks = s->job->req->tokens + s->done;
+                if (s->phase == SEQ_EMBED) { /* every token; the last one's state too */
+                    n = n_prompt - s->done;
+                    if (r->causal && n > r->chunk) n = r->chunk;
+                    if (n > budget) n = budget; /* non-causal: fits (next_prefill) */
+                    hidden = s->job->hidden + (size_t)s->done * model_get_hparams(r->m)->n_embd;
+                } else {
+                    n = n_prompt - s->done - 1;
+                    if (n > r->chunk) n = r->chunk;
+                    if (n > budget) n = budget;
+                    int32_t next = kv_session_next_snapshot(&s->sess);
+                    if (next > s->done && next < s->done + n) n = next - s->done;
+                }
             }
             s->step_n = n; /* marks it handled this step, even when reserve fails */
             pthread_mutex_lock(&r->kv_mu);
@@ -556,7 +600,7 @@ static void step(runner *r) {
             *en = (model_batch_entry){
                 .kv = {.blocks = s->table.data, .n_blocks = s->table.n_blocks,
                        .block_tokens = B, .len = s->table.len, .geom = kv_pool_geom(r->pool)},
-                .tokens = toks, .n_tokens = n, .want_logits = pass == 0};
+                .tokens = toks, .n_tokens = n, .want_logits = pass == 0, .hidden = hidden};
             if (r->wpool)
                 en->kv_window = (model_kv_view){
                     .blocks = s->wtable.data, .n_blocks = s->wtable.n_blocks,
@@ -588,6 +632,16 @@ static void step(runner *r) {
             kv_window_trim(&s->window);
         }
         st = HL_OK;
+        if (s->phase == SEQ_EMBED) {
+            pthread_mutex_unlock(&r->kv_mu);
+            s->done += s->step_n;
+            if (s->done == s->job->req->n_tokens) {
+                model_pool(r->m, s->job->hidden, s->done, false, s->job->embed_out);
+                s->rs.prompt_eval_duration_ns = since(s->t_start);
+                seq_finish(r, s, HL_OK, NULL);
+            }
+            continue;
+        }
         if (s->phase == SEQ_PREFILL) {
             s->done += s->step_n;
             int32_t next = kv_session_next_snapshot(&s->sess);
@@ -737,6 +791,54 @@ hl_status runner_generate(runner *r, const runner_request *req, runner_stats *st
     }
     if (stats) *stats = j.stats;
     if (st && err) *err = e;
+    return st;
+}
+
+hl_status runner_embed(runner *r, const int32_t *tokens, int32_t n, float *out, hl_err *err) {
+    if (n <= 0 || !tokens) return hl_fail(err, HL_ERR_INVALID, "no tokens to embed");
+    if (n > r->n_ctx)
+        return hl_fail(err, HL_ERR_INVALID,
+                       "input length (%d tokens) exceeds the model's maximum context length (%d "
+                       "tokens)",
+                       n, r->n_ctx);
+    if (!r->causal && n > r->batch_tokens)
+        return hl_fail(err, HL_ERR_INVALID,
+                       "input length (%d tokens) exceeds the batch size (%d tokens): this model "
+                       "needs the whole input in one batch",
+                       n, r->batch_tokens);
+    const int32_t n_vocab = model_get_hparams(r->m)->n_vocab;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return hl_fail(err, HL_ERR_INVALID,
+                           "token %d (at index %d) is outside the vocabulary [0, %d)", tokens[i],
+                           i, n_vocab);
+    const size_t E = (size_t)model_get_hparams(r->m)->n_embd;
+    runner_request req = {.tokens = tokens, .n_tokens = n};
+    job j = {.req = &req, .embed_out = out};
+    j.hidden = malloc((size_t)n * E * sizeof *j.hidden);
+    if (!j.hidden) return hl_fail(err, HL_ERR_NOMEM, "out of memory for %d hidden states", n);
+    if (pthread_cond_init(&j.cv, NULL) != 0) {
+        free(j.hidden);
+        return hl_fail(err, HL_ERR_NOMEM, "cannot create a condition variable");
+    }
+    hl_status st = HL_OK;
+    pthread_mutex_lock(&r->mu);
+    if (r->stop || r->n_queued >= r->max_queue) {
+        st = r->stop ? hl_fail(err, HL_ERR_CANCELLED, "request cancelled")
+                     : hl_fail(err, HL_ERR_BUSY, RUNNER_BUSY_MESSAGE);
+    } else {
+        if (r->q_tail) r->q_tail->next = &j;
+        else r->q_head = &j;
+        r->q_tail = &j;
+        r->n_queued++;
+        pthread_cond_signal(&r->loop_cv);
+        while (!j.finished) pthread_cond_wait(&j.cv, &r->mu); /* no events: no callbacks */
+        st = j.status;
+        if (st && err) *err = j.err;
+    }
+    pthread_mutex_unlock(&r->mu);
+    pthread_cond_destroy(&j.cv);
+    free(j.hidden);
     return st;
 }
 

@@ -47,6 +47,9 @@
  * Cancellation or an error ends only the affected request; its slot, blocks and trie
  * lane are released and its tokens recorded in the trie, whatever happened.
  *
+ * An embedding-only model (model_has_logits false) cannot generate: runner_generate fails
+ * with HL_ERR_UNSUPPORTED; runner_embed serves it.
+ *
  * Ownership: runner_create borrows the model (it must outlive the runner), owns the KV
  * pool, trie, sampler and compute context, and starts the batch thread; runner_destroy
  * stops it and frees everything (no runner_generate may be in flight then).
@@ -153,6 +156,15 @@ hl_status runner_prepare(const runner *r, const runner_request *req, int32_t *nu
  * status of the final event (HL_ERR_BUSY when the queue is full); *stats (may be NULL)
  * gets the final statistics. */
 hl_status runner_generate(runner *r, const runner_request *req, runner_stats *stats, hl_err *err);
+
+/* An embedding through the same batch loop: tokens[0..n) (1 <= n <= the context length;
+ * for a non-causal model also <= batch_tokens, as its whole input goes in one forward
+ * pass) are evaluated from position 0 in a KV of their own (no prefix cache, kept only
+ * until the end), in the forward passes of whatever else runs (concurrent embeddings
+ * share them; a causal model's input may be chunked like a prefill), and the final
+ * hidden states pooled as the model declares (model_pool) into out (n_embd floats), not
+ * normalised. Thread-safe; queues like runner_generate (HL_ERR_BUSY when full). */
+hl_status runner_embed(runner *r, const int32_t *tokens, int32_t n, float *out, hl_err *err);
 
 typedef struct runner_memory {
     size_t weights; /* tensors the forward pass reads */

@@ -769,7 +769,10 @@ static void infer_run(srv_stream *s, void *vctx) {
     sched_model *m;
     uint64_t load_ns;
     if (!acquire(c, &m, &load_ns)) return;
-    if (load_only(c))
+    if (m->info.embedding_only) /* Ollama's answer for a model without completion */
+        srv_stream_fail(s, 400, "\"%s\" does not support %s", c->req_model,
+                        c->kind == INFER_CHAT ? "chat" : "generate");
+    else if (load_only(c))
         send_load_reply(c, "load");
     else
         run_generation(c, m, load_ns);

@@ -2,9 +2,8 @@
  * engine.c - the engine seam (engine.h) over the runner's pipeline (src/runner/): the
  * runner owns the prefix-trie KV cache shared across conversations, chunked prefill,
  * decoding with the slot sampler, exact num_predict and the context limit. This file
- * only adapts its event stream to engine.h's callbacks and adds embeddings, which the
- * runner does not do: they run on a separate compute context over a throwaway KV cache
- * (model_eval_hidden), so they never disturb the runner's cache.
+ * only adapts its event stream to engine.h's callbacks. Embeddings go through the same
+ * runner (runner_embed: batched with whatever else runs, pooled as the model declares).
  */
 #include "server/engine.h"
 
@@ -24,19 +23,14 @@ struct engine {
     eremote *remote; /* set: everything is forwarded to a runner process */
     model *m;
     runner *run;
-    model_ctx *embed_ctx; /* created on the first embedding */
     engine_info info;
     _Atomic uint64_t mem_bytes; /* measured after load and after every request */
-    _Atomic uint64_t embed_bytes; /* the embedding context's scratch */
-    engine_config cfg;
     char *chat_template;
-    pthread_mutex_t lock; /* the embedding context serves one request at a time; the runner
-                             batches concurrent generations itself */
 };
 
 static void measure(engine *e) {
     runner_memory mem = runner_get_memory(e->run);
-    atomic_store(&e->mem_bytes, (uint64_t)mem.total + atomic_load(&e->embed_bytes));
+    atomic_store(&e->mem_bytes, (uint64_t)mem.total);
 }
 
 static void read_metadata(engine *e, const char *path) {
@@ -49,17 +43,6 @@ static void read_metadata(engine *e, const char *path) {
             memcpy(e->chat_template, s.ptr, s.len);
             e->chat_template[s.len] = '\0';
         }
-    }
-    gguf_str arch;
-    if (gguf_get_str(f, "general.architecture", &arch) && arch.len < 64) {
-        char key[128];
-        snprintf(key, sizeof key, "%.*s.pooling_type", (int)arch.len, arch.ptr);
-        uint32_t u;
-        int32_t i;
-        int v = -1;
-        if (gguf_get_u32(f, key, &u)) v = (int)u;
-        else if (gguf_get_i32(f, key, &i)) v = i;
-        if (v == ENGINE_POOL_CLS || v == ENGINE_POOL_LAST) e->info.pooling = v;
     }
     gguf_close(f);
 }
@@ -87,9 +70,6 @@ hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, eng
                             hl_err *err) {
     engine *e = calloc(1, sizeof *e);
     if (!e) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    pthread_mutex_init(&e->lock, NULL);
-    e->info.pooling = ENGINE_POOL_MEAN;
-    e->cfg = *cfg;
     const model_load_opts lo = {.use_mmap = cfg->use_mmap};
     hl_status st = model_load_ex(gguf_path, NULL, &lo, &e->m, err);
     if (st) goto fail;
@@ -103,12 +83,19 @@ hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, eng
     if (n_ctx < 4) n_ctx = 4;
     runner_config rc = {.n_threads = cfg->n_threads, .n_ctx = n_ctx,
                         .prefill_chunk = cfg->num_batch > 0 ? cfg->num_batch : 0};
+    /* an encoder sees its whole input at once: any input that fits the context must fit
+     * one forward pass */
+    if (!model_is_causal(e->m) && n_ctx > RUNNER_BATCH_TOKENS) rc.batch_tokens = n_ctx;
     st = runner_create(e->m, &rc, &e->run, err);
     if (st) goto fail;
     e->info.n_ctx = runner_n_ctx(e->run);
     e->info.n_ctx_train = hp->n_ctx_train;
     e->info.n_embd = hp->n_embd;
     e->info.n_vocab = hp->n_vocab;
+    e->info.pooling = hp->pooling == MODEL_POOL_CLS    ? ENGINE_POOL_CLS
+                      : hp->pooling == MODEL_POOL_LAST ? ENGINE_POOL_LAST
+                                                       : ENGINE_POOL_MEAN;
+    e->info.embedding_only = !model_has_logits(e->m);
     read_metadata(e, gguf_path);
     measure(e);
     *out = e;
@@ -125,11 +112,9 @@ void engine_close(engine *e) {
         free(e);
         return;
     }
-    model_ctx_free(e->embed_ctx);
     runner_destroy(e->run);
     model_free(e->m);
     free(e->chat_template);
-    pthread_mutex_destroy(&e->lock);
     free(e);
 }
 
@@ -217,41 +202,14 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
 
 hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, hl_err *err) {
     if (e->remote) return eremote_embed(e->remote, tokens, n, out, err);
-    const int32_t E = e->info.n_embd;
     if (n == 0) return hl_fail(err, HL_ERR_INVALID, "no tokens to embed");
     if (n > (size_t)e->info.n_ctx)
         return hl_fail(err, HL_ERR_KV_FULL,
                        "input length (%zu tokens) exceeds the model's maximum context length "
                        "(%d tokens)",
                        n, e->info.n_ctx);
-    float *hidden = malloc(n * (size_t)E * sizeof *hidden);
-    if (!hidden) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    model_kv *kv = NULL;
-    pthread_mutex_lock(&e->lock);
-    hl_status st = HL_OK;
-    if (!e->embed_ctx)
-        st = model_ctx_create(e->m, e->cfg.n_threads, e->cfg.num_batch > 0 ? e->cfg.num_batch : 0,
-                              &e->embed_ctx, err);
-    if (!st) st = model_kv_create(e->m, (int32_t)n, &kv, err);
-    if (!st) st = model_eval_hidden(e->embed_ctx, kv, tokens, (int32_t)n, hidden, err);
-    if (e->embed_ctx) atomic_store(&e->embed_bytes, model_ctx_scratch_bytes(e->embed_ctx));
+    hl_status st = runner_embed(e->run, tokens, (int32_t)n, out, err);
     measure(e);
-    pthread_mutex_unlock(&e->lock);
-    model_kv_free(kv);
-    if (!st) {
-        if (e->info.pooling == ENGINE_POOL_CLS) {
-            memcpy(out, hidden, (size_t)E * sizeof *out);
-        } else if (e->info.pooling == ENGINE_POOL_LAST) {
-            memcpy(out, hidden + (n - 1) * (size_t)E, (size_t)E * sizeof *out);
-        } else {
-            for (int32_t j = 0; j < E; j++) {
-                double sum = 0;
-                for (size_t i = 0; i < n; i++) sum += hidden[i * (size_t)E + (size_t)j];
-                out[j] = (float)(sum / (double)n);
-            }
-        }
-    }
-    free(hidden);
     return st;
 }
 

@@ -53,6 +53,7 @@ typedef struct engine_info {
     uint64_t mem_bytes;  /* measured (after load and after each request): weights read +
                             KV cache + scratch; engine_get_info never blocks on a run */
     int pooling;         /* ENGINE_POOL_* the GGUF asks for (mean when it does not say) */
+    bool embedding_only; /* no output layer (BERT): engine_generate cannot serve it */
 } engine_info;
 
 enum { ENGINE_POOL_MEAN = 1, ENGINE_POOL_CLS = 2, ENGINE_POOL_LAST = 3 };
@@ -106,7 +107,8 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
                           hl_err *err);
 
 /* Pools the final hidden states of tokens (1 <= n <= n_ctx) into out (n_embd floats) as
- * info.pooling says; not normalised. */
+ * info.pooling says (model_pool); not normalised. Runs through the runner's batch loop,
+ * so concurrent embeddings share forward passes (runner_embed). */
 hl_status engine_embed(engine *e, const int32_t *tokens, size_t n, float *out, hl_err *err);
 
 /* False once the engine cannot serve any more (its runner process exited): the loaded-

@@ -283,6 +283,7 @@ static void apply_health(eremote *r, const json_t *j) {
     r->info.n_embd = (int32_t)json_integer_value(json_object_get(j, "n_embd"));
     r->info.n_vocab = (int32_t)json_integer_value(json_object_get(j, "n_vocab"));
     r->info.pooling = (int)json_integer_value(json_object_get(j, "pooling"));
+    r->info.embedding_only = json_is_true(json_object_get(j, "embedding_only"));
     atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
 }
 

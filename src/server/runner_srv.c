@@ -28,11 +28,12 @@ static enum MHD_Result handle_health(srv_request *r) {
     engine_info info;
     engine_get_info(g_eng, &info);
     return srv_reply_json(r, 200,
-                          json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:i}", "status", "ok",
-                                    "pid", (int)getpid(), "n_ctx", info.n_ctx, "n_ctx_train",
-                                    info.n_ctx_train, "n_embd", info.n_embd, "n_vocab",
-                                    info.n_vocab, "mem_bytes", (json_int_t)info.mem_bytes,
-                                    "pooling", info.pooling));
+                          json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:b}", "status",
+                                    "ok", "pid", (int)getpid(), "n_ctx", info.n_ctx,
+                                    "n_ctx_train", info.n_ctx_train, "n_embd", info.n_embd,
+                                    "n_vocab", info.n_vocab, "mem_bytes",
+                                    (json_int_t)info.mem_bytes, "pooling", info.pooling,
+                                    "embedding_only", (int)info.embedding_only));
 }
 
 typedef struct comp_ctx {
