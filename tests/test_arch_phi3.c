@@ -1,7 +1,10 @@
 /*
  * test_arch_phi3.c - phi3 against llama.cpp's goldens (tests/arch_golden.h): fused qkv and
  * gate|up, partial rotary (neox), LongRoPE with the long and the short factor sets and
- * the attention factor; F32, F16 and Q8_0 weights.
+ * the attention factor; F32, F16 and Q8_0 weights. Also: the factor set follows the
+ * context size the caller serves (model_ctx_set_n_ctx, a model_kv's capacity, the
+ * runner's num_ctx) by llama.cpp's rule; separate q/k/v equal the fused tensor; load
+ * errors name the fused tensors and their shapes.
  */
 #include "arch_golden.h"
 #include "test.h"
@@ -23,7 +26,9 @@ TEST(arch_phi3_longrope_short_q8_0) { arch_golden_check("phi3-longrope-short-q8_
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf/gguf.h"
 #include "kv/layout.h"
+#include "model_synth.h"
 #include "runner/runner.h"
 
 #define N_TOK 24
@@ -151,4 +156,132 @@ TEST(arch_phi3_longrope_runner_uses_its_context_size) {
     for (int i = 0; i < 8; i++)
         CHECK_MSG(got[1 + i] == greedy[i], "greedy token %d: %d, golden %d", i, got[1 + i],
                   greedy[i]);
+}
+
+/* ---- load errors: the fused tensors are checked like any other ---- */
+
+/* A one-layer phi3 GGUF (n_embd 32, 4 heads, 2 KV heads, n_ff 48, rotary on 4 of 8
+ * dims, random weights fixed by their tensor) without the tensor `skip`, with `wide` one
+ * row longer, and with attn_qkv written as separate attn_q/k/v when split. */
+static hl_status write_phi3(const char *path, const char *skip, const char *wide, bool split,
+                            hl_err *err) {
+    gguf_writer *w = gguf_writer_create();
+    if (!w) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    gguf_writer_set_str(w, "general.architecture", "phi3");
+    gguf_writer_set_u32(w, "phi3.context_length", 64);
+    gguf_writer_set_u32(w, "phi3.embedding_length", 32);
+    gguf_writer_set_u32(w, "phi3.block_count", 1);
+    gguf_writer_set_u32(w, "phi3.feed_forward_length", 48);
+    gguf_writer_set_u32(w, "phi3.attention.head_count", 4);
+    gguf_writer_set_u32(w, "phi3.attention.head_count_kv", 2);
+    gguf_writer_set_f32(w, "phi3.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_writer_set_u32(w, "phi3.rope.dimension_count", 4);
+    synth_write_vocab(w, 40);
+    static const struct {
+        const char *name;
+        int64_t ne0, ne1;
+    } t[] = {
+        {"token_embd.weight", 32, 40},        {"output_norm.weight", 32, 1},
+        {"output.weight", 32, 40},            {"rope_factors_long.weight", 2, 1},
+        {"rope_factors_short.weight", 2, 1},  {"blk.0.attn_norm.weight", 32, 1},
+        {"blk.0.attn_qkv.weight", 32, 64},    {"blk.0.attn_output.weight", 32, 32},
+        {"blk.0.ffn_norm.weight", 32, 1},     {"blk.0.ffn_up.weight", 32, 96},
+        {"blk.0.ffn_down.weight", 48, 32},
+    };
+    static float data[32 * 97];
+    hl_status st = HL_OK;
+    for (size_t i = 0; !st && i < sizeof t / sizeof t[0]; i++) {
+        if (skip && strcmp(t[i].name, skip) == 0) continue;
+        int64_t ne[2] = {t[i].ne0, t[i].ne1 + (wide && strcmp(t[i].name, wide) == 0)};
+        uint32_t x = (uint32_t)i * 2654435761u + 1;
+        for (int64_t j = 0; j < ne[0] * ne[1]; j++) {
+            x = x * 1103515245u + 12345u;
+            float r = (float)((x >> 8) & 0xffff) / 65536.0f - 0.5f; /* [-0.5, 0.5) */
+            data[j] = ne[1] == 1 ? 1.0f + 0.5f * r : 0.6f * r;
+        }
+        if (split && strcmp(t[i].name, "blk.0.attn_qkv.weight") == 0) {
+            /* rows [q (32) | k (16) | v (16)] */
+            const char *names[3] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
+                                    "blk.0.attn_v.weight"};
+            const int64_t rows[3] = {32, 16, 16};
+            for (int p = 0, at = 0; !st && p < 3; at += (int)rows[p], p++) {
+                if (skip && strcmp(names[p], skip) == 0) continue;
+                int64_t pne[2] = {32, rows[p]};
+                st = gguf_writer_add_tensor(w, names[p], HL_TYPE_F32, 2, pne, data + at * 32,
+                                            sizeof(float) * 32 * (uint64_t)rows[p], err);
+            }
+            continue;
+        }
+        st = gguf_writer_add_tensor(w, t[i].name, HL_TYPE_F32, ne[1] == 1 ? 1 : 2, ne, data,
+                                    sizeof(float) * (uint64_t)(ne[0] * ne[1]), err);
+    }
+    if (!st) st = gguf_writer_write_file(w, path, err);
+    gguf_writer_destroy(w);
+    return st;
+}
+
+/* Some phi3-architecture files have separate q/k/v instead of the fused attn_qkv: both
+ * give the same logits. */
+TEST(arch_phi3_separate_qkv_equals_fused) {
+    char path[512];
+    hl_err err = {0};
+    const int32_t toks[6] = {1, 5, 9, 22, 3, 17};
+    float *logits[2] = {NULL, NULL};
+    for (int split = 0; split < 2; split++) {
+        snprintf(path, sizeof path, "%s/phi3-%d.gguf", test_tmpdir(), split);
+        CHECK_OK(write_phi3(path, NULL, NULL, split, &err), &err);
+        model *m = NULL;
+        model_kv *kv = NULL;
+        model_ctx *c = NULL;
+        CHECK_OK(model_load(path, NULL, &m, &err), &err);
+        CHECK_OK(model_kv_create(m, 16, &kv, &err), &err);
+        CHECK_OK(model_ctx_create(m, 1, 0, &c, &err), &err);
+        logits[split] = malloc(sizeof(float) * 6 * 40);
+        CHECK_OK(model_eval(c, kv, toks, 6, logits[split], &err), &err);
+        model_ctx_free(c);
+        model_kv_free(kv);
+        model_free(m);
+    }
+    double d = max_diff(logits[0], logits[1], 6 * 40), spread = 0;
+    for (int i = 1; i < 6 * 40; i++) spread = fmax(spread, fabs(logits[0][i] - logits[0][0]));
+    free(logits[0]);
+    free(logits[1]);
+    CHECK_MSG(spread > 1e-2, "degenerate logits (spread %g)", spread);
+    CHECK_NEAR(d, 0, 1e-5);
+}
+
+TEST(arch_phi3_load_errors_name_the_tensor) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/phi3-bad.gguf", test_tmpdir());
+    hl_err err = {0};
+    model *m = NULL;
+    /* the well-formed file loads (so each error below is the one change's) */
+    CHECK_OK(write_phi3(path, NULL, NULL, false, &err), &err);
+    CHECK_OK(model_load(path, NULL, &m, &err), &err);
+    CHECK_STR(model_get_hparams(m)->arch, "phi3");
+    model_free(m);
+    m = NULL;
+    const struct {
+        const char *skip, *wide, *want;
+    } cases[] = {
+        {"blk.0.attn_qkv.weight", NULL, "missing tensor 'blk.0.attn_qkv.weight'"},
+        {"blk.0.ffn_up.weight", NULL, "missing tensor 'blk.0.ffn_up.weight'"},
+        {NULL, "blk.0.attn_qkv.weight",
+         "tensor 'blk.0.attn_qkv.weight' has shape [32, 65], expected [32, 64]"},
+        {NULL, "blk.0.ffn_up.weight",
+         "tensor 'blk.0.ffn_up.weight' has shape [32, 97], expected [32, 96]"},
+        {NULL, "rope_factors_long.weight",
+         "tensor 'rope_factors_long.weight' has shape [2, 2], expected [2]"},
+    };
+    /* with separate q/k/v, one missing */
+    CHECK_OK(write_phi3(path, "blk.0.attn_v.weight", NULL, true, &err), &err);
+    CHECK_EQ_INT(model_load(path, NULL, &m, &err), HL_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "missing tensor 'blk.0.attn_qkv.weight'"), "%s", err.msg);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK_OK(write_phi3(path, cases[i].skip, cases[i].wide, false, &err), &err);
+        CHECK_EQ_INT(model_load(path, NULL, &m, &err), HL_ERR_FORMAT);
+        CHECK(m == NULL);
+        CHECK_MSG(strstr(err.msg, cases[i].want), "case %zu: want \"%s\" in \"%s\"", i,
+                  cases[i].want, err.msg);
+    }
 }

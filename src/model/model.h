@@ -3,7 +3,8 @@
  *
  * A model holds the hyperparameters, the weights and the tokenizer of one checkpoint:
  *   - model_load_gguf()      a GGUF of any registered architecture (model_supported_archs:
- *                            the llama family, gemma2/3, ...; one file each in src/model/);
+ *                            the llama family, gemma2/3, phi3, ...; one file each in
+ *                            src/model/);
  *   - model_load_llama2c()   a llama2.c checkpoint (.bin) plus its tokenizer (tok512.bin);
  *   - model_load()           either, chosen by the file's magic.
  * Loading validates every tensor's shape and type before returning. The file is read
