@@ -146,7 +146,7 @@ static void raw_free(raw_bench *b) {
 /* Tokens/s of one pass with n sequences (each writes position CTX_LEN, again and again). */
 static double raw_pass(raw_bench *b, model_ctx *c, int n) {
     static float logits[MAX_CONC * N_VOCAB];
-    model_batch_entry e[MAX_CONC];
+    model_batch_entry e[MAX_CONC] = {0};
     for (int i = 0; i < n; i++)
         e[i] = (model_batch_entry){.kv = {b->t[i].data, b->t[i].n_blocks, 32, b->t[i].len},
                                    .tokens = &b->tok[i], .n_tokens = 1, .want_logits = true};

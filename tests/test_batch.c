@@ -84,7 +84,7 @@ TEST(batch_forward_mixed_sequences_match_each_alone) {
             memcpy(alone_logits[s], model_ctx_logits(c), sizeof alone_logits[s]);
         }
         /* all at once: sequence 4 does not want logits */
-        model_batch_entry e[NSEQ];
+        model_batch_entry e[NSEQ] = {0};
         for (int s = 0; s < NSEQ; s++) {
             CHECK_OK(kv_table_reserve(&batched[s], seq_new[s], NULL), NULL);
             view_of(&batched[s], &e[s].kv);

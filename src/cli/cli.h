@@ -14,9 +14,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/status.h"
 #include "net/host.h"
+#include "tok/tok.h"
 
 int cli_generate(int argc, char **argv);
+int cli_embed(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
 
 /* Runs the command named argv[1] if it is a model-management command; returns false
@@ -49,6 +52,15 @@ void cli_human_size(uint64_t bytes, char *buf, size_t cap);
 void cli_human_duration(double seconds, char *buf, size_t cap);
 /* Parses RFC 3339 into Unix seconds; false when malformed. */
 bool cli_parse_time(const char *s, double *out);
+
+/* Parses a token-id list "1,2,3" (decimal ids >= 0 separated by commas) into a malloc'd
+ * array (*out, freed by the caller) of *n >= 1 ids. On a malformed list returns false with
+ * the reason in why. */
+bool cli_parse_ids(const char *s, int32_t **out, size_t *n, char *why, size_t why_cap);
+/* Tokenizes a prompt with the vocabulary's special tokens (BOS, or BERT's CLS ... SEP, as
+ * the vocabulary says); an empty prompt becomes BOS alone. *out is malloc'd. */
+hl_status cli_tokenize(const tok_vocab *vocab, const char *text, int32_t **out, size_t *n,
+                       hl_err *err);
 
 /* Prints rows (arrays of n_cols strings) as a left-aligned table with 4-space gaps. */
 void cli_print_table(const char *const *header, size_t n_cols, char ***rows, size_t n_rows);

@@ -190,3 +190,75 @@ int cli_print_models(json_t *models, const char *prefix, const char *const *head
     free(rows), free(cells), free(ptrs);
     return 0;
 }
+
+bool cli_parse_ids(const char *s, int32_t **out, size_t *n, char *why, size_t why_cap) {
+    *out = NULL;
+    *n = 0;
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) {
+        snprintf(why, why_cap, "out of memory");
+        return false;
+    }
+    size_t k = 0;
+    for (const char *p = s;; p++) {
+        if (*p < '0' || *p > '9') {
+            snprintf(why, why_cap, "expected a token id at offset %zu", (size_t)(p - s));
+            free(ids);
+            return false;
+        }
+        long long v = 0;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            v = v * 10 + (*p - '0');
+            if (v > INT32_MAX) {
+                snprintf(why, why_cap, "token id too large at offset %zu", (size_t)(p - s));
+                free(ids);
+                return false;
+            }
+        }
+        ids[k++] = (int32_t)v;
+        if (*p == '\0') break;
+        if (*p != ',') {
+            snprintf(why, why_cap, "unexpected '%c' at offset %zu", *p, (size_t)(p - s));
+            free(ids);
+            return false;
+        }
+    }
+    *out = ids;
+    *n = k;
+    return true;
+}
+
+hl_status cli_tokenize(const tok_vocab *vocab, const char *text, int32_t **out, size_t *n_out,
+                       hl_err *err) {
+    size_t len = strlen(text), cap = len + 8, n = 0;
+    int32_t *ids = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *bigger = realloc(ids, cap * sizeof *ids);
+        if (!bigger) {
+            free(ids);
+            return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+        }
+        ids = bigger;
+        hl_status st = tok_encode(vocab, text, len, true, true, ids, cap, &n, err);
+        if (st) {
+            free(ids);
+            return st;
+        }
+        if (n <= cap) break;
+        cap = n;
+    }
+    if (n == 0) { /* an empty prompt starts from BOS */
+        int32_t bos = tok_vocab_special(vocab, TOK_SPECIAL_BOS);
+        if (bos < 0) {
+            free(ids);
+            return hl_fail(err, HL_ERR_INVALID,
+                           "the prompt is empty and the vocabulary has no BOS token");
+        }
+        ids[n++] = bos;
+    }
+    *out = ids;
+    *n_out = n;
+    return HL_OK;
+}

@@ -4,11 +4,23 @@
  *   hearth generate -m FILE.gguf -p TEXT [-n N] [--temp T] [--seed S] [--top-k K]
  *                   [--top-p P] [--min-p P] [-t THREADS] [-c CTX] [--tokens] [--mmap]
  *   hearth generate -m model.bin --tokenizer tok.bin ...      (llama2.c checkpoints)
+ *   hearth generate -m FILE.gguf --prompt-ids 1,2,3 -n N --temp 0 --top-logits K
  *
  * Text goes to stdout as tokens come (flushed per token); timing goes to stderr. Any error
  * is one line on stderr and exit status 1.
+ *
+ * --top-logits K is the golden runner (compare with llama.cpp's outputs): the prompt is
+ * evaluated in one batch keeping every position's logits, and stdout gets one JSON line per
+ * position, prompt positions first, then one per generated token:
+ *     {"pos": P, "token": ID, "top": [[id, logit], ...]}
+ * token is the id at position P (given or generated), top the K best logits computed at P
+ * (the distribution of position P + 1), best first, printed to round-trip (%.9g). Each
+ * generated token is evaluated too, so its line has its distribution; end-of-generation
+ * tokens do not stop the run (as in the goldens). --prompt-ids gives the prompt as token
+ * ids (used as they are: no BOS is added).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +40,8 @@ typedef struct gen_opts {
     const char *model_path;
     const char *tokenizer_path;
     const char *prompt;
+    const char *prompt_ids; /* --prompt-ids, as given */
+    long top_logits;        /* --top-logits K; 0: text output */
     long n_predict;
     long n_threads;
     long n_ctx; /* 0: min(trained context, GEN_DEFAULT_CTX) */
@@ -43,6 +57,9 @@ static void gen_usage(FILE *out) {
             "  -m FILE          model: a GGUF, or a llama2.c .bin (then --tokenizer is needed)\n"
             "  --tokenizer FILE llama2.c tokenizer (tok512.bin, tokenizer.bin)\n"
             "  -p TEXT          prompt (empty: start from BOS)\n"
+            "  --prompt-ids L   prompt as token ids, comma-separated (no BOS added)\n"
+            "  --top-logits K   print one JSON line per position: {\"pos\", \"token\",\n"
+            "                   \"top\": [[id, logit] x K]} (prompt, then generated tokens)\n"
             "  -n N             tokens to generate (default %d)\n"
             "  --temp T         temperature; 0 is greedy (default 0.8)\n"
             "  --top-k K        (default 40, 0 = off)\n"
@@ -110,6 +127,8 @@ static int parse_args(int argc, char **argv, gen_opts *o) {
         if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) o->model_path = v;
         else if (strcmp(a, "--tokenizer") == 0) o->tokenizer_path = v;
         else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) o->prompt = v;
+        else if (strcmp(a, "--prompt-ids") == 0) o->prompt_ids = v;
+        else if (strcmp(a, "--top-logits") == 0) ok = parse_long(v, 1, INT32_MAX, &o->top_logits);
         else if (strcmp(a, "-n") == 0) ok = parse_long(v, 0, 1L << 30, &o->n_predict);
         else if (strcmp(a, "-t") == 0) ok = parse_long(v, 1, 512, &o->n_threads);
         else if (strcmp(a, "-c") == 0) ok = parse_long(v, 1, 1L << 24, &o->n_ctx);
@@ -142,6 +161,10 @@ static int parse_args(int argc, char **argv, gen_opts *o) {
         fprintf(stderr, "hearth generate: -m MODEL is required (see --help)\n");
         return 1;
     }
+    if (o->prompt && o->prompt_ids) {
+        fprintf(stderr, "hearth generate: give either -p or --prompt-ids, not both\n");
+        return 1;
+    }
     if (!o->prompt) o->prompt = "";
     if (!o->seed_set) o->sp.seed = (int64_t)((((uint64_t)time(NULL)) ^ hl_time_ns()) >> 1);
     return 0;
@@ -171,37 +194,70 @@ static int fail(gen_state *g, const hl_err *err) {
     return 1;
 }
 
-static hl_status tokenize_prompt(const tok_vocab *vocab, const char *text, int32_t **out,
-                                 size_t *n_out, hl_err *err) {
-    size_t len = strlen(text), cap = len + 8, n = 0;
-    int32_t *ids = NULL;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int32_t *bigger = realloc(ids, cap * sizeof *ids);
-        if (!bigger) {
-            free(ids);
-            return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-        }
-        ids = bigger;
-        hl_status st = tok_encode(vocab, text, len, true, true, ids, cap, &n, err);
-        if (st) {
-            free(ids);
-            return st;
-        }
-        if (n <= cap) break;
-        cap = n;
+/* qsort order for the top-K list: higher logit first, then lower id. One CLI thread. */
+static const float *g_sort_logits;
+static int by_logit_desc(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    float la = g_sort_logits[a], lb = g_sort_logits[b];
+    if (la != lb) return la > lb ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+/* One JSON line: the token at pos and the K best logits computed there. */
+static void print_top_line(long pos, int32_t token, const float *logits, int32_t n_vocab,
+                           int32_t *order, long k) {
+    for (int32_t i = 0; i < n_vocab; i++) order[i] = i;
+    g_sort_logits = logits;
+    qsort(order, (size_t)n_vocab, sizeof *order, by_logit_desc);
+    printf("{\"pos\": %ld, \"token\": %d, \"top\": [", pos, token);
+    for (long i = 0; i < k; i++) {
+        float l = logits[order[i]];
+        if (isfinite(l)) printf("%s[%d, %.9g]", i ? ", " : "", order[i], (double)l);
+        else printf("%s[%d, null]", i ? ", " : "", order[i]);
     }
-    if (n == 0) { /* an empty prompt starts from BOS */
-        int32_t bos = tok_vocab_special(vocab, TOK_SPECIAL_BOS);
-        if (bos < 0) {
-            free(ids);
-            return hl_fail(err, HL_ERR_INVALID,
-                           "the prompt is empty and the vocabulary has no BOS token");
-        }
-        ids[n++] = bos;
+    printf("]}\n");
+}
+
+/* The --top-logits run (see the top of this file). Returns 0, or 1 with err set. */
+static int gen_top_logits(gen_state *g, const gen_opts *o, size_t n_prompt, hl_err *err) {
+    const int32_t V = model_get_hparams(g->m)->n_vocab;
+    if ((long)n_prompt + o->n_predict > model_kv_capacity(g->kv)) {
+        hl_fail(err, HL_ERR_KV_FULL, "%zu prompt + %ld generated tokens do not fit the context (%d)",
+                n_prompt, o->n_predict, model_kv_capacity(g->kv));
+        return 1;
     }
-    *out = ids;
-    *n_out = n;
-    return HL_OK;
+    float *all = malloc(n_prompt * (size_t)V * sizeof *all);
+    int32_t *order = malloc((size_t)V * sizeof *order);
+    if (!all || !order) {
+        free(all);
+        free(order);
+        hl_fail(err, HL_ERR_NOMEM, "out of memory for %zu x %d logits", n_prompt, V);
+        return 1;
+    }
+    int rc = 0;
+    if (model_eval(g->ctx, g->kv, g->prompt, (int32_t)n_prompt, all, err)) {
+        rc = 1;
+        goto out;
+    }
+    for (size_t i = 0; i < n_prompt; i++)
+        print_top_line((long)i, g->prompt[i], all + i * (size_t)V, V, order, o->top_logits);
+    const float *logits = all + (n_prompt - 1) * (size_t)V;
+    for (long k = 0; k < o->n_predict; k++) {
+        sampler_out so;
+        const int32_t slot = 0;
+        if (sampler_sample(g->smp, &slot, 1, logits, (size_t)V, &so, err) ||
+            model_eval(g->ctx, g->kv, &so.token, 1, NULL, err)) {
+            rc = 1;
+            goto out;
+        }
+        logits = model_ctx_logits(g->ctx);
+        print_top_line((long)n_prompt + k, so.token, logits, V, order, o->top_logits);
+        fflush(stdout);
+    }
+out:
+    free(all);
+    free(order);
+    return rc;
 }
 
 int cli_generate(int argc, char **argv) {
@@ -224,7 +280,27 @@ int cli_generate(int argc, char **argv) {
         return fail(&g, &err);
     }
     size_t n_prompt = 0;
-    if (tokenize_prompt(vocab, o.prompt, &g.prompt, &n_prompt, &err)) return fail(&g, &err);
+    if (o.prompt_ids) {
+        char why[128];
+        if (!cli_parse_ids(o.prompt_ids, &g.prompt, &n_prompt, why, sizeof why)) {
+            hl_fail(&err, HL_ERR_INVALID, "invalid --prompt-ids '%s': %s", o.prompt_ids, why);
+            return fail(&g, &err);
+        }
+        for (size_t i = 0; i < n_prompt; i++)
+            if (g.prompt[i] >= hp->n_vocab) {
+                hl_fail(&err, HL_ERR_INVALID,
+                        "--prompt-ids: token id %d is outside the vocabulary (%d tokens)",
+                        g.prompt[i], hp->n_vocab);
+                return fail(&g, &err);
+            }
+    } else if (cli_tokenize(vocab, o.prompt, &g.prompt, &n_prompt, &err)) {
+        return fail(&g, &err);
+    }
+    if (o.top_logits > hp->n_vocab) {
+        hl_fail(&err, HL_ERR_INVALID, "--top-logits %ld is more than the vocabulary (%d tokens)",
+                o.top_logits, hp->n_vocab);
+        return fail(&g, &err);
+    }
     long n_ctx = o.n_ctx ? o.n_ctx
                          : (hp->n_ctx_train < GEN_DEFAULT_CTX ? hp->n_ctx_train : GEN_DEFAULT_CTX);
     if ((long)n_prompt > n_ctx) {
@@ -236,6 +312,12 @@ int cli_generate(int argc, char **argv) {
     if (model_ctx_create(g.m, (int)o.n_threads, 0, &g.ctx, &err)) return fail(&g, &err);
     if (sampler_create(hp->n_vocab, (int32_t)n_ctx, &g.smp, &err)) return fail(&g, &err);
     if (sampler_add(g.smp, 0, &o.sp, g.prompt, n_prompt, &err)) return fail(&g, &err);
+    if (o.top_logits) {
+        int rc = gen_top_logits(&g, &o, n_prompt, &err);
+        if (rc) return fail(&g, &err);
+        gen_free(&g);
+        return 0;
+    }
 
     /* 64 + the longest piece is always enough for tok_stream_push */
     size_t piece_cap = 64;

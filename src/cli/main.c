@@ -14,6 +14,7 @@ static void usage(FILE *out) {
             "\n"
             "commands:\n"
             "  generate   generate text from a GGUF model\n"
+            "  embed      print a text's embedding from a GGUF model\n"
             "  quantize   convert a GGUF model's weights to another type (Q8_0, Q4_K_M, ...)\n"
             "  serve      start the API server (HEARTH_HOST, HEARTH_MODELS)\n"
             "  create     create a model from a Modelfile\n"
@@ -41,6 +42,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "generate") == 0) return cli_generate(argc - 1, argv + 1);
+    if (strcmp(argv[1], "embed") == 0) return cli_embed(argc - 1, argv + 1);
     if (strcmp(argv[1], "quantize") == 0) return cli_quantize(argc - 1, argv + 1);
     int rc;
     if (cli_dispatch(argc, argv, &rc)) return rc;

@@ -229,6 +229,7 @@ static kv_block *block_new(kv_pool *p) {
 }
 
 kv_block *kv_block_ref(kv_block *b) {
+    if (!b) return NULL;
     b->refs++;
     return b;
 }
@@ -474,6 +475,7 @@ void kv_table_init(kv_table *t, kv_pool *p) { *t = (kv_table){.pool = p}; }
 
 static void table_release(kv_table *t, int32_t from_block) {
     for (int32_t i = from_block; i < t->n_blocks; i++) {
+        if (!t->blocks[i]) continue; /* dropped below a window */
         t->blocks[i]->table_refs--;
         kv_block_unref(t->pool, t->blocks[i]);
         t->blocks[i] = NULL;
@@ -588,8 +590,10 @@ hl_status kv_table_set(kv_table *t, int32_t index, kv_block *b, hl_err *err) {
     b->table_refs++;
     b->last_used = ++t->pool->tick;
     if (index < t->n_blocks) {
-        t->blocks[index]->table_refs--;
-        kv_block_unref(t->pool, t->blocks[index]);
+        if (t->blocks[index]) {
+            t->blocks[index]->table_refs--;
+            kv_block_unref(t->pool, t->blocks[index]);
+        }
     } else {
         t->n_blocks = index + 1;
     }
@@ -602,9 +606,48 @@ hl_status kv_table_set_len(kv_table *t, int32_t len, hl_err *err) {
     const int32_t B = t->pool->layout.block_tokens;
     int32_t need = blocks_for(t, len);
     if (len < 0 || need > t->n_blocks ||
-        (need > 0 && t->blocks[need - 1]->n_valid < len - (need - 1) * B))
+        (need > 0 && (!t->blocks[need - 1] || t->blocks[need - 1]->n_valid < len - (need - 1) * B)))
         return hl_fail(err, HL_ERR_INVALID, "KV table has no valid rows up to position %d", len);
     t->len = len;
     table_release(t, need);
     return HL_OK;
+}
+
+void kv_table_drop_below(kv_table *t, int32_t pos) {
+    const int32_t B = t->pool->layout.block_tokens;
+    int32_t n = pos > 0 ? pos / B : 0; /* blocks whose rows all lie below pos */
+    if (n > t->n_blocks) n = t->n_blocks;
+    for (int32_t k = 0; k < n; k++) {
+        if (!t->blocks[k]) continue;
+        t->blocks[k]->table_refs--;
+        kv_block_unref(t->pool, t->blocks[k]);
+        t->blocks[k] = NULL;
+        t->data[k] = NULL;
+    }
+}
+
+hl_status kv_table_set_hole(kv_table *t, int32_t index, hl_err *err) {
+    if (index < 0 || index > t->n_blocks)
+        return hl_fail(err, HL_ERR_INVALID, "block index %d outside a table of %d blocks", index,
+                       t->n_blocks);
+    hl_status st = table_grow(t, index + 1, err);
+    if (st) return st;
+    if (index < t->n_blocks && t->blocks[index]) {
+        t->blocks[index]->table_refs--;
+        kv_block_unref(t->pool, t->blocks[index]);
+    }
+    if (index == t->n_blocks) t->n_blocks = index + 1;
+    t->blocks[index] = NULL;
+    t->data[index] = NULL;
+    return HL_OK;
+}
+
+bool kv_table_covers(const kv_table *t, int32_t from, int32_t to) {
+    const int32_t B = t->pool->layout.block_tokens;
+    if (from < 0) from = 0;
+    if (to > t->len || from > to) return false;
+    if (from == to) return true;
+    for (int32_t k = from / B; k <= (to - 1) / B; k++)
+        if (k >= t->n_blocks || !t->blocks[k]) return false;
+    return true;
 }

@@ -113,7 +113,7 @@ size_t kv_pool_cold_ram_bytes(const kv_pool *p);
  * compress all, and spill all when a spill directory is configured. */
 void kv_pool_page_out_cold(kv_pool *p);
 
-kv_block *kv_block_ref(kv_block *b);
+kv_block *kv_block_ref(kv_block *b); /* accepts NULL */
 void kv_block_unref(kv_pool *p, kv_block *b); /* accepts NULL */
 int32_t kv_block_refs(const kv_block *b);
 int32_t kv_block_valid(const kv_block *b); /* rows written from the block start */
@@ -130,7 +130,9 @@ void *kv_block_v_row(const kv_pool *p, void *data, int32_t layer, int32_t head, 
 /* ---- per-sequence block table ---- */
 
 /* blocks[i] covers positions [i*B, (i+1)*B); data[i] is its resident data (tables pin
- * their blocks resident). len positions are valid. */
+ * their blocks resident). len positions are valid. A sliding-window cache drops the blocks
+ * its window has left (kv_table_drop_below): those entries are NULL holes, always below
+ * the positions still read. */
 typedef struct kv_table {
     kv_pool *pool;
     kv_block **blocks;
@@ -162,5 +164,11 @@ hl_status kv_table_set(kv_table *t, int32_t index, kv_block *b, hl_err *err);
 /* Sets len (<= what the table's blocks hold valid rows for; else HL_ERR_INVALID) and
  * releases blocks past it. */
 hl_status kv_table_set_len(kv_table *t, int32_t len, hl_err *err);
+/* Releases every block whose rows all lie below pos (they become holes). */
+void kv_table_drop_below(kv_table *t, int32_t pos);
+/* Makes block index `index` <= n_blocks a hole (releasing a block there). */
+hl_status kv_table_set_hole(kv_table *t, int32_t index, hl_err *err);
+/* True when positions [from, to) (from clamped to 0) are all held: to <= len, no hole. */
+bool kv_table_covers(const kv_table *t, int32_t from, int32_t to);
 
 #endif

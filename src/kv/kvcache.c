@@ -130,6 +130,75 @@ const kv_cache_ops kv_block_cache_ops = {
     .snap_close = blk_close,
 };
 
+/* ---- sliding-window KV ----
+ * The same block snapshots; what changes is what is restorable: position t needs the
+ * keys of [t - W, t) (a query at t reads t-W+1..t, and its own row is written then). */
+
+static int32_t win_offset(void *self) { return ((kv_window_cache *)self)->table->len; }
+
+static void *win_snapshot(void *self, int32_t from) {
+    return blk_snapshot(((kv_window_cache *)self)->table, from); /* holes stay NULL */
+}
+
+static bool win_covered(const kv_window_cache *w, int32_t target) {
+    return kv_table_covers(w->table, target - w->window, target);
+}
+
+static bool win_restore(void *self, void *snap, int32_t target) {
+    kv_window_cache *w = self;
+    kv_table *t = w->table;
+    kv_block_snap *s = snap;
+    if (!s) {
+        if (target < 0 || target > t->len || !win_covered(w, target)) return false;
+        kv_table_truncate(t, target);
+        return true;
+    }
+    if (target > s->to || t->len < s->from || target < s->from) return false;
+    kv_table_truncate(t, s->from);
+    const int32_t B = kv_pool_layout(t->pool)->block_tokens;
+    int32_t end_block = target > s->from ? (target - 1) / B : s->first - 1;
+    for (int32_t k = s->first; k <= end_block; k++) {
+        kv_block *b = s->blocks[k - s->first];
+        hl_status st = b ? kv_table_set(t, k, b, NULL) : kv_table_set_hole(t, k, NULL);
+        if (st != HL_OK) {
+            kv_table_truncate(t, s->from);
+            return false;
+        }
+    }
+    if (kv_table_set_len(t, target, NULL) != HL_OK || !win_covered(w, target)) {
+        kv_table_truncate(t, s->from);
+        return false;
+    }
+    return true;
+}
+
+static void win_free_state(void *self) { kv_table_truncate(((kv_window_cache *)self)->table, 0); }
+
+const kv_cache_ops kv_window_cache_ops = {
+    .offset = win_offset,
+    .snapshot = win_snapshot,
+    .restore = win_restore,
+    .free_state = win_free_state,
+    .split = blk_split,
+    .merge = blk_merge,
+    .snap_bytes = blk_bytes,
+    .snap_close = blk_close,
+};
+
+void kv_window_trim(kv_window_cache *w) {
+    const int32_t B = kv_pool_layout(w->table->pool)->block_tokens;
+    /* a block of slack past the window: a request that rewinds a few tokens (the held
+     * back last prompt token, a retried reply) still finds its window */
+    kv_table_drop_below(w->table, w->table->len - w->window - B);
+}
+
+bool kv_pool_set_over_budget(void *ctx, const kv_prefix *pc) {
+    const kv_pool_set *set = ctx;
+    bool over = false;
+    for (int i = 0; i < set->n; i++) over |= kv_pool_over_budget(set->pools[i], pc);
+    return over;
+}
+
 bool kv_pool_over_budget(void *ctx, const kv_prefix *pc) {
     (void)pc;
     kv_pool *p = ctx;

@@ -8,6 +8,9 @@
  * truncates the table; restoring a snapshot installs its blocks (paging them back in
  * when needed) and clamps to the target. Split and merge are reference bookkeeping.
  *
+ * Sliding-window KV: block KV whose live table drops the blocks its window has left;
+ * restorable only where the window [t - W, t) is held (see kv_window_cache below).
+ *
  * Whole state (recurrent layers, or any state that cannot be rewound): a fixed-size
  * float state the model updates in place plus the offset it represents. A snapshot is a
  * compact malloc'd copy of exactly the state (state_floats floats), restorable only at
@@ -24,6 +27,26 @@
 
 /* ops for a kv_table (self = kv_table *). */
 extern const kv_cache_ops kv_block_cache_ops;
+
+/* Sliding-window KV (self = kv_window_cache *): a kv_table of the windowed layers whose
+ * blocks below the window are dropped as the sequence advances (kv_window_trim), so a
+ * sequence holds about W + 2B positions of them, not its whole length. Snapshots are
+ * block references like full KV's (blocks already dropped are absent); a position t is
+ * restorable, from the live table or a snapshot, only when [t - W, t) is held. */
+typedef struct kv_window_cache {
+    kv_table *table;
+    int32_t window; /* W */
+} kv_window_cache;
+extern const kv_cache_ops kv_window_cache_ops;
+/* Drops the blocks the window has left (keeping one block of slack). */
+void kv_window_trim(kv_window_cache *w);
+
+/* Several pools behind one over_budget hook (ctx = kv_pool_set *): evict while any is. */
+typedef struct kv_pool_set {
+    kv_pool *pools[2];
+    int n;
+} kv_pool_set;
+bool kv_pool_set_over_budget(void *ctx, const kv_prefix *pc);
 
 /* An over_budget hook for kv_prefix_config: pages the pool (ctx = kv_pool *) and says
  * whether evicting trie nodes is still needed: RAM over budget while blocks no live table

@@ -159,7 +159,7 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
                              2 * MODEL_ROPE_TABLES * w.rot2 + (size_t)c->extra_floats) +
                         w.head + (size_t)hp->n_vocab;
         c->scratch_bytes = floats * sizeof(float) + (scratch ? scratch : 1) +
-                           B * (5 * sizeof(int32_t) + sizeof(model_seq_kv));
+                           B * (5 * sizeof(int32_t) + sizeof(model_seq_views));
     }
     if (!c->x || !c->xb || !c->xc || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate ||
         !c->up || (c->extra_floats && !c->extra) || !rope_ok || !c->head_tmp || !c->logits ||
@@ -242,17 +242,17 @@ static hl_status check_tokens(const model_ctx *c, const int32_t *tokens, int32_t
     return HL_OK;
 }
 
-/* The KV geometry a view uses must describe this model's layers. */
-static hl_status check_geom(const model *m, const kv_geom *g, hl_err *err) {
-    if (g == &m->kv) return HL_OK;
-    if (g->n_layer != m->kv.n_layer || g->k_type != HL_TYPE_F32 || g->v_type != HL_TYPE_F32)
+/* The KV geometry a view uses must describe the layers `want` does. */
+static hl_status check_geom(const kv_geom *want, const kv_geom *g, hl_err *err) {
+    if (g == want) return HL_OK;
+    if (g->n_layer != want->n_layer || g->k_type != HL_TYPE_F32 || g->v_type != HL_TYPE_F32)
         return hl_fail(err, HL_ERR_INVALID,
                        "KV cache layout (%d layers, %s/%s) does not fit this model (%d layers, "
                        "f32/f32)",
                        g->n_layer, hl_type_name(g->k_type), hl_type_name(g->v_type),
-                       m->kv.n_layer);
+                       want->n_layer);
     for (int32_t l = 0; l < g->n_layer; l++)
-        if (memcmp(&g->dims[l], &m->kv.dims[l], sizeof g->dims[l]) != 0)
+        if (memcmp(&g->dims[l], &want->dims[l], sizeof g->dims[l]) != 0)
             return hl_fail(err, HL_ERR_INVALID, "KV cache layout of layer %d does not fit this "
                            "model", l);
     return HL_OK;
@@ -278,7 +278,7 @@ static void eval_chunks(model_ctx *c, model_seq_kv *kv, const int32_t *tokens, i
     const model_hparams *hp = &c->m->hp;
     for (int32_t done = 0; done < n;) {
         int32_t chunk = n - done < c->max_batch ? n - done : c->max_batch;
-        c->seq_kv[0] = *kv;
+        c->seq_kv[0] = (model_seq_views){{*kv, *kv}};
         c->seq_end[0] = kv->len + done + chunk;
         for (int32_t t = 0; t < chunk; t++) {
             c->tok_id[t] = tokens[done + t];
@@ -321,21 +321,28 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
     return HL_OK;
 }
 
-static hl_status check_view(const model_ctx *c, const model_kv_view *kv, int32_t n, hl_err *err) {
+/* slot -1: a view of every layer (the combined geometry); 0 or 1: that slot's. */
+static hl_status check_view(const model_ctx *c, const model_kv_view *kv, int32_t n, int32_t slot,
+                            hl_err *err) {
     if (kv->block_tokens <= 0 || kv->len < 0 || !kv->blocks)
         return hl_fail(err, HL_ERR_INVALID, "invalid KV block table");
     if ((int64_t)kv->len + n > (int64_t)kv->n_blocks * kv->block_tokens)
         return hl_fail(err, HL_ERR_KV_FULL,
                        "%d tokens do not fit the KV block table: %d of %lld positions are used",
                        n, kv->len, (long long)kv->n_blocks * kv->block_tokens);
-    hl_status st = check_geom(c->m, kv->geom ? kv->geom : &c->m->kv, err);
+    if (slot >= c->m->n_kv_slots)
+        return hl_fail(err, HL_ERR_INVALID, "this model has no sliding-window cache slot");
+    const kv_geom *want = slot < 0 ? &c->m->kv : &c->m->kv_slot[slot];
+    if (slot >= 0 && !kv->geom)
+        return hl_fail(err, HL_ERR_INVALID, "a cache slot's view needs its geometry");
+    hl_status st = check_geom(want, kv->geom ? kv->geom : &c->m->kv, err);
     return st ? st : check_whole(c, kv->len, n, err);
 }
 
 hl_status model_eval_view(model_ctx *c, const model_kv_view *kv, const int32_t *tokens, int32_t n,
                           float *all_logits, hl_err *err) {
     hl_status st = check_tokens(c, tokens, n, err);
-    if (!st) st = check_view(c, kv, n, err);
+    if (!st) st = check_view(c, kv, n, -1, err);
     if (st) return st;
     model_seq_kv view = {.blocks = kv->blocks, .B = kv->block_tokens, .len = kv->len,
                          .geom = kv->geom ? kv->geom : &c->m->kv};
@@ -369,7 +376,13 @@ hl_status model_eval_batch(model_ctx *c, const model_batch_entry *entries, int32
     for (int32_t e = 0; e < n_entries; e++) {
         const model_batch_entry *b = &entries[e];
         hl_status st = check_tokens(c, b->tokens, b->n_tokens, err);
-        if (!st) st = check_view(c, &b->kv, b->n_tokens, err);
+        if (!st) st = check_view(c, &b->kv, b->n_tokens, b->kv_window.blocks ? 0 : -1, err);
+        if (!st && b->kv_window.blocks) {
+            st = check_view(c, &b->kv_window, b->n_tokens, 1, err);
+            if (!st && b->kv_window.len != b->kv.len)
+                st = hl_fail(err, HL_ERR_INVALID, "the cache slots are at positions %d and %d",
+                             b->kv.len, b->kv_window.len);
+        }
         if (st) {
             hl_err_prefix(err, "batch entry %d", e);
             return st;
@@ -386,9 +399,15 @@ hl_status model_eval_batch(model_ctx *c, const model_batch_entry *entries, int32
     int32_t t = 0, n_rows = 0;
     for (int32_t e = 0; e < n_entries; e++) {
         const model_batch_entry *b = &entries[e];
-        c->seq_kv[e] = (model_seq_kv){.blocks = b->kv.blocks, .B = b->kv.block_tokens,
-                                      .len = b->kv.len,
-                                      .geom = b->kv.geom ? b->kv.geom : &c->m->kv};
+        const model_seq_kv full = {.blocks = b->kv.blocks, .B = b->kv.block_tokens,
+                                   .len = b->kv.len, .geom = b->kv.geom ? b->kv.geom : &c->m->kv};
+        c->seq_kv[e].slot[0] = full;
+        c->seq_kv[e].slot[1] = full;
+        if (b->kv_window.blocks)
+            c->seq_kv[e].slot[1] = (model_seq_kv){.blocks = b->kv_window.blocks,
+                                                  .B = b->kv_window.block_tokens,
+                                                  .len = b->kv_window.len,
+                                                  .geom = b->kv_window.geom};
         c->seq_end[e] = b->kv.len + b->n_tokens;
         for (int32_t i = 0; i < b->n_tokens; i++, t++) {
             c->tok_id[t] = b->tokens[i];

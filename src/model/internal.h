@@ -103,6 +103,13 @@ struct model {
     const float *pl_proj_norm;
     model_layer *layers;
     kv_geom kv; /* f32 geometry of this model's KV (per-layer heads and sizes) */
+    /* Cache slots: slot 0 the full-attention layers, slot 1 (when the model has
+     * sliding-window layers) the windowed ones, each geometry giving the other slot's
+     * layers no storage. layer_slot[l]: the slot holding the cache layer l reads. */
+    int32_t n_kv_slots;
+    int32_t kv_window;  /* the windowed slot's W (the largest window) */
+    kv_geom kv_slot[2];
+    uint8_t *layer_slot; /* [n_layer] */
     /* every loaded matmul weight and the bytes of all loaded tensors: what
      * model_weight_bytes and the context's scratch size iterate */
     const model_weight **mats;
@@ -134,6 +141,12 @@ typedef struct model_seq_kv {
     const kv_geom *geom;
 } model_seq_kv;
 
+/* One view per cache slot; a caller that keeps every layer in one buffer (the combined
+ * geometry m->kv) gives the same view for both. */
+typedef struct model_seq_views {
+    model_seq_kv slot[2];
+} model_seq_views;
+
 struct model_ctx {
     const model *m;
     hl_pool *pool;
@@ -158,7 +171,7 @@ struct model_ctx {
     /* the batch: per token its id, position and sequence; per sequence its KV and the
      * end of its tokens in this batch (exclusive position) */
     int32_t *tok_id, *tok_pos, *tok_seq;
-    model_seq_kv *seq_kv;
+    model_seq_views *seq_kv;
     int32_t *seq_end;
     int32_t *logit_rows;
     /* the per-sequence context size: as the caller set it (model_ctx_set_n_ctx, 0: not
@@ -237,6 +250,7 @@ typedef struct model_arch_desc {
 
 extern const model_arch_desc model_arch_llama, model_arch_qwen2, model_arch_qwen3;
 extern const model_arch_desc model_arch_gemma2, model_arch_gemma3;
+extern const model_arch_desc model_arch_gemma4;
 extern const model_arch_desc model_arch_phi3;
 
 /* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */

@@ -21,7 +21,7 @@
 /* The registry: one descriptor per architecture file. */
 static const model_arch_desc *const g_archs[] = {
     &model_arch_llama, &model_arch_qwen2, &model_arch_qwen3,
-    &model_arch_gemma2, &model_arch_gemma3,
+    &model_arch_gemma2, &model_arch_gemma3, &model_arch_gemma4,
     &model_arch_phi3,
 };
 #define N_ARCHS (sizeof g_archs / sizeof g_archs[0])
@@ -67,6 +67,9 @@ void model_free(model *m) {
     free(m->lhp);
     free((void *)m->mats);
     kv_geom_free(&m->kv);
+    kv_geom_free(&m->kv_slot[0]);
+    kv_geom_free(&m->kv_slot[1]);
+    free(m->layer_slot);
     tok_vocab_destroy(m->vocab);
     gguf_close(m->gguf);
     hl_map_close(&m->map);
@@ -557,14 +560,45 @@ static hl_status load_tensors(model_loader *L, hl_err *err) {
 hl_status model_build_kv_geom(model *m, hl_err *err) {
     const int32_t n = m->hp.n_layer;
     kv_layer_dims *dims = calloc((size_t)n, sizeof *dims);
-    if (!dims) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    for (int32_t l = 0; l < n; l++) {
+    kv_layer_dims *part = calloc((size_t)n, sizeof *part);
+    m->layer_slot = calloc((size_t)n, sizeof *m->layer_slot);
+    hl_status st = HL_OK;
+    if (!dims || !part || !m->layer_slot) st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    m->n_kv_slots = 1;
+    for (int32_t l = 0; !st && l < n; l++) {
         const model_layer_hp *h = &m->lhp[l];
-        if (h->kv_src == l) dims[l] = (kv_layer_dims){h->n_head_kv, h->head_dim_k, h->head_dim_v};
+        if (h->kv_src < 0 || h->kv_src >= n || m->lhp[h->kv_src].kv_src != h->kv_src)
+            st = hl_fail(err, HL_ERR_FORMAT, "layer %d reads the KV of layer %d, which has none",
+                         l, h->kv_src);
+        else if (h->kv_src == l)
+            dims[l] = (kv_layer_dims){h->n_head_kv, h->head_dim_k, h->head_dim_v};
+        const int32_t w = st ? 0 : m->lhp[h->kv_src].window;
+        m->layer_slot[l] = w > 0;
+        if (w > 0) m->n_kv_slots = 2;
+        if (w > m->kv_window) m->kv_window = w;
     }
-    hl_status st = kv_geom_init(&m->kv, n, dims, HL_TYPE_F32, HL_TYPE_F32, err);
+    /* a slot needs a layer that stores KV: all-windowed models keep one slot */
+    bool any_full = false;
+    for (int32_t l = 0; !st && l < n; l++) any_full |= dims[l].n_head_kv > 0 && !m->layer_slot[l];
+    if (!any_full) {
+        m->n_kv_slots = 1;
+        if (m->layer_slot) memset(m->layer_slot, 0, (size_t)n);
+    }
+    if (!st) st = kv_geom_init(&m->kv, n, dims, HL_TYPE_F32, HL_TYPE_F32, err);
+    for (int32_t slot = 0; !st && slot < m->n_kv_slots; slot++) {
+        for (int32_t l = 0; l < n; l++)
+            part[l] = m->layer_slot[l] == slot ? dims[l] : (kv_layer_dims){0, 0, 0};
+        st = kv_geom_init(&m->kv_slot[slot], n, part, HL_TYPE_F32, HL_TYPE_F32, err);
+    }
     free(dims);
+    free(part);
     return st;
+}
+
+int32_t model_kv_slots(const model *m) { return m->n_kv_slots; }
+int32_t model_kv_window(const model *m) { return m->n_kv_slots > 1 ? m->kv_window : 0; }
+const kv_geom *model_kv_slot_geom(const model *m, int32_t slot) {
+    return slot >= 0 && slot < m->n_kv_slots ? &m->kv_slot[slot] : NULL;
 }
 
 hl_status model_load_gguf_file(gguf_file *f, model **out, hl_err *err) {

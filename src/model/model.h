@@ -170,10 +170,22 @@ typedef struct model_kv_view {
 hl_status model_eval_view(model_ctx *c, const model_kv_view *kv, const int32_t *tokens, int32_t n,
                           float *all_logits, hl_err *err);
 
+/* Cache slots. A model with sliding-window layers has two: slot 0 holds the
+ * full-attention layers, slot 1 the windowed ones (which read only the last W positions,
+ * so their cache can drop older blocks: kv/kvcache.h's window cache). Each slot has its
+ * own geometry in which the other slot's layers store nothing. Callers may also keep
+ * every layer in one buffer with the combined geometry (model_kv_geom). */
+int32_t model_kv_slots(const model *m);                  /* 1 or 2 */
+const struct kv_geom *model_kv_slot_geom(const model *m, int32_t slot);
+int32_t model_kv_window(const model *m);                 /* W of slot 1; 0 when none */
+
 /* One sequence's part of a batch: n_tokens tokens at positions kv.len.. of its block
- * table (written there, kv.len is not changed: the caller commits). */
+ * table (written there, kv.len is not changed: the caller commits). With kv_window.blocks
+ * set, kv holds slot 0 (its geometry model_kv_slot_geom(m, 0)) and kv_window slot 1, at
+ * the same len; otherwise kv holds every layer (combined geometry). */
 typedef struct model_batch_entry {
     model_kv_view kv;
+    model_kv_view kv_window;
     const int32_t *tokens;
     int32_t n_tokens;   /* >= 1 */
     bool want_logits;   /* the logits of this entry's last token */

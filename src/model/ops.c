@@ -272,7 +272,7 @@ static const float *kv_v(const model_seq_kv *kv, int32_t layer, int32_t head, in
 static void kv_store(const model_ctx *c, const op_attn *a, int32_t n_tok) {
     const int32_t hdk = a->head_dim_k, hdv = a->head_dim_v;
     for (int32_t t = 0; t < n_tok; t++) {
-        const model_seq_kv *kv = &c->seq_kv[c->tok_seq[t]];
+        const model_seq_kv *kv = &c->seq_kv[c->tok_seq[t]].slot[c->m->layer_slot[a->layer]];
         const int32_t pos = c->tok_pos[t];
         for (int32_t h = 0; h < a->n_head_kv; h++) {
             memcpy((void *)kv_k(kv, a->layer, h, pos), c->k + ((int64_t)t * a->n_head_kv + h) * hdk,
@@ -302,7 +302,8 @@ static void attn_heads(const attn_job *j, int32_t t, int32_t h0, int32_t nh) {
     const int32_t hdk = a->head_dim_k, hdv = a->head_dim_v;
     const int32_t kvh = h0 / (a->n_head / a->n_head_kv);
     const int32_t seq = c->tok_seq[t], pos = c->tok_pos[t];
-    const model_seq_kv *kv = &c->seq_kv[seq]; /* the token's own sequence */
+    /* the token's own sequence, in the slot of the layer's cache */
+    const model_seq_kv *kv = &c->seq_kv[seq].slot[c->m->layer_slot[a->layer]];
     const int32_t k_end = a->causal ? pos + 1 : c->seq_end[seq];
     const int32_t k_begin = a->causal && a->window > 0 && pos - a->window + 1 > 0
                                 ? pos - a->window + 1

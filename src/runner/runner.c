@@ -51,8 +51,10 @@ typedef struct seq {
     job *job;
     seq_phase phase;
     int32_t slot; /* sampler slot: the index */
-    kv_table table;
-    kv_cache cache;
+    kv_table table;  /* slot 0: the full-attention layers (or every layer) */
+    kv_table wtable; /* slot 1: the sliding-window layers, when the model has them */
+    kv_window_cache window;
+    kv_cache caches[2];
     kv_lane *lane;
     kv_session sess;
     bool have_slot;
@@ -69,7 +71,9 @@ typedef struct seq {
 struct runner {
     const model *m;
     model_ctx *ctx;
-    kv_pool *pool;
+    kv_pool *pool;  /* slot 0 */
+    kv_pool *wpool; /* slot 1, or NULL */
+    kv_pool_set pools;
     kv_prefix *pc;
     sampler *smp;
     seq *seqs;
@@ -125,15 +129,26 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     if (r->batch_tokens < r->n_parallel) r->batch_tokens = r->n_parallel;
     r->ack_wait_ns = cfg->ack_wait_us < 0 ? -1
                      : (int64_t)(cfg->ack_wait_us ? cfg->ack_wait_us : RUNNER_ACK_WAIT_US) * 1000;
+    /* One pool per cache slot, each laid out for its layers; the budget is shared in
+     * proportion to what a position costs in each (what full caches would hold). */
+    const int32_t n_slots = model_kv_slots(m);
+    const size_t budget = cfg->kv_budget_bytes ? cfg->kv_budget_bytes : kv_default_budget();
+    const kv_geom *g0 = model_kv_slot_geom(m, 0), *g1 = model_kv_slot_geom(m, 1);
+    const size_t bpp0 = n_slots > 1 ? g0->bytes_per_pos : 1, bpp1 = n_slots > 1 ? g1->bytes_per_pos : 0;
     kv_pool_config pc = {
         .layout = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
                    .head_dim_k = hp->head_dim_k, .head_dim_v = hp->head_dim_v,
                    .block_tokens = cfg->block_tokens > 0 ? cfg->block_tokens : RUNNER_BLOCK_TOKENS,
-                   .layers = model_kv_geom(m)->dims},
-        .budget_bytes = cfg->kv_budget_bytes,
+                   .layers = n_slots > 1 ? g0->dims : model_kv_geom(m)->dims},
+        .budget_bytes = (size_t)((double)budget * (double)bpp0 / (double)(bpp0 + bpp1)),
         .spill_dir = cfg->spill_dir,
         .spill_max_bytes = cfg->spill_max_bytes,
     };
+    kv_pool_config wpc = pc;
+    if (n_slots > 1) {
+        wpc.layout.layers = g1->dims;
+        wpc.budget_bytes = budget - pc.budget_bytes;
+    }
     const size_t np = (size_t)r->n_parallel;
     r->seqs = calloc(np, sizeof *r->seqs);
     r->entries = calloc(np, sizeof *r->entries);
@@ -147,21 +162,28 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
         !r->logits)
         st = hl_fail(err, HL_ERR_NOMEM, "out of memory for %d parallel sequences", r->n_parallel);
     if (!st) st = kv_pool_create(&pc, &r->pool, err);
+    if (!st && n_slots > 1) st = kv_pool_create(&wpc, &r->wpool, err);
+    r->pools = (kv_pool_set){.pools = {r->pool, r->wpool}, .n = n_slots};
     if (!st) {
         for (int32_t i = 0; i < r->n_parallel; i++) {
             seq *s = &r->seqs[i];
             s->slot = i;
             kv_table_init(&s->table, r->pool);
-            s->cache = (kv_cache){&kv_block_cache_ops, &s->table};
+            s->caches[0] = (kv_cache){&kv_block_cache_ops, &s->table};
+            if (n_slots > 1) {
+                kv_table_init(&s->wtable, r->wpool);
+                s->window = (kv_window_cache){&s->wtable, model_kv_window(m)};
+                s->caches[1] = (kv_cache){&kv_window_cache_ops, &s->window};
+            }
         }
         /* sequence 0 uses the config's caches: the trie's first lane (NULL) */
-        kv_prefix_config tc = {.caches = &r->seqs[0].cache, .n_caches = 1,
-                               .over_budget = kv_pool_over_budget, .budget_ctx = r->pool,
+        kv_prefix_config tc = {.caches = r->seqs[0].caches, .n_caches = n_slots,
+                               .over_budget = kv_pool_set_over_budget, .budget_ctx = &r->pools,
                                .page_out_on_close = true};
         st = kv_prefix_create(&tc, &r->pc, err);
     }
     for (int32_t i = 1; !st && i < r->n_parallel; i++)
-        st = kv_prefix_add_lane(r->pc, &r->seqs[i].cache, &r->seqs[i].lane, err);
+        st = kv_prefix_add_lane(r->pc, r->seqs[i].caches, &r->seqs[i].lane, err);
     if (!st) st = model_ctx_create(m, cfg->n_threads, r->batch_tokens, &r->ctx, err);
     if (!st) model_ctx_set_n_ctx(r->ctx, r->n_ctx); /* longrope picks its factors by it */
     if (!st) st = sampler_create(hp->n_vocab, r->n_ctx, &r->smp, err);
@@ -217,7 +239,10 @@ void runner_destroy(runner *r) {
     kv_prefix_destroy(r->pc); /* releases the trie's blocks */
     if (r->pool && r->seqs)
         for (int32_t i = 0; i < r->n_parallel; i++) kv_table_free(&r->seqs[i].table);
+    if (r->wpool && r->seqs)
+        for (int32_t i = 0; i < r->n_parallel; i++) kv_table_free(&r->seqs[i].wtable);
     kv_pool_destroy(r->pool);
+    kv_pool_destroy(r->wpool);
     free(r->seqs);
     free(r->entries);
     free(r->entry_seq);
@@ -231,6 +256,7 @@ void runner_destroy(runner *r) {
 int32_t runner_n_ctx(const runner *r) { return r->n_ctx; }
 int32_t runner_n_parallel(const runner *r) { return r->n_parallel; }
 kv_pool *runner_kv_pool(runner *r) { return r->pool; }
+kv_pool *runner_kv_window_pool(runner *r) { return r->wpool; }
 sampler *runner_sampler(runner *r) { return r->smp; }
 struct kv_prefix *runner_prefix_cache(runner *r) { return r->pc; }
 
@@ -329,6 +355,7 @@ static void seq_start(runner *r, seq *s) {
         st = kv_session_reserve_outputs(&s->sess, s->job->num_predict, &e);
     }
     if (!st) st = kv_table_prealloc(&s->table, n + s->job->num_predict, &e);
+    if (!st && r->wpool) st = kv_table_prealloc(&s->wtable, n + s->job->num_predict, &e);
     pthread_mutex_unlock(&r->kv_mu);
     if (!st) st = sampler_add(r->smp, s->slot, &req->sampling, req->tokens, (size_t)n, &e);
     if (st) {
@@ -519,6 +546,7 @@ static void step(runner *r) {
             s->step_n = n; /* marks it handled this step, even when reserve fails */
             pthread_mutex_lock(&r->kv_mu);
             hl_status st = kv_table_reserve(&s->table, n, &e);
+            if (!st && r->wpool) st = kv_table_reserve(&s->wtable, n, &e);
             pthread_mutex_unlock(&r->kv_mu);
             if (st) {
                 seq_finish(r, s, st, &e);
@@ -530,6 +558,10 @@ static void step(runner *r) {
                 .kv = {.blocks = s->table.data, .n_blocks = s->table.n_blocks,
                        .block_tokens = B, .len = s->table.len, .geom = kv_pool_geom(r->pool)},
                 .tokens = toks, .n_tokens = n, .want_logits = pass == 0};
+            if (r->wpool)
+                en->kv_window = (model_kv_view){
+                    .blocks = s->wtable.data, .n_blocks = s->wtable.n_blocks,
+                    .block_tokens = B, .len = s->wtable.len, .geom = kv_pool_geom(r->wpool)};
             r->entry_seq[n_entries++] = s->slot;
             n_tokens += n;
         }
@@ -552,6 +584,10 @@ static void step(runner *r) {
         seq *s = &r->seqs[r->entry_seq[k]];
         pthread_mutex_lock(&r->kv_mu);
         kv_table_commit(&s->table, s->step_n);
+        if (r->wpool) {
+            kv_table_commit(&s->wtable, s->step_n);
+            kv_window_trim(&s->window);
+        }
         st = HL_OK;
         if (s->phase == SEQ_PREFILL) {
             s->done += s->step_n;
@@ -709,6 +745,11 @@ runner_memory runner_get_memory(const runner *r) {
     runner *rw = (runner *)r; /* the lock is not part of the observable state */
     pthread_mutex_lock(&rw->kv_mu);
     kv_pool_stats ps = kv_pool_get_stats(r->pool);
+    if (r->wpool) {
+        kv_pool_stats ws = kv_pool_get_stats(r->wpool);
+        ps.ram_bytes += ws.ram_bytes;
+        ps.disk_bytes += ws.disk_bytes;
+    }
     pthread_mutex_unlock(&rw->kv_mu);
     runner_memory m = {
         .weights = model_weight_bytes(r->m),
@@ -724,5 +765,6 @@ runner_memory runner_get_memory(const runner *r) {
 void runner_page_out_idle(runner *r) {
     pthread_mutex_lock(&r->kv_mu);
     kv_pool_page_out_cold(r->pool);
+    if (r->wpool) kv_pool_page_out_cold(r->wpool);
     pthread_mutex_unlock(&r->kv_mu);
 }

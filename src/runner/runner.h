@@ -181,6 +181,7 @@ typedef struct runner_load {
 runner_load runner_get_load(runner *r);
 
 /* For tests and benchmarks, while no request runs. */
+kv_pool *runner_kv_window_pool(runner *r); /* the sliding-window slot's pool, or NULL */
 kv_pool *runner_kv_pool(runner *r);
 sampler *runner_sampler(runner *r);
 struct kv_prefix *runner_prefix_cache(runner *r);
