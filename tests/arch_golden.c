@@ -229,6 +229,9 @@ static void check_causal(run_state *s, report *r, const arch_golden_tol *tol, in
         bad(r, "setup: %s", err.msg);
         return;
     }
+    /* the per-sequence context llama.cpp ran with (phi3 longrope chooses by it) */
+    const double n_ctx_seq = num_at(root, "harness", "n_ctx_seq");
+    if (n_ctx_seq > 0) model_ctx_set_n_ctx(s->c, (int32_t)n_ctx_seq);
     s->all = malloc(n_prompt * (size_t)V * sizeof(float));
     if (model_eval(s->c, s->kv, s->ids, (int32_t)n_prompt, s->all, &err)) {
         free(greedy);

@@ -12,7 +12,9 @@
  * mismatch and the number of mismatches.
  *
  * What is checked (causal LM cases, a JSON with prompt_ids):
- *   - prompt_ids evaluated in one batch from position 0, every position's logits kept.
+ *   - prompt_ids evaluated in one batch from position 0, every position's logits kept,
+ *     with the per-sequence context size llama.cpp ran with (harness.n_ctx_seq) set on
+ *     the context (phi3's longrope chooses its factors by it).
  *     At each position i the argmax must be the golden top-1 wherever the golden margin
  *     (top-1 minus top-2 logit of prompt_top10[i]) exceeds tol.margin, and every golden
  *     top-10 [id, logit] pair must be within tol.logit of ours (when tol.logit > 0).

@@ -777,3 +777,92 @@ TEST(model_cli_generate_errors) {
         CHECK_MSG(strstr(errout, "context") != NULL, "%s", errout);
     }
 }
+
+/* ---- load errors name what is wrong, in one line, also through the CLI ---- */
+
+/* A Mixtral-style GGUF: general.architecture "llama" with experts (llama.expert_count
+ * and/or blk.0.ffn_gate_exps.weight). */
+static hl_status write_moe_llama(const char *path, bool with_count, hl_err *err) {
+    gguf_writer *w = gguf_writer_create();
+    if (!w) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    gguf_writer_set_u32(w, "llama.context_length", 64);
+    gguf_writer_set_u32(w, "llama.embedding_length", 32);
+    gguf_writer_set_u32(w, "llama.block_count", 1);
+    gguf_writer_set_u32(w, "llama.feed_forward_length", 48);
+    gguf_writer_set_u32(w, "llama.attention.head_count", 4);
+    gguf_writer_set_u32(w, "llama.attention.head_count_kv", 2);
+    gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (with_count) {
+        gguf_writer_set_u32(w, "llama.expert_count", 8);
+        gguf_writer_set_u32(w, "llama.expert_used_count", 2);
+    }
+    synth_write_vocab(w, 40);
+    static float data[32 * 48 * 8];
+    const int64_t emb[2] = {32, 40}, exps[3] = {32, 48, 8};
+    hl_status st = gguf_writer_add_tensor(w, "token_embd.weight", HL_TYPE_F32, 2, emb, data,
+                                          sizeof(float) * 32 * 40, err);
+    if (!st)
+        st = gguf_writer_add_tensor(w, "blk.0.ffn_gate_exps.weight", HL_TYPE_F32, 3, exps, data,
+                                    sizeof data, err);
+    if (!st) st = gguf_writer_write_file(w, path, err);
+    gguf_writer_destroy(w);
+    return st;
+}
+
+TEST(model_error_mixture_of_experts_llama) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/moe.gguf", test_tmpdir());
+    hl_err err = {0};
+    for (int with_count = 0; with_count < 2; with_count++) {
+        CHECK_OK(write_moe_llama(path, with_count, &err), &err);
+        model *m = NULL;
+        CHECK_EQ_INT(model_load(path, NULL, &m, &err), HL_ERR_UNSUPPORTED);
+        CHECK(m == NULL);
+        CHECK_MSG(strstr(err.msg, "mixture of experts is not supported yet"), "%s", err.msg);
+        CHECK_MSG(!strchr(err.msg, '\n'), "not one line: %s", err.msg);
+    }
+}
+
+/* Each kind of unloadable file: hearth generate exits 1 with one line on stderr that
+ * names the architecture, the tensor and its shapes, or the experts. */
+TEST(model_cli_load_errors_are_one_line) {
+    const char *bin = getenv("HEARTH_BIN");
+    if (!bin || !*bin) SKIP("HEARTH_BIN not set (run via make test)");
+    static char out[4096], errout[4096], args[1024];
+    char path[512];
+    snprintf(path, sizeof path, "%s/bad-cli.gguf", test_tmpdir());
+    const struct {
+        const char *arch, *skip, *bad_shape;
+        bool moe;
+        const char *want;
+    } cases[] = {
+        {"gpt2", NULL, NULL, false, "unsupported model architecture 'gpt2' (supported: llama"},
+        {"llama", "blk.2.ffn_up.weight", NULL, false, "missing tensor 'blk.2.ffn_up.weight'"},
+        {"llama", NULL, "blk.1.attn_q.weight", false,
+         "tensor 'blk.1.attn_q.weight' has shape [32, 33], expected [32, 32]"},
+        {"llama", NULL, NULL, true, "mixture of experts is not supported yet"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hl_err err = {0};
+        if (cases[i].moe) {
+            CHECK_OK(write_moe_llama(path, true, &err), &err);
+        } else {
+            synth_cfg c = g_small;
+            c.arch = cases[i].arch;
+            c.skip_tensor = cases[i].skip;
+            c.bad_shape_tensor = cases[i].bad_shape;
+            synth_model *s = synth_build(&c, path);
+            CHECK(s);
+            synth_free(s);
+        }
+        snprintf(args, sizeof args, "generate -m %s -p hi -n 1", path);
+        int rc = run_cli(args, out, sizeof out, errout, sizeof errout);
+        CHECK_MSG(rc == 1, "case %zu exited %d: %s", i, rc, errout);
+        CHECK_MSG(strncmp(errout, "hearth generate: ", 17) == 0, "case %zu: %s", i, errout);
+        CHECK_MSG(strstr(errout, cases[i].want), "case %zu: want \"%s\" in \"%s\"", i,
+                  cases[i].want, errout);
+        char *nl = strchr(errout, '\n');
+        CHECK_MSG(nl && nl[1] == '\0', "case %zu: not one line: \"%s\"", i, errout);
+    }
+}

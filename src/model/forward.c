@@ -194,6 +194,7 @@ void model_ctx_free(model_ctx *c) {
 }
 
 int model_ctx_n_threads(const model_ctx *c) { return hl_pool_n_threads(c->pool); }
+void model_ctx_set_n_ctx(model_ctx *c, int32_t n_ctx) { c->n_ctx_set = n_ctx > 0 ? n_ctx : 0; }
 int32_t model_ctx_max_batch(const model_ctx *c) { return c->max_batch; }
 size_t model_ctx_scratch_bytes(const model_ctx *c) { return c->scratch_bytes; }
 const float *model_ctx_logits(const model_ctx *c) { return c->logits; }
@@ -319,6 +320,7 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
                        "%d tokens do not fit the context: %d of %d positions are used", n,
                        kv->len, kv->n_ctx);
     void *const blocks[1] = {kv->data};
+    c->n_ctx_eval = c->n_ctx_set ? c->n_ctx_set : kv->n_ctx;
     model_seq_kv view = {.blocks = blocks, .B = kv->n_ctx, .len = kv->len, .geom = &c->m->kv};
     eval_chunks(c, &view, tokens, n, all_logits);
     kv->len = view.len;
@@ -350,6 +352,7 @@ hl_status model_eval_view(model_ctx *c, const model_kv_view *kv, const int32_t *
     if (st) return st;
     model_seq_kv view = {.blocks = kv->blocks, .B = kv->block_tokens, .len = kv->len,
                          .geom = kv->geom ? kv->geom : &c->m->kv};
+    c->n_ctx_eval = c->n_ctx_set; /* a block table's size is not its context's */
     eval_chunks(c, &view, tokens, n, all_logits);
     return HL_OK;
 }
@@ -421,6 +424,7 @@ hl_status model_eval_batch(model_ctx *c, const model_batch_entry *entries, int32
     }
     if (n_rows > 0 && !c->m->output.data)
         return hl_fail(err, HL_ERR_UNSUPPORTED, "this is an embedding model: it has no logits");
+    c->n_ctx_eval = c->n_ctx_set;
     forward_batch(c, t, c->logit_rows, logits ? n_rows : 0, logits);
     /* c->x still holds every token's final residual stream (the logits step writes xb) */
     const int64_t E = c->m->hp.n_embd;

@@ -174,6 +174,10 @@ struct model_ctx {
     model_seq_views *seq_kv;
     int32_t *seq_end;
     int32_t *logit_rows;
+    /* the per-sequence context size: as the caller set it (model_ctx_set_n_ctx, 0: not
+     * set), and as the batch being evaluated sees it (that, else the model_kv's capacity,
+     * else 0: unknown). RoPE that depends on it (phi3 longrope) reads n_ctx_eval. */
+    int32_t n_ctx_set, n_ctx_eval;
     void *mm_scratch;
     size_t scratch_bytes;
 };
@@ -248,6 +252,7 @@ extern const model_arch_desc model_arch_llama, model_arch_qwen2, model_arch_qwen
 extern const model_arch_desc model_arch_gemma2, model_arch_gemma3;
 extern const model_arch_desc model_arch_gemma4;
 extern const model_arch_desc model_arch_bert, model_arch_nomic_bert;
+extern const model_arch_desc model_arch_phi3;
 
 /* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */
 hl_status model_add_mat(model *m, const model_weight *w, hl_err *err);

@@ -23,6 +23,7 @@ static const model_arch_desc *const g_archs[] = {
     &model_arch_llama, &model_arch_qwen2, &model_arch_qwen3,
     &model_arch_gemma2, &model_arch_gemma3, &model_arch_gemma4,
     &model_arch_bert, &model_arch_nomic_bert,
+    &model_arch_phi3,
 };
 #define N_ARCHS (sizeof g_archs / sizeof g_archs[0])
 

@@ -3,7 +3,8 @@
  *
  * A model holds the hyperparameters, the weights and the tokenizer of one checkpoint:
  *   - model_load_gguf()      a GGUF of any registered architecture (model_supported_archs:
- *                            the llama family, gemma2/3, ...; one file each in src/model/);
+ *                            the llama family, gemma2/3, phi3, ...; one file each in
+ *                            src/model/);
  *   - model_load_llama2c()   a llama2.c checkpoint (.bin) plus its tokenizer (tok512.bin);
  *   - model_load()           either, chosen by the file's magic.
  * Loading validates every tensor's shape and type before returning. The file is read
@@ -136,6 +137,12 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
                            hl_err *err);
 void model_ctx_free(model_ctx *c); /* accepts NULL */
 int model_ctx_n_threads(const model_ctx *c);
+/* The context size each sequence is served with (the runner's num_ctx). Some models'
+ * RoPE depends on it: phi3's longrope uses its long factors iff it (rounded up to a
+ * multiple of 256, as llama.cpp does) exceeds the original context length. 0 (the
+ * default): model_eval uses the model_kv's capacity, block-table evals the model's
+ * trained context. */
+void model_ctx_set_n_ctx(model_ctx *c, int32_t n_ctx);
 /* Bytes of scratch (activations, matmul scratch, logits) the context allocated. */
 size_t model_ctx_scratch_bytes(const model_ctx *c);
 

@@ -191,6 +191,7 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     for (int32_t i = 1; !st && i < r->n_parallel; i++)
         st = kv_prefix_add_lane(r->pc, r->seqs[i].caches, &r->seqs[i].lane, err);
     if (!st) st = model_ctx_create(m, cfg->n_threads, r->batch_tokens, &r->ctx, err);
+    if (!st) model_ctx_set_n_ctx(r->ctx, r->n_ctx); /* longrope picks its factors by it */
     if (!st) st = sampler_create(hp->n_vocab, r->n_ctx, &r->smp, err);
     if (!st) {
         bool mu = pthread_mutex_init(&r->mu, NULL) == 0;
