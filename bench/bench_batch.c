@@ -148,7 +148,8 @@ static double raw_pass(raw_bench *b, model_ctx *c, int n) {
     static float logits[MAX_CONC * N_VOCAB];
     model_batch_entry e[MAX_CONC] = {0};
     for (int i = 0; i < n; i++)
-        e[i] = (model_batch_entry){.kv = {b->t[i].data, b->t[i].n_blocks, 32, b->t[i].len},
+        e[i] = (model_batch_entry){.kv = {.blocks = b->t[i].data, .n_blocks = b->t[i].n_blocks,
+                                          .block_tokens = 32, .len = b->t[i].len},
                                    .tokens = &b->tok[i], .n_tokens = 1, .want_logits = true};
     uint64_t t0 = hl_time_ns();
     if (model_eval_batch(c, e, n, logits, NULL)) return -1;

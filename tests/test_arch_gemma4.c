@@ -89,12 +89,14 @@ TEST(gemma4_block_pool_batch_matches_each_alone_and_model_eval) {
             kv_table_init(tabs[k], pool);
             if (!cached[s]) continue;
             CHECK_OK(kv_table_reserve(tabs[k], cached[s], NULL), NULL);
-            model_kv_view v = {tabs[k]->data, tabs[k]->n_blocks, 8, tabs[k]->len, kv_pool_geom(pool)};
+            model_kv_view v = {.blocks = tabs[k]->data, .n_blocks = tabs[k]->n_blocks,
+                               .block_tokens = 8, .len = tabs[k]->len, .geom = kv_pool_geom(pool)};
             CHECK_OK(model_eval_view(c, &v, toks[s], cached[s], NULL, NULL), NULL);
             kv_table_commit(tabs[k], cached[s]);
         }
         CHECK_OK(kv_table_reserve(&alone[s], fresh[s], NULL), NULL);
-        model_kv_view v = {alone[s].data, alone[s].n_blocks, 8, alone[s].len, kv_pool_geom(pool)};
+        model_kv_view v = {.blocks = alone[s].data, .n_blocks = alone[s].n_blocks, .block_tokens = 8,
+                           .len = alone[s].len, .geom = kv_pool_geom(pool)};
         CHECK_OK(model_eval_view(c, &v, toks[s] + cached[s], fresh[s], NULL, NULL), NULL);
         kv_table_commit(&alone[s], fresh[s]);
         memcpy(alone_logits + (size_t)s * V, model_ctx_logits(c), (size_t)V * sizeof(float));

@@ -114,7 +114,7 @@ TEST(arch_phi3_longrope_factors_follow_the_context_size) {
     model_ctx *c = NULL;
     CHECK_OK(model_ctx_create(m, 1, 0, &c, NULL), NULL);
     for (int set = 0; set < 2; set++) {
-        model_kv_view view = {blocks, 1, 64, 0, NULL};
+        model_kv_view view = {.blocks = blocks, .n_blocks = 1, .block_tokens = 64};
         model_ctx_set_n_ctx(c, set ? 256 : 0);
         CHECK_OK(model_eval_view(c, &view, prompt, N_TOK, NULL, NULL), NULL);
         CHECK(max_diff(set ? shrt : lng, model_ctx_logits(c), V) == 0);

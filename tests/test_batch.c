@@ -42,8 +42,9 @@ static const int seq_cached[NSEQ] = {10, 20, 0, 33, 7};  /* already in the cache
 static const int seq_new[NSEQ] = {7, 1, 5, 1, 12};      /* fed in the batch */
 
 static void view_of(const kv_table *t, model_kv_view *v) {
-    *v = (model_kv_view){t->data, t->n_blocks, kv_pool_layout(t->pool)->block_tokens, t->len,
-                         kv_pool_geom(t->pool)};
+    *v = (model_kv_view){.blocks = t->data, .n_blocks = t->n_blocks,
+                         .block_tokens = kv_pool_layout(t->pool)->block_tokens, .len = t->len,
+                         .geom = kv_pool_geom(t->pool)};
 }
 
 TEST(batch_forward_mixed_sequences_match_each_alone) {

@@ -114,7 +114,8 @@ TEST(runner_model_view_matches_contiguous) {
     int pieces[] = {7, 1, 9, 6};
     for (int i = 0, at = 0; i < 4; at += pieces[i], i++) {
         CHECK_OK(kv_table_reserve(&t, pieces[i], NULL), NULL);
-        model_kv_view view = {t.data, t.n_blocks, 5, t.len, kv_pool_geom(pool)};
+        model_kv_view view = {.blocks = t.data, .n_blocks = t.n_blocks, .block_tokens = 5,
+                              .len = t.len, .geom = kv_pool_geom(pool)};
         CHECK_OK(model_eval_view(c, &view, toks + at, pieces[i], b + (size_t)at * Vn, NULL), NULL);
         kv_table_commit(&t, pieces[i]);
     }
@@ -125,7 +126,8 @@ TEST(runner_model_view_matches_contiguous) {
     }
     CHECK_NEAR(maxd, 0, 1e-4);
     /* a full table is refused before anything is written */
-    model_kv_view full = {t.data, t.n_blocks, 5, t.n_blocks * 5, NULL};
+    model_kv_view full = {.blocks = t.data, .n_blocks = t.n_blocks, .block_tokens = 5,
+                          .len = t.n_blocks * 5};
     hl_err err;
     CHECK(model_eval_view(c, &full, toks, 1, NULL, &err) == HL_ERR_KV_FULL);
     kv_table_free(&t);

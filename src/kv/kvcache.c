@@ -196,7 +196,7 @@ bool kv_pool_set_over_budget(void *ctx, const kv_prefix *pc) {
     const kv_pool_set *set = ctx;
     bool over = false;
     for (int i = 0; i < set->n; i++) over |= kv_pool_over_budget(set->pools[i], pc);
-    return over;
+    return over || (set->snapshot_budget && kv_prefix_snapshot_bytes(pc) > set->snapshot_budget);
 }
 
 bool kv_pool_over_budget(void *ctx, const kv_prefix *pc) {

@@ -41,10 +41,13 @@ extern const kv_cache_ops kv_window_cache_ops;
 /* Drops the blocks the window has left (keeping one block of slack). */
 void kv_window_trim(kv_window_cache *w);
 
-/* Several pools behind one over_budget hook (ctx = kv_pool_set *): evict while any is. */
+/* Several pools behind one over_budget hook (ctx = kv_pool_set *): evict while any is,
+ * or while the trie's snapshots exceed snapshot_budget (when set: whole-state snapshots
+ * live outside the pools, so they are bounded by their bytes in the trie). */
 typedef struct kv_pool_set {
     kv_pool *pools[2];
     int n;
+    size_t snapshot_budget; /* 0: not bounded here */
 } kv_pool_set;
 bool kv_pool_set_over_budget(void *ctx, const kv_prefix *pc);
 

@@ -28,7 +28,8 @@ struct model_kv {
     const model *m;
     int32_t n_ctx; /* capacity */
     int32_t len;
-    void *data; /* laid out by m->kv with B = n_ctx */
+    void *data;   /* laid out by m->kv with B = n_ctx (NULL: the model keeps no KV rows) */
+    float *state; /* recurrent state as of len (NULL: none) */
 };
 
 hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err *err) {
@@ -40,9 +41,13 @@ hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err 
     kv->m = m;
     kv->n_ctx = n_ctx;
     size_t bytes;
-    if (!__builtin_mul_overflow(m->kv.bytes_per_pos, (size_t)n_ctx, &bytes))
-        kv->data = calloc(1, bytes);
-    if (!kv->data) {
+    bool ok = true;
+    if (m->n_kv_slots > 0)
+        ok = !__builtin_mul_overflow(m->kv.bytes_per_pos, (size_t)n_ctx, &bytes) &&
+             (kv->data = calloc(1, bytes)) != NULL;
+    if (ok && m->state_floats > 0)
+        ok = (kv->state = calloc((size_t)m->state_floats, sizeof(float))) != NULL;
+    if (!ok) {
         model_kv_free(kv);
         return hl_fail(err, HL_ERR_NOMEM, "out of memory for a KV cache of %d tokens", n_ctx);
     }
@@ -53,8 +58,11 @@ hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err 
 void model_kv_free(model_kv *kv) {
     if (!kv) return;
     free(kv->data);
+    free(kv->state);
     free(kv);
 }
+
+float *model_kv_state(model_kv *kv) { return kv->state; }
 
 int32_t model_kv_len(const model_kv *kv) { return kv->len; }
 int32_t model_kv_capacity(const model_kv *kv) { return kv->n_ctx; }
@@ -63,6 +71,13 @@ hl_status model_kv_truncate(model_kv *kv, int32_t n, hl_err *err) {
     if (n < 0 || n > kv->len)
         return hl_fail(err, HL_ERR_INVALID, "cannot truncate a KV cache of %d tokens to %d",
                        kv->len, n);
+    if (kv->state && n != kv->len) {
+        if (n != 0)
+            return hl_fail(err, HL_ERR_UNSUPPORTED,
+                           "a recurrent state cannot be rewound (from %d to %d tokens)", kv->len,
+                           n);
+        memset(kv->state, 0, (size_t)kv->m->state_floats * sizeof(float));
+    }
     kv->len = n; /* positions >= n are overwritten by the next eval */
     return HL_OK;
 }
@@ -146,6 +161,7 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
     c->tok_seq = calloc(B, sizeof *c->tok_seq);
     c->seq_kv = calloc(B, sizeof *c->seq_kv);
     c->seq_end = calloc(B, sizeof *c->seq_end);
+    c->seq_first = calloc(B + 1, sizeof *c->seq_first);
     c->logit_rows = calloc(B, sizeof *c->logit_rows);
     size_t scratch = 0;
     for (int32_t i = 0; i < m->n_mats; i++) {
@@ -163,7 +179,7 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
     }
     if (!c->x || !c->xb || !c->xc || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate ||
         !c->up || (c->extra_floats && !c->extra) || !rope_ok || !c->head_tmp || !c->logits ||
-        !c->tok_id || !c->tok_pos || !c->tok_seq || !c->seq_kv || !c->seq_end || !c->logit_rows ||
+        !c->tok_id || !c->tok_pos || !c->tok_seq || !c->seq_kv || !c->seq_end || !c->seq_first || !c->logit_rows ||
         !c->mm_scratch) {
         model_ctx_free(c);
         return hl_fail(err, HL_ERR_NOMEM, "out of memory for a batch of %d tokens", max_batch);
@@ -188,6 +204,7 @@ void model_ctx_free(model_ctx *c) {
     free(c->tok_seq);
     free(c->seq_kv);
     free(c->seq_end);
+    free(c->seq_first);
     free(c->logit_rows);
     free(c->mm_scratch);
     free(c);
@@ -279,13 +296,16 @@ static hl_status check_whole(const model_ctx *c, int32_t len, int32_t n, hl_err 
 }
 
 /* One sequence's tokens in chunks of max_batch; positions follow kv->len. */
-static void eval_chunks(model_ctx *c, model_seq_kv *kv, const int32_t *tokens, int32_t n,
-                        float *all_logits) {
+static void eval_chunks(model_ctx *c, model_seq_kv *kv, float *state, const int32_t *tokens,
+                        int32_t n, float *all_logits) {
     const model_hparams *hp = &c->m->hp;
     for (int32_t done = 0; done < n;) {
         int32_t chunk = n - done < c->max_batch ? n - done : c->max_batch;
-        c->seq_kv[0] = (model_seq_views){{*kv, *kv}};
+        c->seq_kv[0] = (model_seq_views){{*kv, *kv}, state};
         c->seq_end[0] = kv->len + done + chunk;
+        c->n_seq = 1;
+        c->seq_first[0] = 0;
+        c->seq_first[1] = chunk;
         for (int32_t t = 0; t < chunk; t++) {
             c->tok_id[t] = tokens[done + t];
             c->tok_pos[t] = kv->len + done + t;
@@ -322,7 +342,7 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
     void *const blocks[1] = {kv->data};
     c->n_ctx_eval = c->n_ctx_set ? c->n_ctx_set : kv->n_ctx;
     model_seq_kv view = {.blocks = blocks, .B = kv->n_ctx, .len = kv->len, .geom = &c->m->kv};
-    eval_chunks(c, &view, tokens, n, all_logits);
+    eval_chunks(c, &view, kv->state, tokens, n, all_logits);
     kv->len = view.len;
     return HL_OK;
 }
@@ -330,6 +350,12 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
 /* slot -1: a view of every layer (the combined geometry); 0 or 1: that slot's. */
 static hl_status check_view(const model_ctx *c, const model_kv_view *kv, int32_t n, int32_t slot,
                             hl_err *err) {
+    if (c->m->state_floats > 0 && slot <= 0 && !kv->state)
+        return hl_fail(err, HL_ERR_INVALID, "this model keeps a recurrent state: the view needs it");
+    if (c->m->n_kv_slots == 0) { /* no KV rows: only positions matter */
+        if (kv->len < 0) return hl_fail(err, HL_ERR_INVALID, "invalid position %d", kv->len);
+        return check_whole(c, kv->len, n, err);
+    }
     if (kv->block_tokens <= 0 || kv->len < 0 || !kv->blocks)
         return hl_fail(err, HL_ERR_INVALID, "invalid KV block table");
     if ((int64_t)kv->len + n > (int64_t)kv->n_blocks * kv->block_tokens)
@@ -353,7 +379,7 @@ hl_status model_eval_view(model_ctx *c, const model_kv_view *kv, const int32_t *
     model_seq_kv view = {.blocks = kv->blocks, .B = kv->block_tokens, .len = kv->len,
                          .geom = kv->geom ? kv->geom : &c->m->kv};
     c->n_ctx_eval = c->n_ctx_set; /* a block table's size is not its context's */
-    eval_chunks(c, &view, tokens, n, all_logits);
+    eval_chunks(c, &view, kv->state, tokens, n, all_logits);
     return HL_OK;
 }
 
@@ -394,7 +420,8 @@ hl_status model_eval_batch(model_ctx *c, const model_batch_entry *entries, int32
             return st;
         }
         for (int32_t f = 0; f < e; f++)
-            if (entries[f].kv.blocks == b->kv.blocks)
+            if ((b->kv.blocks && entries[f].kv.blocks == b->kv.blocks) ||
+                (b->kv.state && entries[f].kv.state == b->kv.state))
                 return hl_fail(err, HL_ERR_INVALID,
                                "batch entries %d and %d use the same block table", f, e);
         total += b->n_tokens;
@@ -414,7 +441,9 @@ hl_status model_eval_batch(model_ctx *c, const model_batch_entry *entries, int32
                                                   .B = b->kv_window.block_tokens,
                                                   .len = b->kv_window.len,
                                                   .geom = b->kv_window.geom};
+        c->seq_kv[e].state = b->kv.state;
         c->seq_end[e] = b->kv.len + b->n_tokens;
+        c->seq_first[e] = t;
         for (int32_t i = 0; i < b->n_tokens; i++, t++) {
             c->tok_id[t] = b->tokens[i];
             c->tok_pos[t] = b->kv.len + i;
@@ -422,6 +451,8 @@ hl_status model_eval_batch(model_ctx *c, const model_batch_entry *entries, int32
         }
         if (b->want_logits) c->logit_rows[n_rows++] = t - 1;
     }
+    c->n_seq = n_entries;
+    c->seq_first[n_entries] = t;
     if (n_rows > 0 && !c->m->output.data)
         return hl_fail(err, HL_ERR_UNSUPPORTED, "this is an embedding model: it has no logits");
     c->n_ctx_eval = c->n_ctx_set;

@@ -59,6 +59,10 @@ typedef struct model_layer_hp {
     const float *rope_factors; /* per-pair frequency divisors [n_rot/2], or NULL */
     int32_t window;       /* 0: full attention; W: keys at p-W+1..p */
     int32_t kv_src;       /* layer whose cache this layer's attention reads */
+    /* Recurrent layers (short conv, SSM, delta rule): floats of state this layer keeps
+     * per sequence, at state_off in the sequence's state buffer. 0: none. */
+    int64_t state_floats;
+    int64_t state_off;
 } model_layer_hp;
 
 typedef enum model_rope_scaling {
@@ -110,6 +114,7 @@ struct model {
     int32_t kv_window;  /* the windowed slot's W (the largest window) */
     kv_geom kv_slot[2];
     uint8_t *layer_slot; /* [n_layer] */
+    int64_t state_floats; /* recurrent state per sequence, all layers (model_build_kv_geom) */
     /* every loaded matmul weight and the bytes of all loaded tensors: what
      * model_weight_bytes and the context's scratch size iterate */
     const model_weight **mats;
@@ -142,9 +147,11 @@ typedef struct model_seq_kv {
 } model_seq_kv;
 
 /* One view per cache slot; a caller that keeps every layer in one buffer (the combined
- * geometry m->kv) gives the same view for both. */
+ * geometry m->kv) gives the same view for both. state: the sequence's recurrent state
+ * (m->state_floats floats, as of position len), or NULL for a model without one. */
 typedef struct model_seq_views {
     model_seq_kv slot[2];
+    float *state;
 } model_seq_views;
 
 struct model_ctx {
@@ -173,6 +180,10 @@ struct model_ctx {
     int32_t *tok_id, *tok_pos, *tok_seq;
     model_seq_views *seq_kv;
     int32_t *seq_end;
+    /* the batch's sequences: n_seq of them, sequence e's tokens are rows
+     * [seq_first[e], seq_first[e + 1]) in position order (recurrent layers walk them) */
+    int32_t n_seq;
+    int32_t *seq_first; /* [max_batch + 1] */
     int32_t *logit_rows;
     /* the per-sequence context size: as the caller set it (model_ctx_set_n_ctx, 0: not
      * set), and as the batch being evaluated sees it (that, else the model_kv's capacity,

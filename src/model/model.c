@@ -245,6 +245,13 @@ static hl_status read_rope_scaling(const model_loader *L, hl_err *err) {
     return model_hp_float(L, "rope.scaling.yarn_beta_slow", 1.0f, &m->x.yarn_beta_slow, err);
 }
 
+static bool key_is_array(const model_loader *L, const char *suffix) {
+    char key[128];
+    gguf_type et;
+    uint64_t n;
+    return arch_key(L, suffix, key, sizeof key) && gguf_get_arr(L->f, key, &et, &n);
+}
+
 /* n_ff and n_head_kv: one value for all layers, or one per layer. */
 static hl_status read_layer_widths(model_loader *L, hl_err *err) {
     model *m = L->m;
@@ -256,18 +263,23 @@ static hl_status read_layer_widths(model_loader *L, hl_err *err) {
     if (!st && !has)
         st = hl_fail(err, HL_ERR_FORMAT, "missing metadata key '%s.feed_forward_length'",
                      L->prefix);
+    /* per-layer arrays may hold 0: a layer without that part (recurrent hybrids) */
+    const bool ff_array = key_is_array(L, "feed_forward_length");
     for (int32_t l = 0; !st && l < hp->n_layer; l++) {
-        if (tmp[l] <= 0)
+        if (tmp[l] <= 0 && !ff_array)
             st = hl_fail(err, HL_ERR_FORMAT, "feed_forward_length of layer %d is 0", l);
         m->lhp[l].n_ff = tmp[l];
         if (tmp[l] > hp->n_ff) hp->n_ff = tmp[l];
     }
     if (!st) st = model_hp_layer_ints(L, "attention.head_count_kv", tmp, &has, err);
+    const bool tmp_is_array = key_is_array(L, "attention.head_count_kv");
     for (int32_t l = 0; !st && l < hp->n_layer; l++) {
         model_layer_hp *h = &m->lhp[l];
         h->n_head = hp->n_head;
         h->n_head_kv = has ? tmp[l] : hp->n_head;
         if (h->n_head_kv > hp->n_head_kv) hp->n_head_kv = h->n_head_kv;
+        /* a 0 in a per-layer array: a layer without attention (recurrent hybrids) */
+        if (h->n_head_kv == 0 && tmp_is_array) continue;
         if (h->n_head_kv == 0 || h->n_head_kv > hp->n_head || hp->n_head % h->n_head_kv != 0)
             st = hl_fail(err, HL_ERR_FORMAT,
                          "attention.head_count %d is not a multiple of head_count_kv %d",
@@ -560,6 +572,11 @@ static hl_status load_tensors(model_loader *L, hl_err *err) {
  * cache store nothing. */
 hl_status model_build_kv_geom(model *m, hl_err *err) {
     const int32_t n = m->hp.n_layer;
+    m->state_floats = 0;
+    for (int32_t l = 0; l < n; l++) {
+        m->lhp[l].state_off = m->state_floats;
+        m->state_floats += m->lhp[l].state_floats;
+    }
     kv_layer_dims *dims = calloc((size_t)n, sizeof *dims);
     kv_layer_dims *part = calloc((size_t)n, sizeof *part);
     m->layer_slot = calloc((size_t)n, sizeof *m->layer_slot);
@@ -579,7 +596,14 @@ hl_status model_build_kv_geom(model *m, hl_err *err) {
         if (w > m->kv_window) m->kv_window = w;
     }
     /* a slot needs a layer that stores KV: all-windowed models keep one slot */
-    bool any_full = false;
+    bool any_full = false, any_kv = false;
+    for (int32_t l = 0; l < n; l++) any_kv |= dims && dims[l].n_head_kv > 0;
+    if (!st && !any_kv) { /* a pure recurrent model: no KV rows at all */
+        free(dims);
+        free(part);
+        m->n_kv_slots = 0;
+        return HL_OK;
+    }
     for (int32_t l = 0; !st && l < n; l++) any_full |= dims[l].n_head_kv > 0 && !m->layer_slot[l];
     if (!any_full) {
         m->n_kv_slots = 1;
@@ -597,6 +621,8 @@ hl_status model_build_kv_geom(model *m, hl_err *err) {
 }
 
 int32_t model_kv_slots(const model *m) { return m->n_kv_slots; }
+bool model_has_kv(const model *m) { return m->n_kv_slots > 0; }
+size_t model_state_floats(const model *m) { return (size_t)m->state_floats; }
 int32_t model_kv_window(const model *m) { return m->n_kv_slots > 1 ? m->kv_window : 0; }
 const kv_geom *model_kv_slot_geom(const model *m, int32_t slot) {
     return slot >= 0 && slot < m->n_kv_slots ? &m->kv_slot[slot] : NULL;

@@ -125,8 +125,17 @@ hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err 
 void model_kv_free(model_kv *kv); /* accepts NULL */
 int32_t model_kv_len(const model_kv *kv);
 int32_t model_kv_capacity(const model_kv *kv);
-/* Forgets every position >= n (0 <= n <= length); the next eval continues at n. */
+/* Forgets every position >= n (0 <= n <= length); the next eval continues at n. A model
+ * with recurrent state can only go back to 0 (the state is reset) or stay where it is. */
 hl_status model_kv_truncate(model_kv *kv, int32_t n, hl_err *err);
+/* Recurrent layers (short convolutions, SSMs, delta-rule layers) keep a fixed-size state
+ * per sequence instead of (or beside) KV rows: floats per sequence, 0 for a
+ * transformer. A model_kv owns one (model_kv_state: read or overwrite it to save and
+ * restore a sequence at its current length). */
+size_t model_state_floats(const model *m);
+float *model_kv_state(model_kv *kv); /* NULL when the model has none */
+/* False when no layer keeps KV rows (a pure SSM): views then need no blocks. */
+bool model_has_kv(const model *m);
 
 /* ---- evaluation ---- */
 typedef struct model_ctx model_ctx;
@@ -163,6 +172,9 @@ typedef struct model_kv_view {
     int32_t block_tokens; /* B */
     int32_t len;          /* positions already in the cache */
     const struct kv_geom *geom;
+    /* The sequence's recurrent state (model_state_floats floats, as of position len),
+     * updated in place; required exactly when the model has one. */
+    float *state;
 } model_kv_view;
 
 /* Like model_eval, over a block table: feeds tokens at positions len.. and writes their keys

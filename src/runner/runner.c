@@ -58,7 +58,8 @@ typedef struct seq {
     kv_table table;  /* slot 0: the full-attention layers (or every layer) */
     kv_table wtable; /* slot 1: the sliding-window layers, when the model has them */
     kv_window_cache window;
-    kv_cache caches[2];
+    kv_state_cache state; /* recurrent layers' state, when the model has one */
+    kv_cache caches[3];
     kv_lane *lane;
     kv_session sess;
     bool have_slot;
@@ -78,6 +79,7 @@ struct runner {
     kv_pool *pool;  /* slot 0 */
     kv_pool *wpool; /* slot 1, or NULL */
     kv_pool_set pools;
+    int32_t n_caches; /* per sequence: KV slots, then a recurrent state */
     kv_prefix *pc;
     sampler *smp;
     seq *seqs;
@@ -167,23 +169,37 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     if (!r->seqs || !r->entries || !r->entry_seq || !r->slots || !r->sample_seq || !r->outs ||
         !r->logits)
         st = hl_fail(err, HL_ERR_NOMEM, "out of memory for %d parallel sequences", r->n_parallel);
-    if (!st) st = kv_pool_create(&pc, &r->pool, err);
+    if (!st && n_slots > 0) st = kv_pool_create(&pc, &r->pool, err);
     if (!st && n_slots > 1) st = kv_pool_create(&wpc, &r->wpool, err);
     r->pools = (kv_pool_set){.pools = {r->pool, r->wpool}, .n = n_slots};
+    /* the caches of a sequence: its KV slots, then the recurrent state */
+    const size_t state_floats = model_state_floats(m);
+    r->n_caches = n_slots + (state_floats > 0);
+    /* recurrent snapshots are copies outside the pools: they share the KV budget */
+    if (state_floats > 0) r->pools.snapshot_budget = budget;
+    if (r->n_caches == 0) st = hl_fail(err, HL_ERR_INVALID, "the model keeps no cache at all");
     if (!st) {
-        for (int32_t i = 0; i < r->n_parallel; i++) {
+        for (int32_t i = 0; i < r->n_parallel && !st; i++) {
             seq *s = &r->seqs[i];
             s->slot = i;
-            kv_table_init(&s->table, r->pool);
-            s->caches[0] = (kv_cache){&kv_block_cache_ops, &s->table};
+            if (n_slots > 0) {
+                kv_table_init(&s->table, r->pool);
+                s->caches[0] = (kv_cache){&kv_block_cache_ops, &s->table};
+            }
             if (n_slots > 1) {
                 kv_table_init(&s->wtable, r->wpool);
                 s->window = (kv_window_cache){&s->wtable, model_kv_window(m)};
                 s->caches[1] = (kv_cache){&kv_window_cache_ops, &s->window};
             }
+            if (state_floats > 0) {
+                st = kv_state_cache_init(&s->state, state_floats, err);
+                s->caches[n_slots] = (kv_cache){&kv_state_cache_ops, &s->state};
+            }
         }
         /* sequence 0 uses the config's caches: the trie's first lane (NULL) */
-        kv_prefix_config tc = {.caches = r->seqs[0].caches, .n_caches = n_slots,
+    }
+    if (!st) {
+        kv_prefix_config tc = {.caches = r->seqs[0].caches, .n_caches = r->n_caches,
                                .over_budget = kv_pool_set_over_budget, .budget_ctx = &r->pools,
                                .page_out_on_close = true};
         st = kv_prefix_create(&tc, &r->pc, err);
@@ -247,6 +263,8 @@ void runner_destroy(runner *r) {
         for (int32_t i = 0; i < r->n_parallel; i++) kv_table_free(&r->seqs[i].table);
     if (r->wpool && r->seqs)
         for (int32_t i = 0; i < r->n_parallel; i++) kv_table_free(&r->seqs[i].wtable);
+    if (r->seqs)
+        for (int32_t i = 0; i < r->n_parallel; i++) kv_state_cache_free(&r->seqs[i].state);
     kv_pool_destroy(r->pool);
     kv_pool_destroy(r->wpool);
     free(r->seqs);
@@ -308,6 +326,53 @@ static bool is_stop(const runner *r, const runner_request *req, int32_t tok) {
 
 static int64_t since(uint64_t t0) { return (int64_t)(hl_time_ns() - t0); }
 
+/* ---- a sequence's caches, slot by slot ---- */
+
+/* Empties every cache of the sequence (an embedding starts from nothing). */
+static void caches_clear(runner *r, seq *s) {
+    if (r->pool) kv_table_truncate(&s->table, 0);
+    if (r->wpool) kv_table_truncate(&s->wtable, 0);
+    if (s->state.state) kv_state_cache_ops.free_state(&s->state);
+}
+
+static hl_status caches_prealloc(runner *r, seq *s, int32_t n, hl_err *e) {
+    hl_status st = r->pool ? kv_table_prealloc(&s->table, n, e) : HL_OK;
+    if (!st && r->wpool) st = kv_table_prealloc(&s->wtable, n, e);
+    return st;
+}
+
+static hl_status caches_reserve(runner *r, seq *s, int32_t n, hl_err *e) {
+    hl_status st = r->pool ? kv_table_reserve(&s->table, n, e) : HL_OK;
+    if (!st && r->wpool) st = kv_table_reserve(&s->wtable, n, e);
+    return st;
+}
+
+/* n positions were written: every cache advances (the state was updated in place). */
+static void caches_commit(runner *r, seq *s, int32_t n) {
+    if (r->pool) kv_table_commit(&s->table, n);
+    if (r->wpool) {
+        kv_table_commit(&s->wtable, n);
+        kv_window_trim(&s->window);
+    }
+    if (s->state.state) s->state.offset += n;
+}
+
+/* The batch entry's view of the sequence's caches. */
+static void caches_view(runner *r, seq *s, model_batch_entry *en) {
+    if (r->pool)
+        en->kv = (model_kv_view){.blocks = s->table.data, .n_blocks = s->table.n_blocks,
+                                 .block_tokens = kv_pool_layout(r->pool)->block_tokens,
+                                 .len = s->table.len, .geom = kv_pool_geom(r->pool)};
+    else
+        en->kv = (model_kv_view){.len = s->state.offset};
+    en->kv.state = s->state.state;
+    if (r->wpool)
+        en->kv_window = (model_kv_view){
+            .blocks = s->wtable.data, .n_blocks = s->wtable.n_blocks,
+            .block_tokens = kv_pool_layout(r->wpool)->block_tokens, .len = s->wtable.len,
+            .geom = kv_pool_geom(r->wpool)};
+}
+
 /* ---- the batch thread ---- */
 
 /* Ends a sequence: records its tokens in the trie, frees its lane, slot and blocks, and
@@ -319,8 +384,7 @@ static void seq_finish(runner *r, seq *s, hl_status st, const hl_err *e) {
     if (st && e) fe = *e;
     pthread_mutex_lock(&r->kv_mu);
     if (s->job->hidden) {
-        kv_table_truncate(&s->table, 0); /* an embedding's KV is not kept */
-        if (r->wpool) kv_table_truncate(&s->wtable, 0);
+        caches_clear(r, s); /* an embedding's KV is not kept */
     } else {
         /* the trie must record what the cache holds, whatever happened */
         hl_err ce;
@@ -366,8 +430,7 @@ static void seq_start(runner *r, seq *s) {
         /* decode must not allocate per token: size the bookkeeping for the whole request */
         st = kv_session_reserve_outputs(&s->sess, s->job->num_predict, &e);
     }
-    if (!st) st = kv_table_prealloc(&s->table, n + s->job->num_predict, &e);
-    if (!st && r->wpool) st = kv_table_prealloc(&s->wtable, n + s->job->num_predict, &e);
+    if (!st) st = caches_prealloc(r, s, n + s->job->num_predict, &e);
     pthread_mutex_unlock(&r->kv_mu);
     if (!st) st = sampler_add(r->smp, s->slot, &req->sampling, req->tokens, (size_t)n, &e);
     if (st) {
@@ -389,10 +452,8 @@ static void seq_start(runner *r, seq *s) {
 static void embed_start(runner *r, seq *s) {
     hl_err e = {0};
     pthread_mutex_lock(&r->kv_mu);
-    kv_table_truncate(&s->table, 0);
-    if (r->wpool) kv_table_truncate(&s->wtable, 0);
-    hl_status st = kv_table_prealloc(&s->table, s->job->req->n_tokens, &e);
-    if (!st && r->wpool) st = kv_table_prealloc(&s->wtable, s->job->req->n_tokens, &e);
+    caches_clear(r, s);
+    hl_status st = caches_prealloc(r, s, s->job->req->n_tokens, &e);
     pthread_mutex_unlock(&r->kv_mu);
     if (st) {
         seq_finish(r, s, st, &e);
@@ -536,7 +597,6 @@ static seq *next_prefill(runner *r, int32_t budget) {
 
 static void step(runner *r) {
     const int32_t n_vocab = model_get_hparams(r->m)->n_vocab;
-    const int32_t B = kv_pool_layout(r->pool)->block_tokens;
     for (int32_t i = 0; i < r->n_parallel; i++) {
         seq *s = &r->seqs[i];
         if (!s->ready) continue;
@@ -589,8 +649,7 @@ static void step(runner *r) {
             }
             s->step_n = n; /* marks it handled this step, even when reserve fails */
             pthread_mutex_lock(&r->kv_mu);
-            hl_status st = kv_table_reserve(&s->table, n, &e);
-            if (!st && r->wpool) st = kv_table_reserve(&s->wtable, n, &e);
+            hl_status st = caches_reserve(r, s, n, &e);
             pthread_mutex_unlock(&r->kv_mu);
             if (st) {
                 seq_finish(r, s, st, &e);
@@ -598,14 +657,9 @@ static void step(runner *r) {
                 continue;
             }
             model_batch_entry *en = &r->entries[n_entries];
-            *en = (model_batch_entry){
-                .kv = {.blocks = s->table.data, .n_blocks = s->table.n_blocks,
-                       .block_tokens = B, .len = s->table.len, .geom = kv_pool_geom(r->pool)},
-                .tokens = toks, .n_tokens = n, .want_logits = pass == 0, .hidden = hidden};
-            if (r->wpool)
-                en->kv_window = (model_kv_view){
-                    .blocks = s->wtable.data, .n_blocks = s->wtable.n_blocks,
-                    .block_tokens = B, .len = s->wtable.len, .geom = kv_pool_geom(r->wpool)};
+            *en = (model_batch_entry){.tokens = toks, .n_tokens = n, .want_logits = pass == 0,
+                                      .hidden = hidden};
+            caches_view(r, s, en);
             r->entry_seq[n_entries++] = s->slot;
             n_tokens += n;
         }
@@ -627,11 +681,7 @@ static void step(runner *r) {
     for (int32_t k = 0; k < n_entries; k++) {
         seq *s = &r->seqs[r->entry_seq[k]];
         pthread_mutex_lock(&r->kv_mu);
-        kv_table_commit(&s->table, s->step_n);
-        if (r->wpool) {
-            kv_table_commit(&s->wtable, s->step_n);
-            kv_window_trim(&s->window);
-        }
+        caches_commit(r, s, s->step_n);
         st = HL_OK;
         if (s->phase == SEQ_EMBED) {
             pthread_mutex_unlock(&r->kv_mu);
@@ -846,7 +896,11 @@ hl_status runner_embed(runner *r, const int32_t *tokens, int32_t n, float *out, 
 runner_memory runner_get_memory(const runner *r) {
     runner *rw = (runner *)r; /* the lock is not part of the observable state */
     pthread_mutex_lock(&rw->kv_mu);
-    kv_pool_stats ps = kv_pool_get_stats(r->pool);
+    kv_pool_stats ps = r->pool ? kv_pool_get_stats(r->pool) : (kv_pool_stats){0};
+    /* live recurrent states, and their snapshots in the trie (whole copies) */
+    const size_t state_bytes = model_state_floats(r->m) * sizeof(float);
+    if (state_bytes)
+        ps.ram_bytes += (size_t)r->n_parallel * state_bytes + kv_prefix_snapshot_bytes(r->pc);
     if (r->wpool) {
         kv_pool_stats ws = kv_pool_get_stats(r->wpool);
         ps.ram_bytes += ws.ram_bytes;
@@ -866,7 +920,7 @@ runner_memory runner_get_memory(const runner *r) {
 
 void runner_page_out_idle(runner *r) {
     pthread_mutex_lock(&r->kv_mu);
-    kv_pool_page_out_cold(r->pool);
+    if (r->pool) kv_pool_page_out_cold(r->pool);
     if (r->wpool) kv_pool_page_out_cold(r->wpool);
     pthread_mutex_unlock(&r->kv_mu);
 }
