@@ -521,6 +521,8 @@ static const char *k_chatml =
 
 static bool write_gguf_ex(const char *src, const char *dst, const char *chat_template,
                           const char *pooling_key, const char *arch);
+static bool write_gguf_edit(const char *src, const char *dst, const char *chat_template,
+                            const char *pooling_key, const char *arch, int nul_every);
 
 static bool write_templated_gguf(const char *src, const char *dst, const char *chat_template,
                                  const char *pooling_key) {
@@ -530,6 +532,13 @@ static bool write_templated_gguf(const char *src, const char *dst, const char *c
 /* arch (may be NULL) replaces general.architecture. */
 static bool write_gguf_ex(const char *src, const char *dst, const char *chat_template,
                           const char *pooling_key, const char *arch) {
+    return write_gguf_edit(src, dst, chat_template, pooling_key, arch, 0);
+}
+
+/* nul_every > 0: every nul_every-th token past the byte tokens becomes the byte token
+ * <0x00>, so that a generation soon produces NUL bytes. */
+static bool write_gguf_edit(const char *src, const char *dst, const char *chat_template,
+                            const char *pooling_key, const char *arch, int nul_every) {
     gguf_file *f;
     if (gguf_open(src, &f, NULL) != HL_OK) return false;
     gguf_writer *w = gguf_writer_create();
@@ -579,13 +588,24 @@ static bool write_gguf_ex(const char *src, const char *dst, const char *chat_tem
             if (!ok) break;
             if (et == GGUF_TYPE_STRING) {
                 char **v = calloc(n ? n : 1, sizeof *v);
+                bool nul = nul_every > 0 && strcmp(key, "tokenizer.ggml.tokens") == 0;
                 for (uint64_t j = 0; v && j < n; j++) {
                     gguf_str e = gguf_arr_str(f, key, j);
-                    v[j] = strndup(e.ptr ? e.ptr : "", e.len);
+                    v[j] = nul && j > 258 && j % (uint64_t)nul_every == 0
+                               ? strdup("<0x00>") : strndup(e.ptr ? e.ptr : "", e.len);
                 }
                 ok = v && gguf_writer_set_arr_str(w, key, (const char *const *)v, n) == HL_OK;
                 for (uint64_t j = 0; v && j < n; j++) free(v[j]);
                 free(v);
+            } else if (nul_every > 0 && strcmp(key, "tokenizer.ggml.token_type") == 0 &&
+                       et == GGUF_TYPE_INT32) {
+                int32_t *types = malloc((n ? n : 1) * sizeof *types);
+                ok = types != NULL;
+                if (ok) memcpy(types, gguf_arr_data(f, key), n * sizeof *types);
+                for (uint64_t j = 259; ok && j < n; j++)
+                    if (j % (uint64_t)nul_every == 0) types[j] = 6; /* byte */
+                ok = ok && gguf_writer_set_arr(w, key, et, types, n) == HL_OK;
+                free(types);
             } else {
                 ok = gguf_writer_set_arr(w, key, et, gguf_arr_data(f, key), n) == HL_OK;
             }
@@ -810,6 +830,104 @@ static void generate_api(srv_proc *p) {
 }
 
 TEST(api_generate_end_to_end) { WITH_SERVER(generate_api); }
+
+/* ---------------- generated NUL bytes ---------------- */
+
+/* A generation's text from one route: whole (stream false) or concatenated from its
+ * NDJSON / SSE frames (stream true). Parsed with JSON_ALLOW_NUL: the text holds NULs. */
+static bool route_text(const srv_proc *p, const char *path, const char *body, bool stream,
+                       outbuf *text) {
+    char *resp = NULL;
+    size_t len = 0;
+    int status = -1;
+    hl_err err;
+    if (net_http_request(&p->host, "POST", path, body, strlen(body), &status, &resp, &len,
+                         &err) != HL_OK || status != 200) {
+        fprintf(stderr, "    %s: %d %s\n", path, status, resp ? resp : err.msg);
+        free(resp);
+        return false;
+    }
+    bool oai = strncmp(path, "/v1/chat", 8) == 0, anth = strncmp(path, "/v1/messages", 12) == 0;
+    bool ok = true;
+    for (char *line = resp, *end; ok && line < resp + len; line = end + 1) {
+        end = memchr(line, '\n', (size_t)(resp + len - line));
+        if (!end) end = resp + len;
+        char *j = line;
+        if (stream && (oai || anth)) {
+            if (end - line < 6 || strncmp(line, "data: ", 6) != 0 || strncmp(line, "data: [DONE]", 12) == 0)
+                continue;
+            j = line + 6;
+        }
+        if (end == j) continue;
+        json_error_t je;
+        json_t *o = json_loadb(j, (size_t)(end - j), JSON_ALLOW_NUL, &je);
+        if (!o) {
+            fprintf(stderr, "    %s: bad JSON: %s\n", path, je.text);
+            ok = false;
+            break;
+        }
+        json_t *t = NULL;
+        if (oai) {
+            json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+            t = json_object_get(json_object_get(ch, stream ? "delta" : "message"), "content");
+        } else if (anth && stream) {
+            json_t *d = json_object_get(o, "delta");
+            if (!strcmp(jstr(d, "type"), "text_delta")) t = json_object_get(d, "text");
+        } else if (anth) {
+            size_t i;
+            json_t *b;
+            json_array_foreach(json_object_get(o, "content"), i, b)
+                if (!strcmp(jstr(b, "type"), "text")) t = json_object_get(b, "text");
+        } else if (strcmp(path, "/api/chat") == 0) {
+            t = json_object_get(json_object_get(o, "message"), "content");
+        } else {
+            t = json_object_get(o, "response");
+        }
+        if (json_is_string(t)) outbuf_add(text, json_string_value(t), json_string_length(t));
+        json_decref(o);
+        if (!stream) break;
+    }
+    free(resp);
+    return ok;
+}
+
+static void nul_tokens_api(srv_proc *p) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/nul.gguf", test_tmpdir());
+    /* a quarter of the vocabulary is <0x00>: greedy decoding meets several soon */
+    CHECK(write_gguf_edit(stories(), path, k_chatml, NULL, NULL, 4));
+    CHECK(create_model(p, "nul", path, ""));
+    static const char *const cases[][2] = {
+        {"/api/generate", "{\"model\":\"nul\",\"prompt\":\"Once upon a time\",\"raw\":true,"
+                          "\"stream\":%s,\"options\":{\"temperature\":0,\"num_predict\":40}}"},
+        {"/api/chat", "{\"model\":\"nul\",\"messages\":[{\"role\":\"user\",\"content\":\"Once upon"
+                      " a time\"}],\"stream\":%s,\"options\":{\"temperature\":0,\"num_predict\":40}}"},
+        {"/v1/chat/completions", "{\"model\":\"nul\",\"messages\":[{\"role\":\"user\",\"content\":"
+                                 "\"Once upon a time\"}],\"stream\":%s,\"temperature\":0,"
+                                 "\"max_tokens\":40}"},
+        {"/v1/messages", "{\"model\":\"nul\",\"messages\":[{\"role\":\"user\",\"content\":"
+                         "\"Once upon a time\"}],\"stream\":%s,\"temperature\":0,"
+                         "\"max_tokens\":40}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[1024];
+        outbuf whole = {0}, parts = {0};
+        snprintf(body, sizeof body, cases[i][1], "false");
+        CHECK(route_text(p, cases[i][0], body, false, &whole));
+        snprintf(body, sizeof body, cases[i][1], "true");
+        CHECK(route_text(p, cases[i][0], body, true, &parts));
+        const char *nul = whole.p ? memchr(whole.p, '\0', whole.len) : NULL;
+        CHECK_MSG(nul && (size_t)(nul - whole.p) + 1 < whole.len,
+                  "%s: no NUL inside the answer (%zu bytes)", cases[i][0], whole.len);
+        CHECK_MSG(whole.len == parts.len && memcmp(whole.p, parts.p, whole.len) == 0,
+                  "%s: stream=false %zu bytes, stream=true %zu bytes", cases[i][0], whole.len,
+                  parts.len);
+        outbuf_free(&whole);
+        outbuf_free(&parts);
+    }
+}
+
+TEST(api_generated_nul_bytes_kept) { WITH_SERVER(nul_tokens_api); }
 
 /* ---------------- keep_alive, ps, load/unload ---------------- */
 

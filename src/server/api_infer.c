@@ -318,29 +318,34 @@ static void add_metrics(json_t *o, const infer_ctx *c, uint64_t load_ns,
         json_object_set_new(o, "_cached_tokens", json_integer(st->cached_tokens));
 }
 
-/* A response object with model, created_at and the text fields. */
-static json_t *chunk_new(const infer_ctx *c, const char *content, const char *thinking,
+/* A response object with model, created_at and the text fields. Text is taken with
+ * its length: generated text may contain NUL bytes (a <0x00> token), which JSON carries
+ * as \u0000 and a C-string conversion would cut. */
+static json_t *chunk_new(const infer_ctx *c, const outbuf *content, const outbuf *thinking,
                          const json_t *tool_calls, bool done) {
     char now[64];
     srv_now(now, sizeof now);
     json_t *o = json_pack("{s:s, s:s}", "model", c->req_model, "created_at", now);
     if (!o) return NULL;
+    json_t *text = json_stringn(content ? obuf(content) : "", content ? content->len : 0);
+    json_t *think = thinking && thinking->len ? json_stringn(obuf(thinking), thinking->len) : NULL;
+    if (!text) text = json_string("");
     if (c->kind == INFER_CHAT) {
-        json_t *msg = json_pack("{s:s, s:s}", "role", "assistant", "content", content);
-        if (thinking && *thinking) json_object_set_new(msg, "thinking", json_string(thinking));
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);
+        if (think) json_object_set_new(msg, "thinking", think);
         if (tool_calls && json_array_size(tool_calls) > 0)
             json_object_set(msg, "tool_calls", (json_t *)tool_calls);
         json_object_set_new(o, "message", msg);
     } else {
-        json_object_set_new(o, "response", json_string(content));
-        if (thinking && *thinking) json_object_set_new(o, "thinking", json_string(thinking));
+        json_object_set_new(o, "response", text);
+        if (think) json_object_set_new(o, "thinking", think);
     }
     json_object_set_new(o, "done", json_boolean(done));
     return o;
 }
 
 static void send_load_reply(infer_ctx *c, const char *reason) {
-    json_t *o = chunk_new(c, "", NULL, NULL, true);
+    json_t *o = chunk_new(c, NULL, NULL, NULL, true);
     json_object_set_new(o, "done_reason", json_string(reason));
     srv_stream_send(c->s, o);
 }
@@ -359,7 +364,7 @@ static void process_text(infer_ctx *c, const char *s, size_t n) {
 static void emit_pending(infer_ctx *c) {
     if (c->thinking.len == 0 && c->content.len == 0) return;
     if (c->stream) {
-        json_t *o = chunk_new(c, obuf(&c->content), obuf(&c->thinking), NULL, false);
+        json_t *o = chunk_new(c, &c->content, &c->thinking, NULL, false);
         if (o && c->logprobs && json_array_size(c->logprobs) > 0) {
             json_object_set_new(o, "logprobs", c->logprobs);
             c->logprobs = json_array();
@@ -719,7 +724,7 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
         outbuf_add(&c->content, obuf(&c->all_content), c->all_content.len);
         outbuf_add(&c->thinking, obuf(&c->all_thinking), c->all_thinking.len);
     }
-    json_t *fin = chunk_new(c, obuf(&c->content), obuf(&c->thinking), c->tool_calls, true);
+    json_t *fin = chunk_new(c, &c->content, &c->thinking, c->tool_calls, true);
     json_object_set_new(fin, "done_reason",
                         json_string(stats.done == ENGINE_DONE_LENGTH ? "length" : "stop"));
     if (c->kind == INFER_GENERATE && !c->raw) {
