@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -19,6 +20,7 @@
 #include "base/file.h"
 #include "net/http_client.h"
 #include "store/sha256.h"
+#include "store/store.h"
 #include "srvproc.h"
 #include "test.h"
 
@@ -318,6 +320,111 @@ static void models_api(srv_proc *p) {
 }
 
 TEST(server_create_show_tags_copy_delete) { WITH_SERVER(models_api); }
+
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct race_req {
+    const srv_proc *p;
+    const char *method, *path;
+    char body[512];
+    int status;
+    char error[512];
+} race_req;
+
+static void *race_main(void *arg) {
+    race_req *q = arg;
+    char *resp = NULL;
+    q->status = -1;
+    q->error[0] = '\0';
+    if (net_http_request(&q->p->host, q->method, q->path, q->body, strlen(q->body), &q->status,
+                         &resp, NULL, NULL) != HL_OK)
+        q->status = -1;
+    json_t *j = resp ? json_loads(resp, 0, NULL) : NULL;
+    const char *e = json_string_value(json_object_get(j, "error"));
+    snprintf(q->error, sizeof q->error, "%s", e ? e : "");
+    json_decref(j);
+    free(resp);
+    return NULL;
+}
+
+/* Every manifest in the store names blobs that exist; returns the first that does not. */
+static bool store_consistent(const srv_proc *p, char *bad, size_t cap) {
+    store *st;
+    if (store_open(p->models, &st, NULL) != HL_OK) return false;
+    store_entry *e;
+    size_t n;
+    bool ok = store_list(st, &e, &n, NULL) == HL_OK;
+    for (size_t i = 0; ok && i < n; i++) {
+        const store_manifest *m = &e[i].manifest;
+        if (!store_blob_exists(st, m->config.digest, NULL)) {
+            snprintf(bad, cap, "%s: config %s", e[i].name.model, m->config.digest);
+            ok = false;
+        }
+        for (size_t k = 0; ok && k < m->n_layers; k++)
+            if (!store_blob_exists(st, m->layers[k].digest, NULL)) {
+                snprintf(bad, cap, "%s: layer %s", e[i].name.model, m->layers[k].digest);
+                ok = false;
+            }
+    }
+    if (ok) store_list_free(e, n);
+    store_close(st);
+    return ok;
+}
+
+/* Deriving (create from), copying and showing a model while it is deleted: no manifest
+ * may point at a pruned blob; each derive succeeds with a usable model or is told the
+ * base is gone (404); a copy is 200 or 404, never 500. */
+static void derive_delete_race(srv_proc *p) {
+    char digest[80], body[512], bad[256] = "";
+    CHECK_EQ_INT(upload_gguf(p, digest), 201);
+    /* the keeper holds the GGUF blob: each round's own blob is base's system layer */
+    snprintf(body, sizeof body, "{\"model\":\"keeper\",\"files\":{\"m.gguf\":\"%s\"},\"stream\":false}",
+             digest);
+    CHECK_EQ_INT(req(p, "POST", "/api/create", body), 200);
+    int derived = 0, refused = 0, copied = 0;
+    for (int i = 0; i < 200; i++) {
+        snprintf(body, sizeof body,
+                 "{\"model\":\"base\",\"files\":{\"m.gguf\":\"%s\"},\"system\":\"round %d\","
+                 "\"stream\":false}", digest, i);
+        CHECK_EQ_INT(req(p, "POST", "/api/create", body), 200);
+        race_req q[3] = {
+            {.p = p, .method = "POST", .path = "/api/create",
+             .body = "{\"model\":\"d\",\"from\":\"base\",\"stream\":false}"},
+            {.p = p, .method = "DELETE", .path = "/api/delete", .body = "{\"model\":\"base\"}"},
+            {.p = p, .method = "POST", .path = "/api/copy",
+             .body = "{\"source\":\"base\",\"destination\":\"e\"}"},
+        };
+        pthread_t th[3];
+        for (int k = 0; k < 3; k++) pthread_create(&th[k], NULL, race_main, &q[k]);
+        for (int k = 0; k < 3; k++) pthread_join(th[k], NULL);
+        CHECK_MSG(q[1].status == 200, "round %d: delete %d %s", i, q[1].status, q[1].error);
+        CHECK_MSG(q[0].status == 200 || (q[0].status == 404 && strstr(q[0].error, "not found")),
+                  "round %d: create from base: %d %s", i, q[0].status, q[0].error);
+        CHECK_MSG(q[2].status == 200 || q[2].status == 404, "round %d: copy: %d %s", i,
+                  q[2].status, q[2].error);
+        CHECK_MSG(store_consistent(p, bad, sizeof bad), "round %d: a manifest points at a "
+                  "missing blob (%s)", i, bad);
+        if (q[0].status == 200) {
+            derived++;
+            char want[64];
+            snprintf(want, sizeof want, "\"system\":\"round %d\"", i);
+            CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"d\"}"), 200);
+            CHECK_MSG(g_resp && strstr(g_resp, want), "round %d: d is not usable: %s", i,
+                      g_resp ? g_resp : "");
+            CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"model\":\"d\"}"), 200);
+        } else {
+            refused++;
+            CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"d\"}"), 404);
+        }
+        if (q[2].status == 200) {
+            copied++;
+            CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"model\":\"e\"}"), 200);
+        }
+    }
+    fprintf(stderr, "    derived %d, refused %d, copied %d of 200\n", derived, refused, copied);
+}
+
+TEST(server_derive_delete_race) { WITH_SERVER(derive_delete_race); }
 
 /* ---------------------------------------------------------------------------------- */
 

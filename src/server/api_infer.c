@@ -757,7 +757,10 @@ static bool acquire(infer_ctx *c, sched_model **m, uint64_t *load_ns) {
     hl_status st = sched_acquire(c->srv->sched, &c->sm, &c->opts.load, c->keep_alive,
                                  cancelled_cb, c->s, m, load_ns, &err);
     if (st) {
-        if (st != HL_ERR_CANCELLED) srv_stream_fail(c->s, 500, "%s", err.msg);
+        if (st != HL_ERR_CANCELLED && access(c->sm.model_path, R_OK) != 0) /* deleted meanwhile */
+            srv_stream_fail(c->s, 404, "model \"%s\" not found, try pulling it first", c->req_model);
+        else if (st != HL_ERR_CANCELLED)
+            srv_stream_fail(c->s, 500, "%s", err.msg);
         return false;
     }
     return true;
