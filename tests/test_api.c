@@ -26,6 +26,7 @@
 #include "server/prompt.h"
 #include "server/sched.h"
 #include "srvproc.h"
+#include "store/sha256.h"
 #include "test.h"
 
 /* ---------------- in-process: output processing ---------------- */
@@ -1387,6 +1388,100 @@ static void errors_api(srv_proc *p) {
 }
 
 TEST(api_documented_errors) { WITH_SERVER(errors_api); }
+
+/* ---------------- client mistakes, leaks and leftovers ---------------- */
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+/* The error message and type of an OpenAI ({"error":{message,type}}) or Anthropic
+ * ({"type":"error","error":{type,message}}) error body. */
+static const char *compat_error_type(void) { return jstr(json_object_get(g_json, "error"), "type"); }
+
+static void mistakes_api(srv_proc *p) {
+    CHECK(create_model(p, "s260", stories(), "\"system\":\"keep me\""));
+    /* bad sampling values are the client's mistake (400) in each API's shape */
+    static const char *const oai[] = {
+        "{\"model\":\"s260\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":-1}",
+        "{\"model\":\"s260\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":1e300}",
+        "{\"model\":\"s260\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_p\":1e300}",
+        "{\"model\":\"s260\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"frequency_penalty\":1e300}",
+    };
+    for (size_t i = 0; i < sizeof oai / sizeof oai[0]; i++) {
+        CHECK_EQ_INT(req(p, "POST", "/v1/chat/completions", oai[i]), 400);
+        CHECK_STR(compat_error_type(), "invalid_request_error");
+    }
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions",
+                     "{\"model\":\"s260\",\"prompt\":\"hi\",\"temperature\":-2}"), 400);
+    CHECK_STR(compat_error_type(), "invalid_request_error");
+    CHECK_EQ_INT(req(p, "POST", "/v1/messages", "{\"model\":\"s260\",\"max_tokens\":4,\"messages\":"
+                     "[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":-1}"), 400);
+    CHECK_STR(jstr(g_json, "type"), "error");
+    CHECK_STR(compat_error_type(), "invalid_request_error");
+    CHECK_EQ_INT(req(p, "POST", "/v1/messages", "{\"model\":\"s260\",\"max_tokens\":4,\"messages\":"
+                     "[{\"role\":\"user\",\"content\":\"hi\"}],\"top_p\":1e300}"), 400);
+    /* a model id that is not UTF-8: not found, with a JSON body */
+    CHECK_EQ_INT(req(p, "GET", "/v1/models/%ff%fe", NULL), 404);
+    CHECK(g_json != NULL);
+
+    /* unknown option names are escaped in the log: no forged line */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"hi\",\"stream\":false,"
+                     "\"options\":{\"num_predict\":1,\"x\\n[hearth] 200 | forged\":1}}"), 200);
+    CHECK_EQ_INT(req(p, "GET", "/api/version%0a[hearth]%20forged%20too", NULL), 404);
+    char *log = NULL;
+    size_t log_len = 0;
+    sp_sleep_ms(100);
+    CHECK(hl_file_read(p->log, &log, &log_len, NULL) == HL_OK);
+    CHECK(log && strstr(log, "\n[hearth] 200 | forged") == NULL);
+    CHECK(log && strstr(log, "\n[hearth] forged too") == NULL);
+    CHECK(log && strstr(log, "x\\x0a[hearth] 200 | forged") != NULL);
+    free(log);
+
+    /* a failed create leaves no blobs and no manifest folders behind */
+    char blobs[2048], mdir[2048];
+    snprintf(blobs, sizeof blobs, "%s/blobs", p->models);
+    snprintf(mdir, sizeof mdir, "%s/manifests/registry.ollama.ai/library/orphan", p->models);
+    int before = count_files(blobs);
+    CHECK_EQ_INT(req(p, "POST", "/api/create", "{\"model\":\"orphan\",\"from\":\"s260\",\"stream\":false,"
+                     "\"template\":\"a template only this create stores\","
+                     "\"messages\":[{\"role\":1}]}"), 400);
+    CHECK_EQ_INT(count_files(blobs), before);
+    CHECK(access(mdir, F_OK) != 0);
+    /* an upload that is no GGUF is not kept once a create finds that out */
+    const char junk[] = "this is not a GGUF file";
+    char junk_path[1200], junk_digest[80], body[512];
+    snprintf(junk_path, sizeof junk_path, "%s/junk.bin", test_tmpdir());
+    CHECK(hl_file_write(junk_path, junk, sizeof junk - 1, NULL) == HL_OK);
+    CHECK_EQ_INT(sp_upload_file(p, junk_path, junk_digest), 201);
+    CHECK_EQ_INT(count_files(blobs), before + 1);
+    snprintf(body, sizeof body, "{\"model\":\"junk\",\"files\":{\"j.gguf\":\"%s\"},\"stream\":false}",
+             junk_digest);
+    CHECK_EQ_INT(req(p, "POST", "/api/create", body), 400);
+    CHECK(strstr(resp_error(), "GGUF") != NULL);
+    CHECK_EQ_INT(count_files(blobs), before);
+    snprintf(mdir, sizeof mdir, "%s/manifests/registry.ollama.ai/library/junk", p->models);
+    CHECK(access(mdir, F_OK) != 0);
+
+    /* a blob gone from under a model: the error names it without the store's path */
+    char blob[2048], digest[80] = "sha256:";
+    sha256_hex("keep me", 7, digest + 7);
+    snprintf(blob, sizeof blob, "%s/blobs/sha256-%s", p->models, digest + 7);
+    CHECK(unlink(blob) == 0);
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"s260\"}"), 500);
+    CHECK(strstr(resp_error(), "blobs/sha256-") != NULL);
+    CHECK_MSG(strstr(g_resp ? g_resp : "", p->models) == NULL, "store path in: %s", g_resp);
+    CHECK(req(p, "POST", "/v1/chat/completions", "{\"model\":\"s260\",\"messages\":[{\"role\":"
+              "\"user\",\"content\":\"hi\"}]}") >= 400);
+    CHECK_MSG(strstr(g_resp ? g_resp : "", p->models) == NULL, "store path in: %s", g_resp);
+}
+
+TEST(api_client_mistakes_leaks_leftovers) { WITH_SERVER(mistakes_api); }
 
 /* ---------------- client disconnect ---------------- */
 

@@ -86,6 +86,11 @@ static bool from_gguf_blob(srv_stream *s, const char *digest_in, store_manifest 
     gguf_file *g;
     if (gguf_open(path, &g, &err) != HL_OK) {
         srv_stream_fail(s, 400, "supplied file was not in GGUF format: %s", err.msg);
+        /* no model can use it: drop it unless a manifest does */
+        store_manifest junk = {0};
+        if (store_manifest_add_layer(&junk, STORE_MT_MODEL, digest, size, NULL) == HL_OK)
+            store_prune(st, &junk, NULL);
+        store_manifest_free(&junk);
         return false;
     }
     gguf_str type;

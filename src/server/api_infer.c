@@ -41,6 +41,7 @@ typedef struct infer_ctx {
     store_model sm;
     bool sm_loaded;
     char *req_model;  /* as the client wrote it (echoed in responses) */
+    bool compat;      /* an OpenAI/Anthropic request: bad options are the client's 400 */
     char full_name[700];
     /* generate */
     char *prompt, *suffix, *system, *template_override;
@@ -190,7 +191,9 @@ static bool parse_common(srv_err *f, infer_ctx *c, const json_t *req) {
         return srv_err_set(f, 400, "%s", err.msg);
     if (opt_parse(c->sm.params, json_object_get(req, "options"), c->srv->quiet, &c->opts,
                   &err) != HL_OK)
-        return srv_err_set(f, err.code == HL_ERR_FORMAT ? 400 : 500, "%s", err.msg);
+        /* native: 500 for a bad option value, as Ollama answers; those APIs say 400 */
+        return srv_err_set(f, err.code == HL_ERR_FORMAT || (c->compat && err.code != HL_ERR_NOMEM)
+                                  ? 400 : 500, "%s", err.msg);
     return true;
 }
 
@@ -793,6 +796,7 @@ static enum MHD_Result start_req(srv_request *r, json_t *req, infer_kind kind,
     }
     c->kind = kind;
     c->srv = r->srv;
+    c->compat = r->enc != NULL;
     c->t_start = hl_time_ns();
     c->think = -1;
     c->truncate = true;
@@ -971,6 +975,7 @@ static enum MHD_Result start_embed_parsed(srv_request *r, json_t *req,
         return srv_reply_error(r, 500, "out of memory");
     }
     c->srv = r->srv;
+    c->compat = r->enc != NULL;
     c->t_start = hl_time_ns();
     c->truncate = true;
     srv_err f = {0};

@@ -150,7 +150,9 @@ static hl_status runner_died(eremote *r, hl_err *err) {
     sleep_ms(20); /* the output thread copies what the child wrote last */
     char line[LAST_LINE_MAX + 1];
     last_line(r, line, sizeof line);
-    if (line[0]) return hl_fail(err, HL_ERR_IO, "%s: %s", DIED_MSG, line);
+    /* the startup line names the runner's port and file: for the log, not for clients */
+    if (line[0] && strncmp(line, "runner: serving ", 16) != 0)
+        return hl_fail(err, HL_ERR_IO, "%s: %s", DIED_MSG, line);
     return hl_fail(err, HL_ERR_IO, "%s", DIED_MSG);
 }
 

@@ -125,6 +125,14 @@ enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt
 enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *content_type,
                                const char *text);
 
+/* Client-supplied text for the server log: control bytes, quotes, backslashes and bytes
+ * past ASCII become \xNN, so that no request can forge or split log lines. Returns out. */
+const char *srv_log_escape(const char *in, char *out, size_t cap);
+/* An error message on its way to a client: paths under the store root lose that prefix
+ * (clients get "blobs/sha256-...", not where the store lives) and invalid UTF-8 bytes
+ * (echoed client input, a cut sequence) become '?', so the JSON reply can be built. */
+void srv_msg_clean(const hl_server *srv, char *msg);
+
 /* A request-validation error, for srv_reply_error(r, e.status, "%s", e.msg) later. */
 typedef struct srv_err {
     unsigned status;

@@ -181,12 +181,68 @@ void srv_encoder_free(srv_encoder *e) {
     if (e && e->destroy) e->destroy(e);
 }
 
+const char *srv_log_escape(const char *in, char *out, size_t cap) {
+    static const char hex[] = "0123456789abcdef";
+    size_t w = 0;
+    if (!cap) return out;
+    for (const unsigned char *p = (const unsigned char *)(in ? in : ""); *p; p++) {
+        bool plain = *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\';
+        size_t need = plain ? 1 : 4;
+        if (w + need + 1 > cap) break;
+        if (plain) {
+            out[w++] = (char)*p;
+        } else {
+            out[w++] = '\\';
+            out[w++] = 'x';
+            out[w++] = hex[*p >> 4];
+            out[w++] = hex[*p & 15];
+        }
+    }
+    out[w] = '\0';
+    return out;
+}
+
+/* Length of the valid UTF-8 sequence at p (0: invalid). */
+static size_t utf8_seq(const unsigned char *p) {
+    if (p[0] < 0x80) return 1;
+    size_t n = p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 && p[0] < 0xE0 ? 2 : 0;
+    if (!n || (n == 3 && p[0] > 0xEF)) return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    if (n == 3 && ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0))) return 0;
+    if (n == 4 && ((p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90))) return 0;
+    return n;
+}
+
+void srv_msg_clean(const hl_server *srv, char *msg) {
+    const char *root = srv && srv->st ? store_root(srv->st) : NULL;
+    size_t rl = root ? strlen(root) : 0;
+    if (rl > 1) {
+        for (char *at = strstr(msg, root); at; at = strstr(at, root)) {
+            if (at[rl] != '/') {
+                at += rl;
+                continue;
+            }
+            memmove(at, at + rl + 1, strlen(at + rl + 1) + 1);
+        }
+    }
+    for (unsigned char *p = (unsigned char *)msg; *p;) {
+        size_t n = utf8_seq(p);
+        if (n) {
+            p += n;
+        } else {
+            *p++ = '?';
+        }
+    }
+}
+
 enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    srv_msg_clean(r->srv, msg);
     if (r->enc && r->enc->error_body)
         return srv_reply_json(r, status, r->enc->error_body(r->enc, status, msg));
     return srv_reply_json(r, status, json_pack("{s:s}", "error", msg));
@@ -525,9 +581,13 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
     hl_server *srv = cls;
     srv_request *r = *con_cls;
     if (!r) return;
-    if (!srv->quiet)
+    if (!srv->quiet) {
+        char path[sizeof r->path * 4], method[64];
         fprintf(stderr, "[hearth] %3d | %10.3fms | %s \"%s\"\n", r->status,
-                (double)(hl_time_ns() - r->start_ns) / 1e6, r->method, r->path);
+                (double)(hl_time_ns() - r->start_ns) / 1e6,
+                srv_log_escape(r->method, method, sizeof method),
+                srv_log_escape(r->path, path, sizeof path));
+    }
     store_blob_writer_abort(r->blob);
     if (r->pending) MHD_destroy_response(r->pending);
     srv_encoder_free(r->enc);

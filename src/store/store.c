@@ -466,6 +466,19 @@ hl_status store_manifest_read(const store *s, const store_name *n, store_manifes
 }
 
 static hl_status prune_locked(store *s, const store_manifest *old);
+
+/* Removes the now-empty model, namespace and host directories above a manifest path
+ * (path is modified). */
+static void rmdir_empty_parents(const store *s, char *path) {
+    char root[PATH_CAP];
+    snprintf(root, sizeof root, "%s/manifests", s->root);
+    for (int i = 0; i < 3; i++) {
+        char *slash = strrchr(path, '/');
+        if (!slash) break;
+        *slash = '\0';
+        if (strcmp(path, root) == 0 || rmdir(path) != 0) break;
+    }
+}
 static hl_status manifest_write_raw(store *s, const store_name *n, const store_manifest *m,
                                     hl_err *err);
 
@@ -510,9 +523,11 @@ static hl_status manifest_write_raw(store *s, const store_name *n, const store_m
     char *json;
     size_t len;
     st = store_manifest_serialize(m, &json, &len, err);
-    if (st != HL_OK) return st;
-    st = hl_file_write(path, json, len, err);
-    free(json);
+    if (st == HL_OK) {
+        st = hl_file_write(path, json, len, err);
+        free(json);
+    }
+    if (st != HL_OK) rmdir_empty_parents(s, path); /* no empty folders from a failed write */
     return st;
 }
 
@@ -668,15 +683,7 @@ hl_status store_delete(store *s, const store_name *n_in, hl_err *err) {
     if (st == HL_OK && unlink(path) != 0)
         st = hl_fail(err, HL_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
     if (st == HL_OK) {
-        /* Remove now-empty model, namespace and host directories. */
-        char root[PATH_CAP];
-        snprintf(root, sizeof root, "%s/manifests", s->root);
-        for (int i = 0; i < 3; i++) {
-            char *slash = strrchr(path, '/');
-            if (!slash) break;
-            *slash = '\0';
-            if (strcmp(path, root) == 0 || rmdir(path) != 0) break;
-        }
+        rmdir_empty_parents(s, path);
         if (!(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE"))) prune_locked(s, &m);
     }
     store_manifest_free(&m);
