@@ -7,11 +7,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -825,4 +827,117 @@ TEST(server_early_errors_reach_uploading_clients) {
     CHECK(expect_ok);
     CHECK_MSG(strncmp(expect_resp, "HTTP/1.1 404", 12) == 0, "%s", expect_resp);
     CHECK_EQ_INT(st_after, 200);
+}
+
+/* One GET on a fresh connection, waiting at most ms for the whole reply: the status, or
+ * -1 when the connection was refused, reset or silent. head (cap bytes) gets the reply. */
+static int timed_get(int port, const char *path, int ms, char *head, size_t cap) {
+    head[0] = '\0';
+    int fd = raw_connect(port);
+    if (fd < 0) return -1;
+    char rq[256];
+    snprintf(rq, sizeof rq, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
+    size_t n = 0;
+    bool ok = send(fd, rq, strlen(rq), MSG_NOSIGNAL) == (ssize_t)strlen(rq);
+    while (ok && n + 1 < cap) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, ms) <= 0) break;
+        ssize_t got = recv(fd, head + n, cap - 1 - n, 0);
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    head[n] = '\0';
+    close(fd);
+    int status = -1;
+    return sscanf(head, "HTTP/1.%*d %d", &status) == 1 ? status : -1;
+}
+
+/* Slow-loris: more sockets than the connection limit, each holding half a request. A new
+ * client is still answered at once (503 + Retry-After past the limit), the idle sockets
+ * are closed after HEARTH_CONN_TIMEOUT, and then clients are served again. */
+static void idle_flood(srv_proc *p) {
+    enum { N = 600 };
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2 * N + 64) {
+        rl.rlim_cur = rl.rlim_max < 2 * N + 64 ? rl.rlim_max : 2 * N + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    static int fds[N];
+    int opened = 0;
+    const char *half = "POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le";
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect(p->port);
+        if (fds[i] < 0) break;
+        opened++;
+        if (send(fds[i], half, strlen(half), MSG_NOSIGNAL) < 0) break;
+    }
+    CHECK_EQ_INT(opened, N);
+    char head[2048];
+    int status = -1;
+    uint64_t t0 = hl_time_ns();
+    while (status != 200 && status != 503 && hl_time_ns() - t0 < 2000000000ull)
+        status = timed_get(p->port, "/api/version", 300, head, sizeof head);
+    CHECK_MSG(status == 200 || status == 503, "a new client got %d within 2 s", status);
+    if (status == 503) CHECK(strstr(head, "Retry-After: ") != NULL);
+    /* every idle socket is closed by the server (HEARTH_CONN_TIMEOUT=1) */
+    int closed = 0;
+    t0 = hl_time_ns();
+    for (int i = 0; i < opened; i++) {
+        for (;;) {
+            struct pollfd pf = {.fd = fds[i], .events = POLLIN | POLLRDHUP};
+            int left = 5000 - (int)((hl_time_ns() - t0) / 1000000);
+            if (left <= 0 || poll(&pf, 1, left) <= 0) break;
+            char junk[256];
+            if (recv(fds[i], junk, sizeof junk, MSG_DONTWAIT) <= 0) {
+                closed++;
+                break;
+            }
+        }
+        close(fds[i]);
+    }
+    CHECK_EQ_INT(closed, opened);
+    CHECK_EQ_INT(timed_get(p->port, "/api/version", 2000, head, sizeof head), 200);
+}
+
+TEST(server_idle_connections_time_out) {
+    const char *env[] = {"HEARTH_CONN_TIMEOUT=1", NULL};
+    SP_WITH_SERVER("idle", env, NULL, idle_flood);
+}
+
+/* A producer silent for longer than the connection timeout, then answering. */
+static void late_producer(srv_stream *s, void *ctx) {
+    (void)ctx;
+    for (int i = 0; i < 125 && !srv_stream_cancelled(s); i++) sp_sleep_ms(20); /* 2.5 s */
+    srv_stream_send(s, json_pack("{s:s}", "status", "late"));
+}
+static enum MHD_Result route_late(srv_request *r) { return srv_stream_run(r, true, late_producer, NULL, NULL); }
+static enum MHD_Result route_late_whole(srv_request *r) {
+    return srv_stream_run(r, false, late_producer, NULL, NULL);
+}
+static const srv_route k_late_routes[] = {
+    {"/test/late", false, "GET", route_late, false},
+    {"/test/late-whole", false, "GET", route_late_whole, false},
+};
+
+/* The connection timeout is for clients that send nothing: a reply that takes longer
+ * to produce (a long prefill, a whole non-streamed generation) still arrives. */
+TEST(server_conn_timeout_spares_slow_replies) {
+    server_config cfg = {.extra_routes = k_late_routes, .n_extra_routes = 2, .quiet = 1};
+    hl_server *srv;
+    srv_proc p;
+    hl_err err;
+    setenv("HEARTH_CONN_TIMEOUT", "1", 1);
+    hl_status st = sp_start_in_process(&cfg, &srv, &p, &err);
+    unsetenv("HEARTH_CONN_TIMEOUT");
+    CHECK_OK(st, &err);
+    char head[2048];
+    int late = timed_get(p.port, "/test/late", 5000, head, sizeof head);
+    bool late_body = strstr(head, "{\"status\":\"late\"}") != NULL;
+    int whole = timed_get(p.port, "/test/late-whole", 5000, head, sizeof head);
+    bool whole_body = strstr(head, "{\"status\":\"late\"}") != NULL;
+    server_stop(srv);
+    CHECK_EQ_INT(late, 200);
+    CHECK(late_body);
+    CHECK_EQ_INT(whole, 200);
+    CHECK(whole_body);
 }

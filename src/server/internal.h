@@ -72,6 +72,12 @@ struct hl_server {
     bool loopback_listener; /* enables the DNS-rebinding Host check */
     char **origins; /* CORS origin patterns ('*' wildcards) */
     size_t n_origins;
+    /* connections: idle or slow ones are closed after conn_timeout s (0: never) while a
+     * request's headers or body come in, or between requests; past max_conns open ones
+     * a request is answered 503 with Retry-After (a few spare slots past that, then
+     * libmicrohttpd turns connections away) */
+    unsigned conn_timeout, max_conns;
+    atomic_int n_conns;
     atomic_bool stopping;
     /* producer threads still running (server_stop waits for 0) */
     pthread_mutex_t producers_lock;

@@ -18,6 +18,10 @@
 #include "base/file.h"
 
 #define DEFAULT_MAX_BODY ((size_t)64 << 20)
+#define DEFAULT_CONN_TIMEOUT 30u   /* seconds; HEARTH_CONN_TIMEOUT */
+#define DEFAULT_MAX_CONNS 512u     /* HEARTH_MAX_CONNECTIONS */
+/* libmicrohttpd accepts up to twice max_conns: the connections past max_conns are there
+ * to be answered 503 (a burst, or idle sockets hogging the slots until their timeout) */
 /* The most body bytes read and dropped to deliver an early error reply: larger uploads
  * (declared, or chunked ones that run past it) are answered at once / dropped. */
 #define MIN_DISCARD_LIMIT ((uint64_t)128 << 20)
@@ -149,6 +153,7 @@ static enum MHD_Result queue(srv_request *r, unsigned status, const char *ctype,
         MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     if (ctype) MHD_add_response_header(resp, "Content-Type", ctype);
+    if (status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     srv_add_cors(r, resp);
     r->replied = true;
     r->status = (int)status;
@@ -441,6 +446,11 @@ static bool first_call(srv_request *r, enum MHD_Result *ret) {
     const char *expect = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Expect");
     r->reply_now = declared > discard_limit(r->srv) ||
                    (expect && strcasecmp(expect, "100-continue") == 0);
+    if ((unsigned)atomic_load(&r->srv->n_conns) > r->srv->max_conns) {
+        r->reply_now = true; /* and the connection closes: it is one too many */
+        *ret = srv_reply_error(r, 503, "server busy: too many connections, retry later");
+        return true;
+    }
     if (r->srv->loopback_listener &&
         !host_allowed(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host"))) {
         *ret = srv_reply_text(r, 403, NULL, "");
@@ -571,15 +581,19 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     r->body_read = true;
     if (r->too_large)
         return srv_reply_error(r, 413, "request body too large (limit %zu bytes)", srv->max_body);
+    /* the request is in: its handling and reply may take long (a generation), the
+     * idle timeout applies again between requests (request_completed) */
+    if (srv->conn_timeout) MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     return r->route->handler(r);
 }
 
 static void request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                               enum MHD_RequestTerminationCode toe) {
-    (void)conn;
     (void)toe;
     hl_server *srv = cls;
     srv_request *r = *con_cls;
+    if (srv->conn_timeout && conn)
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, srv->conn_timeout);
     if (!r) return;
     if (!srv->quiet) {
         char path[sizeof r->path * 4], method[64];
@@ -597,6 +611,28 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
 }
 
 /* ---- start / stop ---- */
+
+static void notify_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                              enum MHD_ConnectionNotificationCode code) {
+    (void)conn;
+    (void)socket_ctx;
+    hl_server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&srv->n_conns, 1);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED) atomic_fetch_sub(&srv->n_conns, 1);
+}
+
+static unsigned env_unsigned(const char *name, unsigned dflt, unsigned max) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (errno || *end || n > max) {
+        fprintf(stderr, "[hearth] ignoring %s=%s (not a number up to %u)\n", name, v, max);
+        return dflt;
+    }
+    return (unsigned)n;
+}
 
 /* libmicrohttpd's own messages; a client that left mid-stream is routine, not news. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -670,12 +706,16 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
         server_stop(s);
         return st;
     }
+    s->conn_timeout = env_unsigned("HEARTH_CONN_TIMEOUT", DEFAULT_CONN_TIMEOUT, 86400);
+    s->max_conns = env_unsigned("HEARTH_MAX_CONNECTIONS", DEFAULT_MAX_CONNS, 65536);
+    if (s->max_conns == 0) s->max_conns = DEFAULT_MAX_CONNS;
     s->mhd = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
             MHD_USE_ERROR_LOG,
-        0, NULL, NULL, access_handler, s, MHD_OPTION_LISTEN_SOCKET, fd,
-        MHD_OPTION_NOTIFY_COMPLETED, request_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)512, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        0, NULL, NULL, access_handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, s, MHD_OPTION_CONNECTION_LIMIT,
+        s->max_conns * 2, MHD_OPTION_CONNECTION_TIMEOUT, s->conn_timeout,
         MHD_OPTION_END);
     if (!s->mhd) {
         close(fd);
