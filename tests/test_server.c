@@ -941,3 +941,157 @@ TEST(server_conn_timeout_spares_slow_replies) {
     CHECK_EQ_INT(whole, 200);
     CHECK(whole_body);
 }
+
+/* An upload that never ends (chunked, past the body limit) is cut: the server stops
+ * reading after a bounded amount instead of reading (and dropping) it forever. */
+typedef struct endless_arg {
+    int fd;
+    uint64_t sent;
+} endless_arg;
+
+static void *endless_main(void *arg) {
+    endless_arg *a = arg;
+    static char chunk[65536 + 16];
+    int n = snprintf(chunk, sizeof chunk, "10000\r\n");
+    memset(chunk + n, ' ', 65536);
+    memcpy(chunk + n + 65536, "\r\n", 2);
+    size_t len = (size_t)n + 65536 + 2;
+    /* 1 GiB at most: far past any limit */
+    while (a->sent < ((uint64_t)1 << 30)) {
+        ssize_t w = send(a->fd, chunk, len, MSG_NOSIGNAL);
+        if (w <= 0) break;
+        a->sent += (uint64_t)w;
+    }
+    shutdown(a->fd, SHUT_WR);
+    return NULL;
+}
+
+TEST(server_endless_chunked_upload_is_cut) {
+    server_config cfg = {.max_body = (size_t)1 << 20, .quiet = 1};
+    hl_server *srv;
+    srv_proc p;
+    hl_err err;
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    endless_arg a = {.fd = raw_connect(p.port)};
+    const char *head = "POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+                       "Content-Type: application/json\r\n\r\n";
+    bool sent_head = a.fd >= 0 && send(a.fd, head, strlen(head), MSG_NOSIGNAL) > 0;
+    pthread_t th;
+    bool started = sent_head && pthread_create(&th, NULL, endless_main, &a) == 0;
+    char resp[4096] = "";
+    size_t n = 0;
+    while (started && n + 1 < sizeof resp) {
+        struct pollfd pf = {.fd = a.fd, .events = POLLIN};
+        if (poll(&pf, 1, 20000) <= 0) break;
+        ssize_t got = recv(a.fd, resp + n, sizeof resp - 1 - n, 0);
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    resp[n] = '\0';
+    if (started) pthread_join(th, NULL);
+    if (a.fd >= 0) close(a.fd);
+    /* a chunked body that ends past the limit is read, dropped and answered 413 */
+    char fin[4096];
+    int fd = raw_connect(p.port);
+    bool fin_ok = fd >= 0 && send(fd, head, strlen(head), MSG_NOSIGNAL) > 0;
+    static char chunk[65536];
+    memset(chunk, ' ', sizeof chunk);
+    for (int i = 0; fin_ok && i < 24; i++) { /* 1.5 MiB */
+        fin_ok = send(fd, "10000\r\n", 7, MSG_NOSIGNAL) == 7 &&
+                 send(fd, chunk, sizeof chunk, MSG_NOSIGNAL) == (ssize_t)sizeof chunk &&
+                 send(fd, "\r\n", 2, MSG_NOSIGNAL) == 2;
+    }
+    fin_ok = fin_ok && send(fd, "0\r\n\r\n", 5, MSG_NOSIGNAL) == 5;
+    size_t fn = 0;
+    while (fin_ok && fn + 1 < sizeof fin) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 5000) <= 0) break;
+        ssize_t got = recv(fd, fin + fn, sizeof fin - 1 - fn, 0);
+        if (got <= 0) break;
+        fn += (size_t)got;
+    }
+    fin[fn] = '\0';
+    if (fd >= 0) close(fd);
+    int alive = timed_get(p.port, "/api/version", 2000, resp + n, sizeof resp - n);
+    server_stop(srv);
+    CHECK(started);
+    /* read and dropped up to the discard limit (128 MiB here), then cut */
+    CHECK_MSG(a.sent < ((uint64_t)256 << 20), "the server read %llu bytes of an endless body",
+              (unsigned long long)a.sent);
+    CHECK_MSG(strncmp(fin, "HTTP/1.1 413", 12) == 0, "%s", fin);
+    CHECK_EQ_INT(alive, 200);
+}
+
+/* Sends a request head declaring len body bytes, then `part` of them (spaces). */
+static int partial_upload(int port, size_t len, size_t part) {
+    int fd = raw_connect(port);
+    if (fd < 0) return -1;
+    char head[256];
+    snprintf(head, sizeof head, "POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                                "Content-Length: %zu\r\n\r\n", len);
+    static char spaces[65536];
+    memset(spaces, ' ', sizeof spaces);
+    bool ok = send(fd, head, strlen(head), MSG_NOSIGNAL) > 0;
+    for (size_t sent = 0; ok && sent < part;) {
+        size_t n = part - sent < sizeof spaces ? part - sent : sizeof spaces;
+        ssize_t w = send(fd, spaces, n, MSG_NOSIGNAL);
+        ok = w > 0;
+        if (ok) sent += (size_t)w;
+    }
+    if (!ok) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends the rest of a partial upload and reads the status. */
+static int finish_upload(int fd, size_t rest) {
+    static char spaces[65536];
+    memset(spaces, ' ', sizeof spaces);
+    bool ok = fd >= 0;
+    for (size_t sent = 0; ok && sent < rest;) {
+        size_t n = rest - sent < sizeof spaces ? rest - sent : sizeof spaces;
+        ssize_t w = send(fd, spaces, n, MSG_NOSIGNAL);
+        ok = w > 0;
+        if (ok) sent += (size_t)w;
+    }
+    char resp[1024];
+    size_t got = 0;
+    while (ok && got + 1 < sizeof resp) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 5000) <= 0) break;
+        ssize_t k = recv(fd, resp + got, sizeof resp - 1 - got, 0);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    resp[got] = '\0';
+    if (fd >= 0) close(fd);
+    int status = -1;
+    return sscanf(resp, "HTTP/1.%*d %d", &status) == 1 ? status : -1;
+}
+
+/* The JSON bodies buffered at once are bounded (4 x the body limit): one more large
+ * body is answered 503 instead of growing memory; the budget comes back afterwards. */
+TEST(server_body_memory_budget) {
+    server_config cfg = {.max_body = (size_t)1 << 20, .quiet = 1};
+    hl_server *srv;
+    srv_proc p;
+    hl_err err;
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    const size_t len = 1000000, part = 900000;
+    int fds[4], status[4], extra = -1, after = -1;
+    for (int i = 0; i < 4; i++) fds[i] = partial_upload(p.port, len, part);
+    sp_sleep_ms(300); /* the server has buffered the four */
+    int fd5 = partial_upload(p.port, len, part);
+    extra = finish_upload(fd5, len - part);
+    for (int i = 0; i < 4; i++) status[i] = finish_upload(fds[i], len - part);
+    char head[1024];
+    after = timed_get(p.port, "/api/version", 2000, head, sizeof head);
+    int last = finish_upload(partial_upload(p.port, len, part), len - part);
+    server_stop(srv);
+    CHECK_EQ_INT(extra, 503);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(status[i], 400); /* spaces: not JSON */
+    CHECK_EQ_INT(after, 200);
+    CHECK_EQ_INT(last, 400);
+}

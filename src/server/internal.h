@@ -65,7 +65,12 @@ struct hl_server {
     store *st;
     struct sched *sched; /* loaded models */
     int port;
-    size_t max_body;
+    /* Memory per request: a JSON body is buffered up to max_body (then parsed: jansson
+     * takes about twice its size again); the buffers of all requests together stay
+     * under body_budget (4 x max_body), past it a request is answered 503. Blob uploads
+     * stream to disk and buffer nothing. */
+    size_t max_body, body_budget;
+    atomic_size_t body_bytes;
     bool quiet;
     const struct srv_route *extra_routes;
     size_t n_extra_routes;
@@ -93,7 +98,6 @@ struct srv_request {
     const struct srv_route *route;
     char *body;
     size_t body_len, body_cap;
-    bool too_large;
     bool replied;
     /* A reply made before the whole body is in waits here, the body is read and dropped
      * (see server.c, first_call): answering mid-upload would close the connection with

@@ -419,20 +419,39 @@ static bool method_allowed(const srv_route *rt, const char *method) {
     return false;
 }
 
-static bool append_body(srv_request *r, const char *data, size_t len) {
-    if (r->body_len + len > r->srv->max_body) return false;
+/* Appends to the JSON body. 413: past max_body; 503: the bodies buffered by all
+ * requests together would pass body_budget. The buffer never grows past max_body + 1. */
+static unsigned append_body(srv_request *r, const char *data, size_t len) {
+    hl_server *srv = r->srv;
+    if (r->body_len + len > srv->max_body) return 413;
     if (r->body_len + len + 1 > r->body_cap) {
         size_t nc = r->body_cap ? r->body_cap : 4096;
         while (nc < r->body_len + len + 1) nc *= 2;
+        if (nc > srv->max_body + 1) nc = srv->max_body + 1;
+        size_t grow = nc - r->body_cap;
+        if (atomic_fetch_add(&srv->body_bytes, grow) + grow > srv->body_budget) {
+            atomic_fetch_sub(&srv->body_bytes, grow);
+            return 503;
+        }
         char *nb = realloc(r->body, nc);
-        if (!nb) return false;
+        if (!nb) {
+            atomic_fetch_sub(&srv->body_bytes, grow);
+            return 503;
+        }
         r->body = nb;
         r->body_cap = nc;
     }
     memcpy(r->body + r->body_len, data, len);
     r->body_len += len;
     r->body[r->body_len] = '\0';
-    return true;
+    return 0;
+}
+
+static void free_body(srv_request *r) {
+    atomic_fetch_sub(&r->srv->body_bytes, r->body_cap);
+    free(r->body);
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
 }
 
 /* First call for a request: route it, check the method and the declared size. Returns
@@ -572,15 +591,24 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
             }
         } else if (r->route->raw_body) {
             /* the blob exists already: the upload is read and dropped */
-        } else if (!r->too_large && !append_body(r, upload_data, *upload_data_size)) {
-            r->too_large = true;
+        } else {
+            unsigned refused = append_body(r, upload_data, *upload_data_size);
+            if (refused) {
+                /* answered once the rest is read and dropped (up to discard_limit: an
+                 * upload that does not end is cut there) */
+                free_body(r);
+                *upload_data_size = 0;
+                if (refused == 503)
+                    return srv_reply_error(r, 503, "server busy: too many large requests at "
+                                                   "once, retry later");
+                return srv_reply_error(r, 413, "request body too large (limit %zu bytes)",
+                                       srv->max_body);
+            }
         }
         *upload_data_size = 0;
         return MHD_YES;
     }
     r->body_read = true;
-    if (r->too_large)
-        return srv_reply_error(r, 413, "request body too large (limit %zu bytes)", srv->max_body);
     /* the request is in: its handling and reply may take long (a generation), the
      * idle timeout applies again between requests (request_completed) */
     if (srv->conn_timeout) MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
@@ -605,7 +633,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
     store_blob_writer_abort(r->blob);
     if (r->pending) MHD_destroy_response(r->pending);
     srv_encoder_free(r->enc);
-    free(r->body);
+    free_body(r);
     free(r);
     *con_cls = NULL;
 }
@@ -687,6 +715,7 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     hl_server *s = calloc(1, sizeof *s);
     if (!s) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
+    s->body_budget = s->max_body * 4;
     s->quiet = cfg->quiet;
     s->extra_routes = cfg->extra_routes;
     s->n_extra_routes = cfg->extra_routes ? cfg->n_extra_routes : 0;
