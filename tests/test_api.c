@@ -1483,6 +1483,51 @@ static void mistakes_api(srv_proc *p) {
 
 TEST(api_client_mistakes_leaks_leftovers) { WITH_SERVER(mistakes_api); }
 
+/* ---------------- runner port ---------------- */
+
+/* The port of the runner the server started, from its startup line in the server log. */
+static int runner_port(const srv_proc *p) {
+    char *log = NULL;
+    size_t len;
+    int port = -1;
+    if (hl_file_read(p->log, &log, &len, NULL) != HL_OK) return -1;
+    const char *at = strstr(log, "runner: serving ");
+    const char *on = at ? strstr(at, " on 127.0.0.1:") : NULL;
+    if (on) port = atoi(on + strlen(" on 127.0.0.1:"));
+    free(log);
+    return port;
+}
+
+/* A runner answers only its own protocol, and only with the secret its server gave it:
+ * the public API (tags, delete, generate...) and secret-less requests are refused. */
+static void runner_secret_api(srv_proc *p) {
+    CHECK(create_model(p, "s260", stories(), ""));
+    const char *gen = "{\"model\":\"s260\",\"prompt\":\"Once\",\"raw\":true,\"stream\":false,"
+                      "\"options\":{\"temperature\":0,\"num_predict\":3}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", gen), 200);
+    int port = -1;
+    for (int i = 0; i < 50 && port <= 0; i++) {
+        port = runner_port(p);
+        if (port <= 0) sp_sleep_ms(20);
+    }
+    CHECK(port > 0);
+    srv_proc rp = *p;
+    rp.host.port = port;
+    CHECK_EQ_INT(req(&rp, "GET", "/api/tags", NULL), 403);
+    CHECK_EQ_INT(req(&rp, "DELETE", "/api/delete", "{\"model\":\"s260\"}"), 403);
+    CHECK_EQ_INT(req(&rp, "POST", "/api/generate", gen), 403);
+    CHECK_EQ_INT(req(&rp, "GET", "/health", NULL), 403);
+    CHECK_EQ_INT(req(&rp, "POST", "/completion", "{\"prompt\":[1,2],\"num_predict\":1}"), 403);
+    CHECK_EQ_INT(req(&rp, "GET", "/0123456789abcdef0123456789abcdef/health", NULL), 403);
+    CHECK_EQ_INT(req(&rp, "GET", "//health", NULL), 403);
+    /* the model is still there and its runner still serves the server */
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"s260\"}"), 200);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", gen), 200);
+    CHECK_EQ_INT(sp_ps_count(p), 1);
+}
+
+TEST(api_runner_refuses_requests_without_its_secret) { WITH_SERVER(runner_secret_api); }
+
 /* ---------------- client disconnect ---------------- */
 
 static void disconnect_api(srv_proc *p) {

@@ -75,6 +75,7 @@ struct hl_server {
     const struct srv_route *extra_routes;
     size_t n_extra_routes;
     bool loopback_listener; /* enables the DNS-rebinding Host check */
+    char *route_secret;     /* server_config.route_secret (copied) or NULL */
     char **origins; /* CORS origin patterns ('*' wildcards) */
     size_t n_origins;
     /* connections: idle or slow ones are closed after conn_timeout s (0: never) while a

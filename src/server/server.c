@@ -398,6 +398,7 @@ static const srv_route k_routes[] = {
 
 static const srv_route *find_route(const hl_server *srv, const char *path) {
     size_t n_extra = srv->n_extra_routes, n_builtin = sizeof k_routes / sizeof k_routes[0];
+    if (srv->route_secret) n_builtin = 0; /* a runner: its own routes only */
     for (size_t i = 0; i < n_extra + n_builtin; i++) {
         const srv_route *rt = i < n_extra ? &srv->extra_routes[i] : &k_routes[i - n_extra];
         if (rt->prefix ? strncmp(path, rt->path, strlen(rt->path)) == 0 && path[strlen(rt->path)]
@@ -454,6 +455,18 @@ static void free_body(srv_request *r) {
     r->body_len = r->body_cap = 0;
 }
 
+/* A runner's request path is "/<secret>/route": true (and path becomes "/route") when
+ * the secret matches, compared in constant time. */
+static bool strip_secret(const char *secret, char *path) {
+    size_t n = strlen(secret);
+    if (path[0] != '/' || strnlen(path + 1, n) < n || path[1 + n] != '/') return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(path[1 + i] ^ secret[i]);
+    if (diff) return false;
+    memmove(path, path + 1 + n, strlen(path + 1 + n) + 1);
+    return true;
+}
+
 /* First call for a request: route it, check the method and the declared size. Returns
  * true when a reply was made already. Such an early reply waits until the body has been
  * read and dropped (see queue()), unless the client waits for "100 Continue" before it
@@ -505,6 +518,10 @@ static bool first_call(srv_request *r, enum MHD_Result *ret) {
         MHD_destroy_response(resp);
         r->replied = true;
         r->status = 204;
+        return true;
+    }
+    if (r->srv->route_secret && !strip_secret(r->srv->route_secret, r->path)) {
+        *ret = srv_reply_text(r, 403, "text/plain", "403 forbidden");
         return true;
     }
     r->route = find_route(r->srv, r->path);
@@ -723,8 +740,11 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     s->loopback_listener = is_loopback_bind(cfg->bind.host);
     pthread_mutex_init(&s->producers_lock, NULL);
     pthread_cond_init(&s->producers_cv, NULL);
-    hl_status st = store_open(cfg->models_dir, &s->st, err);
-    if (st == HL_OK) st = sched_create(&s->sched, err);
+    hl_status st = HL_OK;
+    if (cfg->route_secret && !(s->route_secret = strdup(cfg->route_secret)))
+        st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    if (st == HL_OK && !cfg->route_secret) st = store_open(cfg->models_dir, &s->st, err);
+    if (st == HL_OK && !cfg->route_secret) st = sched_create(&s->sched, err);
     if (st != HL_OK) {
         server_stop(s);
         return st;
@@ -767,6 +787,7 @@ void server_stop(hl_server *s) {
     pthread_mutex_unlock(&s->producers_lock);
     sched_destroy(s->sched);
     store_close(s->st);
+    free(s->route_secret);
     for (size_t i = 0; i < s->n_origins; i++) free(s->origins[i]);
     free(s->origins);
     pthread_mutex_destroy(&s->producers_lock);
