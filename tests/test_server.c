@@ -1095,3 +1095,41 @@ TEST(server_body_memory_budget) {
     CHECK_EQ_INT(after, 200);
     CHECK_EQ_INT(last, 400);
 }
+
+/* A restarted server removes what no model uses: a blob uploaded but never used and the
+ * temp file of an upload cut short; a model's own blobs stay. */
+static char g_gc_blob[2048], g_gc_partial[2048], g_gc_model_blob[2048];
+
+static void gc_first(srv_proc *p) {
+    char digest[80];
+    CHECK_EQ_INT(upload_gguf(p, digest), 201);
+    char body[512];
+    snprintf(body, sizeof body, "{\"model\":\"kept\",\"files\":{\"m.gguf\":\"%s\"},\"stream\":false}",
+             digest);
+    CHECK_EQ_INT(req(p, "POST", "/api/create", body), 200);
+    snprintf(g_gc_model_blob, sizeof g_gc_model_blob, "%s/blobs/sha256-%s", p->models, digest + 7);
+    const char junk[] = "uploaded, never used";
+    char jd[80], url[128];
+    digest_of(junk, sizeof junk - 1, jd);
+    snprintf(url, sizeof url, "/api/blobs/%s", jd);
+    CHECK_EQ_INT(req_bytes(p, "POST", url, junk, sizeof junk - 1), 201);
+    snprintf(g_gc_blob, sizeof g_gc_blob, "%s/blobs/sha256-%s", p->models, jd + 7);
+    snprintf(g_gc_partial, sizeof g_gc_partial, "%s/blobs/.partial-XyZ123", p->models);
+    CHECK(hl_file_write(g_gc_partial, "cut", 3, NULL) == HL_OK);
+    CHECK(access(g_gc_blob, F_OK) == 0);
+}
+
+static void gc_second(srv_proc *p) {
+    CHECK(access(g_gc_blob, F_OK) != 0);
+    CHECK(access(g_gc_partial, F_OK) != 0);
+    CHECK(access(g_gc_model_blob, F_OK) == 0);
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"kept\"}"), 200);
+}
+
+TEST(server_startup_removes_unused_blobs) {
+    SP_WITH_SERVER("gc", NULL, NULL, gc_first);
+    char log[1200]; /* the next spawn must not read the last one's "Listening on" */
+    snprintf(log, sizeof log, "%s/serve-gc.log", test_tmpdir());
+    unlink(log);
+    SP_WITH_SERVER("gc", NULL, NULL, gc_second);
+}

@@ -745,11 +745,20 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
         st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
     if (st == HL_OK && !cfg->route_secret) st = store_open(cfg->models_dir, &s->st, err);
     if (st == HL_OK && !cfg->route_secret) st = sched_create(&s->sched, err);
+    if (st == HL_OK && s->st && !(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE"))) {
+        size_t removed = 0;
+        hl_err gerr;
+        if (store_gc(s->st, &removed, &gerr) != HL_OK)
+            fprintf(stderr, "[hearth] store cleanup: %s\n", gerr.msg);
+        else if (removed && !s->quiet)
+            fprintf(stderr, "[hearth] store cleanup: removed %zu unused or partial blob files\n",
+                    removed);
+    }
     if (st != HL_OK) {
         server_stop(s);
         return st;
     }
-    int fd;
+    int fd = -1;
     st = listen_socket(&cfg->bind, &fd, &s->port, err);
     if (st != HL_OK) {
         server_stop(s);

@@ -703,6 +703,77 @@ hl_status store_copy(store *s, const store_name *src, const store_name *dst, hl_
     return st;
 }
 
+/* ---- garbage collection ---- */
+
+typedef struct gc_ctx {
+    const store *s;
+    char (*digests)[STORE_DIGEST_LEN];
+    size_t n, cap;
+    bool unsure; /* a manifest could not be read: keep every blob */
+} gc_ctx;
+
+static void gc_add(gc_ctx *g, const char *digest) {
+    if (g->unsure) return;
+    if (g->n == g->cap) {
+        size_t nc = g->cap ? g->cap * 2 : 64;
+        char(*nv)[STORE_DIGEST_LEN] = realloc(g->digests, nc * sizeof *nv);
+        if (!nv) {
+            g->unsure = true;
+            return;
+        }
+        g->digests = nv;
+        g->cap = nc;
+    }
+    snprintf(g->digests[g->n++], STORE_DIGEST_LEN, "%s", digest);
+}
+
+static void gc_cb(void *ctx, const store_name *n, const char *path) {
+    (void)path;
+    gc_ctx *g = ctx;
+    store_manifest m;
+    if (store_manifest_read(g->s, n, &m, NULL, NULL, NULL) != HL_OK) {
+        g->unsure = true;
+        return;
+    }
+    if (m.config.digest[0]) gc_add(g, m.config.digest);
+    for (size_t i = 0; i < m.n_layers; i++) gc_add(g, m.layers[i].digest);
+    store_manifest_free(&m);
+}
+
+hl_status store_gc(store *s, size_t *removed, hl_err *err) {
+    *removed = 0;
+    char dir[PATH_CAP];
+    snprintf(dir, sizeof dir, "%s/blobs", s->root);
+    pthread_mutex_lock(&s->lock);
+    gc_ctx g = {.s = s};
+    walk_manifests(s, gc_cb, &g);
+    DIR *d = opendir(dir);
+    if (!d) {
+        pthread_mutex_unlock(&s->lock);
+        free(g.digests);
+        return hl_fail(err, HL_ERR_IO, "cannot read %s: %s", dir, strerror(errno));
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        bool drop = strncmp(e->d_name, ".partial-", 9) == 0; /* a writer that never finished */
+        char digest[STORE_DIGEST_LEN];
+        if (!drop && !g.unsure && strlen(e->d_name) == 71 &&
+            strncmp(e->d_name, "sha256-", 7) == 0 && store_digest_parse(e->d_name, digest)) {
+            drop = true;
+            for (size_t i = 0; i < g.n && drop; i++) drop = strcmp(g.digests[i], digest) != 0;
+        }
+        if (!drop) continue;
+        char path[PATH_CAP];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path &&
+            unlink(path) == 0)
+            (*removed)++;
+    }
+    closedir(d);
+    pthread_mutex_unlock(&s->lock);
+    free(g.digests);
+    return HL_OK;
+}
+
 /* ---- models ---- */
 
 void store_model_free(store_model *m) {

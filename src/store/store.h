@@ -130,6 +130,11 @@ hl_status store_copy(store *s, const store_name *src, const store_name *dst, hl_
  * (also: the blobs a failed create stored and nothing uses). */
 hl_status store_prune(store *s, const store_manifest *old, hl_err *err);
 
+/* Startup garbage collection: removes the temp files of blob writes that never finished
+ * and every blob no manifest references (all of them are kept when a manifest cannot be
+ * read). *removed gets the number of files removed. */
+hl_status store_gc(store *s, size_t *removed, hl_err *err);
+
 typedef struct store_entry {
     store_name name;
     char digest_hex[65]; /* sha256 of the manifest bytes */
