@@ -26,6 +26,7 @@
 #include "server/prompt.h"
 #include "server/sched.h"
 #include "srvproc.h"
+#include "store/sha256.h"
 #include "test.h"
 
 /* ---------------- in-process: output processing ---------------- */
@@ -521,6 +522,8 @@ static const char *k_chatml =
 
 static bool write_gguf_ex(const char *src, const char *dst, const char *chat_template,
                           const char *pooling_key, const char *arch);
+static bool write_gguf_edit(const char *src, const char *dst, const char *chat_template,
+                            const char *pooling_key, const char *arch, int nul_every);
 
 static bool write_templated_gguf(const char *src, const char *dst, const char *chat_template,
                                  const char *pooling_key) {
@@ -530,6 +533,13 @@ static bool write_templated_gguf(const char *src, const char *dst, const char *c
 /* arch (may be NULL) replaces general.architecture. */
 static bool write_gguf_ex(const char *src, const char *dst, const char *chat_template,
                           const char *pooling_key, const char *arch) {
+    return write_gguf_edit(src, dst, chat_template, pooling_key, arch, 0);
+}
+
+/* nul_every > 0: every nul_every-th token past the byte tokens becomes the byte token
+ * <0x00>, so that a generation soon produces NUL bytes. */
+static bool write_gguf_edit(const char *src, const char *dst, const char *chat_template,
+                            const char *pooling_key, const char *arch, int nul_every) {
     gguf_file *f;
     if (gguf_open(src, &f, NULL) != HL_OK) return false;
     gguf_writer *w = gguf_writer_create();
@@ -579,13 +589,24 @@ static bool write_gguf_ex(const char *src, const char *dst, const char *chat_tem
             if (!ok) break;
             if (et == GGUF_TYPE_STRING) {
                 char **v = calloc(n ? n : 1, sizeof *v);
+                bool nul = nul_every > 0 && strcmp(key, "tokenizer.ggml.tokens") == 0;
                 for (uint64_t j = 0; v && j < n; j++) {
                     gguf_str e = gguf_arr_str(f, key, j);
-                    v[j] = strndup(e.ptr ? e.ptr : "", e.len);
+                    v[j] = nul && j > 258 && j % (uint64_t)nul_every == 0
+                               ? strdup("<0x00>") : strndup(e.ptr ? e.ptr : "", e.len);
                 }
                 ok = v && gguf_writer_set_arr_str(w, key, (const char *const *)v, n) == HL_OK;
                 for (uint64_t j = 0; v && j < n; j++) free(v[j]);
                 free(v);
+            } else if (nul_every > 0 && strcmp(key, "tokenizer.ggml.token_type") == 0 &&
+                       et == GGUF_TYPE_INT32) {
+                int32_t *types = malloc((n ? n : 1) * sizeof *types);
+                ok = types != NULL;
+                if (ok) memcpy(types, gguf_arr_data(f, key), n * sizeof *types);
+                for (uint64_t j = 259; ok && j < n; j++)
+                    if (j % (uint64_t)nul_every == 0) types[j] = 6; /* byte */
+                ok = ok && gguf_writer_set_arr(w, key, et, types, n) == HL_OK;
+                free(types);
             } else {
                 ok = gguf_writer_set_arr(w, key, et, gguf_arr_data(f, key), n) == HL_OK;
             }
@@ -810,6 +831,104 @@ static void generate_api(srv_proc *p) {
 }
 
 TEST(api_generate_end_to_end) { WITH_SERVER(generate_api); }
+
+/* ---------------- generated NUL bytes ---------------- */
+
+/* A generation's text from one route: whole (stream false) or concatenated from its
+ * NDJSON / SSE frames (stream true). Parsed with JSON_ALLOW_NUL: the text holds NULs. */
+static bool route_text(const srv_proc *p, const char *path, const char *body, bool stream,
+                       outbuf *text) {
+    char *resp = NULL;
+    size_t len = 0;
+    int status = -1;
+    hl_err err;
+    if (net_http_request(&p->host, "POST", path, body, strlen(body), &status, &resp, &len,
+                         &err) != HL_OK || status != 200) {
+        fprintf(stderr, "    %s: %d %s\n", path, status, resp ? resp : err.msg);
+        free(resp);
+        return false;
+    }
+    bool oai = strncmp(path, "/v1/chat", 8) == 0, anth = strncmp(path, "/v1/messages", 12) == 0;
+    bool ok = true;
+    for (char *line = resp, *end; ok && line < resp + len; line = end + 1) {
+        end = memchr(line, '\n', (size_t)(resp + len - line));
+        if (!end) end = resp + len;
+        char *j = line;
+        if (stream && (oai || anth)) {
+            if (end - line < 6 || strncmp(line, "data: ", 6) != 0 || strncmp(line, "data: [DONE]", 12) == 0)
+                continue;
+            j = line + 6;
+        }
+        if (end == j) continue;
+        json_error_t je;
+        json_t *o = json_loadb(j, (size_t)(end - j), JSON_ALLOW_NUL, &je);
+        if (!o) {
+            fprintf(stderr, "    %s: bad JSON: %s\n", path, je.text);
+            ok = false;
+            break;
+        }
+        json_t *t = NULL;
+        if (oai) {
+            json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+            t = json_object_get(json_object_get(ch, stream ? "delta" : "message"), "content");
+        } else if (anth && stream) {
+            json_t *d = json_object_get(o, "delta");
+            if (!strcmp(jstr(d, "type"), "text_delta")) t = json_object_get(d, "text");
+        } else if (anth) {
+            size_t i;
+            json_t *b;
+            json_array_foreach(json_object_get(o, "content"), i, b)
+                if (!strcmp(jstr(b, "type"), "text")) t = json_object_get(b, "text");
+        } else if (strcmp(path, "/api/chat") == 0) {
+            t = json_object_get(json_object_get(o, "message"), "content");
+        } else {
+            t = json_object_get(o, "response");
+        }
+        if (json_is_string(t)) outbuf_add(text, json_string_value(t), json_string_length(t));
+        json_decref(o);
+        if (!stream) break;
+    }
+    free(resp);
+    return ok;
+}
+
+static void nul_tokens_api(srv_proc *p) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/nul.gguf", test_tmpdir());
+    /* a quarter of the vocabulary is <0x00>: greedy decoding meets several soon */
+    CHECK(write_gguf_edit(stories(), path, k_chatml, NULL, NULL, 4));
+    CHECK(create_model(p, "nul", path, ""));
+    static const char *const cases[][2] = {
+        {"/api/generate", "{\"model\":\"nul\",\"prompt\":\"Once upon a time\",\"raw\":true,"
+                          "\"stream\":%s,\"options\":{\"temperature\":0,\"num_predict\":40}}"},
+        {"/api/chat", "{\"model\":\"nul\",\"messages\":[{\"role\":\"user\",\"content\":\"Once upon"
+                      " a time\"}],\"stream\":%s,\"options\":{\"temperature\":0,\"num_predict\":40}}"},
+        {"/v1/chat/completions", "{\"model\":\"nul\",\"messages\":[{\"role\":\"user\",\"content\":"
+                                 "\"Once upon a time\"}],\"stream\":%s,\"temperature\":0,"
+                                 "\"max_tokens\":40}"},
+        {"/v1/messages", "{\"model\":\"nul\",\"messages\":[{\"role\":\"user\",\"content\":"
+                         "\"Once upon a time\"}],\"stream\":%s,\"temperature\":0,"
+                         "\"max_tokens\":40}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[1024];
+        outbuf whole = {0}, parts = {0};
+        snprintf(body, sizeof body, cases[i][1], "false");
+        CHECK(route_text(p, cases[i][0], body, false, &whole));
+        snprintf(body, sizeof body, cases[i][1], "true");
+        CHECK(route_text(p, cases[i][0], body, true, &parts));
+        const char *nul = whole.p ? memchr(whole.p, '\0', whole.len) : NULL;
+        CHECK_MSG(nul && (size_t)(nul - whole.p) + 1 < whole.len,
+                  "%s: no NUL inside the answer (%zu bytes)", cases[i][0], whole.len);
+        CHECK_MSG(whole.len == parts.len && memcmp(whole.p, parts.p, whole.len) == 0,
+                  "%s: stream=false %zu bytes, stream=true %zu bytes", cases[i][0], whole.len,
+                  parts.len);
+        outbuf_free(&whole);
+        outbuf_free(&parts);
+    }
+}
+
+TEST(api_generated_nul_bytes_kept) { WITH_SERVER(nul_tokens_api); }
 
 /* ---------------- keep_alive, ps, load/unload ---------------- */
 
@@ -1269,6 +1388,145 @@ static void errors_api(srv_proc *p) {
 }
 
 TEST(api_documented_errors) { WITH_SERVER(errors_api); }
+
+/* ---------------- client mistakes, leaks and leftovers ---------------- */
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+/* The error message and type of an OpenAI ({"error":{message,type}}) or Anthropic
+ * ({"type":"error","error":{type,message}}) error body. */
+static const char *compat_error_type(void) { return jstr(json_object_get(g_json, "error"), "type"); }
+
+static void mistakes_api(srv_proc *p) {
+    CHECK(create_model(p, "s260", stories(), "\"system\":\"keep me\""));
+    /* bad sampling values are the client's mistake (400) in each API's shape */
+    static const char *const oai[] = {
+        "{\"model\":\"s260\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":-1}",
+        "{\"model\":\"s260\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":1e300}",
+        "{\"model\":\"s260\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_p\":1e300}",
+        "{\"model\":\"s260\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"frequency_penalty\":1e300}",
+    };
+    for (size_t i = 0; i < sizeof oai / sizeof oai[0]; i++) {
+        CHECK_EQ_INT(req(p, "POST", "/v1/chat/completions", oai[i]), 400);
+        CHECK_STR(compat_error_type(), "invalid_request_error");
+    }
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions",
+                     "{\"model\":\"s260\",\"prompt\":\"hi\",\"temperature\":-2}"), 400);
+    CHECK_STR(compat_error_type(), "invalid_request_error");
+    CHECK_EQ_INT(req(p, "POST", "/v1/messages", "{\"model\":\"s260\",\"max_tokens\":4,\"messages\":"
+                     "[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":-1}"), 400);
+    CHECK_STR(jstr(g_json, "type"), "error");
+    CHECK_STR(compat_error_type(), "invalid_request_error");
+    CHECK_EQ_INT(req(p, "POST", "/v1/messages", "{\"model\":\"s260\",\"max_tokens\":4,\"messages\":"
+                     "[{\"role\":\"user\",\"content\":\"hi\"}],\"top_p\":1e300}"), 400);
+    /* a model id that is not UTF-8: not found, with a JSON body */
+    CHECK_EQ_INT(req(p, "GET", "/v1/models/%ff%fe", NULL), 404);
+    CHECK(g_json != NULL);
+
+    /* unknown option names are escaped in the log: no forged line */
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", "{\"model\":\"s260\",\"prompt\":\"hi\",\"stream\":false,"
+                     "\"options\":{\"num_predict\":1,\"x\\n[hearth] 200 | forged\":1}}"), 200);
+    CHECK_EQ_INT(req(p, "GET", "/api/version%0a[hearth]%20forged%20too", NULL), 404);
+    char *log = NULL;
+    size_t log_len = 0;
+    sp_sleep_ms(100);
+    CHECK(hl_file_read(p->log, &log, &log_len, NULL) == HL_OK);
+    CHECK(log && strstr(log, "\n[hearth] 200 | forged") == NULL);
+    CHECK(log && strstr(log, "\n[hearth] forged too") == NULL);
+    CHECK(log && strstr(log, "x\\x0a[hearth] 200 | forged") != NULL);
+    free(log);
+
+    /* a failed create leaves no blobs and no manifest folders behind */
+    char blobs[2048], mdir[2048];
+    snprintf(blobs, sizeof blobs, "%s/blobs", p->models);
+    snprintf(mdir, sizeof mdir, "%s/manifests/registry.ollama.ai/library/orphan", p->models);
+    int before = count_files(blobs);
+    CHECK_EQ_INT(req(p, "POST", "/api/create", "{\"model\":\"orphan\",\"from\":\"s260\",\"stream\":false,"
+                     "\"template\":\"a template only this create stores\","
+                     "\"messages\":[{\"role\":1}]}"), 400);
+    CHECK_EQ_INT(count_files(blobs), before);
+    CHECK(access(mdir, F_OK) != 0);
+    /* an upload that is no GGUF is not kept once a create finds that out */
+    const char junk[] = "this is not a GGUF file";
+    char junk_path[1200], junk_digest[80], body[512];
+    snprintf(junk_path, sizeof junk_path, "%s/junk.bin", test_tmpdir());
+    CHECK(hl_file_write(junk_path, junk, sizeof junk - 1, NULL) == HL_OK);
+    CHECK_EQ_INT(sp_upload_file(p, junk_path, junk_digest), 201);
+    CHECK_EQ_INT(count_files(blobs), before + 1);
+    snprintf(body, sizeof body, "{\"model\":\"junk\",\"files\":{\"j.gguf\":\"%s\"},\"stream\":false}",
+             junk_digest);
+    CHECK_EQ_INT(req(p, "POST", "/api/create", body), 400);
+    CHECK(strstr(resp_error(), "GGUF") != NULL);
+    CHECK_EQ_INT(count_files(blobs), before);
+    snprintf(mdir, sizeof mdir, "%s/manifests/registry.ollama.ai/library/junk", p->models);
+    CHECK(access(mdir, F_OK) != 0);
+
+    /* a blob gone from under a model: the error names it without the store's path */
+    char blob[2048], digest[80] = "sha256:";
+    sha256_hex("keep me", 7, digest + 7);
+    snprintf(blob, sizeof blob, "%s/blobs/sha256-%s", p->models, digest + 7);
+    CHECK(unlink(blob) == 0);
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"s260\"}"), 500);
+    CHECK(strstr(resp_error(), "blobs/sha256-") != NULL);
+    CHECK_MSG(strstr(g_resp ? g_resp : "", p->models) == NULL, "store path in: %s", g_resp);
+    CHECK(req(p, "POST", "/v1/chat/completions", "{\"model\":\"s260\",\"messages\":[{\"role\":"
+              "\"user\",\"content\":\"hi\"}]}") >= 400);
+    CHECK_MSG(strstr(g_resp ? g_resp : "", p->models) == NULL, "store path in: %s", g_resp);
+}
+
+TEST(api_client_mistakes_leaks_leftovers) { WITH_SERVER(mistakes_api); }
+
+/* ---------------- runner port ---------------- */
+
+/* The port of the runner the server started, from its startup line in the server log. */
+static int runner_port(const srv_proc *p) {
+    char *log = NULL;
+    size_t len;
+    int port = -1;
+    if (hl_file_read(p->log, &log, &len, NULL) != HL_OK) return -1;
+    const char *at = strstr(log, "runner: serving ");
+    const char *on = at ? strstr(at, " on 127.0.0.1:") : NULL;
+    if (on) port = atoi(on + strlen(" on 127.0.0.1:"));
+    free(log);
+    return port;
+}
+
+/* A runner answers only its own protocol, and only with the secret its server gave it:
+ * the public API (tags, delete, generate...) and secret-less requests are refused. */
+static void runner_secret_api(srv_proc *p) {
+    CHECK(create_model(p, "s260", stories(), ""));
+    const char *gen = "{\"model\":\"s260\",\"prompt\":\"Once\",\"raw\":true,\"stream\":false,"
+                      "\"options\":{\"temperature\":0,\"num_predict\":3}}";
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", gen), 200);
+    int port = -1;
+    for (int i = 0; i < 50 && port <= 0; i++) {
+        port = runner_port(p);
+        if (port <= 0) sp_sleep_ms(20);
+    }
+    CHECK(port > 0);
+    srv_proc rp = *p;
+    rp.host.port = port;
+    CHECK_EQ_INT(req(&rp, "GET", "/api/tags", NULL), 403);
+    CHECK_EQ_INT(req(&rp, "DELETE", "/api/delete", "{\"model\":\"s260\"}"), 403);
+    CHECK_EQ_INT(req(&rp, "POST", "/api/generate", gen), 403);
+    CHECK_EQ_INT(req(&rp, "GET", "/health", NULL), 403);
+    CHECK_EQ_INT(req(&rp, "POST", "/completion", "{\"prompt\":[1,2],\"num_predict\":1}"), 403);
+    CHECK_EQ_INT(req(&rp, "GET", "/0123456789abcdef0123456789abcdef/health", NULL), 403);
+    CHECK_EQ_INT(req(&rp, "GET", "//health", NULL), 403);
+    /* the model is still there and its runner still serves the server */
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"s260\"}"), 200);
+    CHECK_EQ_INT(req(p, "POST", "/api/generate", gen), 200);
+    CHECK_EQ_INT(sp_ps_count(p), 1);
+}
+
+TEST(api_runner_refuses_requests_without_its_secret) { WITH_SERVER(runner_secret_api); }
 
 /* ---------------- client disconnect ---------------- */
 

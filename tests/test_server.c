@@ -7,10 +7,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,6 +22,7 @@
 #include "base/file.h"
 #include "net/http_client.h"
 #include "store/sha256.h"
+#include "store/store.h"
 #include "srvproc.h"
 #include "test.h"
 
@@ -318,6 +322,111 @@ static void models_api(srv_proc *p) {
 }
 
 TEST(server_create_show_tags_copy_delete) { WITH_SERVER(models_api); }
+
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct race_req {
+    const srv_proc *p;
+    const char *method, *path;
+    char body[512];
+    int status;
+    char error[512];
+} race_req;
+
+static void *race_main(void *arg) {
+    race_req *q = arg;
+    char *resp = NULL;
+    q->status = -1;
+    q->error[0] = '\0';
+    if (net_http_request(&q->p->host, q->method, q->path, q->body, strlen(q->body), &q->status,
+                         &resp, NULL, NULL) != HL_OK)
+        q->status = -1;
+    json_t *j = resp ? json_loads(resp, 0, NULL) : NULL;
+    const char *e = json_string_value(json_object_get(j, "error"));
+    snprintf(q->error, sizeof q->error, "%s", e ? e : "");
+    json_decref(j);
+    free(resp);
+    return NULL;
+}
+
+/* Every manifest in the store names blobs that exist; returns the first that does not. */
+static bool store_consistent(const srv_proc *p, char *bad, size_t cap) {
+    store *st;
+    if (store_open(p->models, &st, NULL) != HL_OK) return false;
+    store_entry *e;
+    size_t n;
+    bool ok = store_list(st, &e, &n, NULL) == HL_OK;
+    for (size_t i = 0; ok && i < n; i++) {
+        const store_manifest *m = &e[i].manifest;
+        if (!store_blob_exists(st, m->config.digest, NULL)) {
+            snprintf(bad, cap, "%s: config %s", e[i].name.model, m->config.digest);
+            ok = false;
+        }
+        for (size_t k = 0; ok && k < m->n_layers; k++)
+            if (!store_blob_exists(st, m->layers[k].digest, NULL)) {
+                snprintf(bad, cap, "%s: layer %s", e[i].name.model, m->layers[k].digest);
+                ok = false;
+            }
+    }
+    if (ok) store_list_free(e, n);
+    store_close(st);
+    return ok;
+}
+
+/* Deriving (create from), copying and showing a model while it is deleted: no manifest
+ * may point at a pruned blob; each derive succeeds with a usable model or is told the
+ * base is gone (404); a copy is 200 or 404, never 500. */
+static void derive_delete_race(srv_proc *p) {
+    char digest[80], body[512], bad[256] = "";
+    CHECK_EQ_INT(upload_gguf(p, digest), 201);
+    /* the keeper holds the GGUF blob: each round's own blob is base's system layer */
+    snprintf(body, sizeof body, "{\"model\":\"keeper\",\"files\":{\"m.gguf\":\"%s\"},\"stream\":false}",
+             digest);
+    CHECK_EQ_INT(req(p, "POST", "/api/create", body), 200);
+    int derived = 0, refused = 0, copied = 0;
+    for (int i = 0; i < 200; i++) {
+        snprintf(body, sizeof body,
+                 "{\"model\":\"base\",\"files\":{\"m.gguf\":\"%s\"},\"system\":\"round %d\","
+                 "\"stream\":false}", digest, i);
+        CHECK_EQ_INT(req(p, "POST", "/api/create", body), 200);
+        race_req q[3] = {
+            {.p = p, .method = "POST", .path = "/api/create",
+             .body = "{\"model\":\"d\",\"from\":\"base\",\"stream\":false}"},
+            {.p = p, .method = "DELETE", .path = "/api/delete", .body = "{\"model\":\"base\"}"},
+            {.p = p, .method = "POST", .path = "/api/copy",
+             .body = "{\"source\":\"base\",\"destination\":\"e\"}"},
+        };
+        pthread_t th[3];
+        for (int k = 0; k < 3; k++) pthread_create(&th[k], NULL, race_main, &q[k]);
+        for (int k = 0; k < 3; k++) pthread_join(th[k], NULL);
+        CHECK_MSG(q[1].status == 200, "round %d: delete %d %s", i, q[1].status, q[1].error);
+        CHECK_MSG(q[0].status == 200 || (q[0].status == 404 && strstr(q[0].error, "not found")),
+                  "round %d: create from base: %d %s", i, q[0].status, q[0].error);
+        CHECK_MSG(q[2].status == 200 || q[2].status == 404, "round %d: copy: %d %s", i,
+                  q[2].status, q[2].error);
+        CHECK_MSG(store_consistent(p, bad, sizeof bad), "round %d: a manifest points at a "
+                  "missing blob (%s)", i, bad);
+        if (q[0].status == 200) {
+            derived++;
+            char want[64];
+            snprintf(want, sizeof want, "\"system\":\"round %d\"", i);
+            CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"d\"}"), 200);
+            CHECK_MSG(g_resp && strstr(g_resp, want), "round %d: d is not usable: %s", i,
+                      g_resp ? g_resp : "");
+            CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"model\":\"d\"}"), 200);
+        } else {
+            refused++;
+            CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"d\"}"), 404);
+        }
+        if (q[2].status == 200) {
+            copied++;
+            CHECK_EQ_INT(req(p, "DELETE", "/api/delete", "{\"model\":\"e\"}"), 200);
+        }
+    }
+    fprintf(stderr, "    derived %d, refused %d, copied %d of 200\n", derived, refused, copied);
+}
+
+TEST(server_derive_delete_race) { WITH_SERVER(derive_delete_race); }
 
 /* ---------------------------------------------------------------------------------- */
 
@@ -718,4 +827,309 @@ TEST(server_early_errors_reach_uploading_clients) {
     CHECK(expect_ok);
     CHECK_MSG(strncmp(expect_resp, "HTTP/1.1 404", 12) == 0, "%s", expect_resp);
     CHECK_EQ_INT(st_after, 200);
+}
+
+/* One GET on a fresh connection, waiting at most ms for the whole reply: the status, or
+ * -1 when the connection was refused, reset or silent. head (cap bytes) gets the reply. */
+static int timed_get(int port, const char *path, int ms, char *head, size_t cap) {
+    head[0] = '\0';
+    int fd = raw_connect(port);
+    if (fd < 0) return -1;
+    char rq[256];
+    snprintf(rq, sizeof rq, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
+    size_t n = 0;
+    bool ok = send(fd, rq, strlen(rq), MSG_NOSIGNAL) == (ssize_t)strlen(rq);
+    while (ok && n + 1 < cap) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, ms) <= 0) break;
+        ssize_t got = recv(fd, head + n, cap - 1 - n, 0);
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    head[n] = '\0';
+    close(fd);
+    int status = -1;
+    return sscanf(head, "HTTP/1.%*d %d", &status) == 1 ? status : -1;
+}
+
+/* Slow-loris: more sockets than the connection limit, each holding half a request. A new
+ * client is still answered at once (503 + Retry-After past the limit), the idle sockets
+ * are closed after HEARTH_CONN_TIMEOUT, and then clients are served again. */
+static void idle_flood(srv_proc *p) {
+    enum { N = 600 };
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2 * N + 64) {
+        rl.rlim_cur = rl.rlim_max < 2 * N + 64 ? rl.rlim_max : 2 * N + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    static int fds[N];
+    int opened = 0;
+    const char *half = "POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le";
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect(p->port);
+        if (fds[i] < 0) break;
+        opened++;
+        if (send(fds[i], half, strlen(half), MSG_NOSIGNAL) < 0) break;
+    }
+    CHECK_EQ_INT(opened, N);
+    char head[2048];
+    int status = -1;
+    uint64_t t0 = hl_time_ns();
+    while (status != 200 && status != 503 && hl_time_ns() - t0 < 2000000000ull)
+        status = timed_get(p->port, "/api/version", 300, head, sizeof head);
+    CHECK_MSG(status == 200 || status == 503, "a new client got %d within 2 s", status);
+    if (status == 503) CHECK(strstr(head, "Retry-After: ") != NULL);
+    /* every idle socket is closed by the server (HEARTH_CONN_TIMEOUT=1) */
+    int closed = 0;
+    t0 = hl_time_ns();
+    for (int i = 0; i < opened; i++) {
+        for (;;) {
+            struct pollfd pf = {.fd = fds[i], .events = POLLIN | POLLRDHUP};
+            int left = 5000 - (int)((hl_time_ns() - t0) / 1000000);
+            if (left <= 0 || poll(&pf, 1, left) <= 0) break;
+            char junk[256];
+            if (recv(fds[i], junk, sizeof junk, MSG_DONTWAIT) <= 0) {
+                closed++;
+                break;
+            }
+        }
+        close(fds[i]);
+    }
+    CHECK_EQ_INT(closed, opened);
+    CHECK_EQ_INT(timed_get(p->port, "/api/version", 2000, head, sizeof head), 200);
+}
+
+TEST(server_idle_connections_time_out) {
+    const char *env[] = {"HEARTH_CONN_TIMEOUT=1", NULL};
+    SP_WITH_SERVER("idle", env, NULL, idle_flood);
+}
+
+/* A producer silent for longer than the connection timeout, then answering. */
+static void late_producer(srv_stream *s, void *ctx) {
+    (void)ctx;
+    for (int i = 0; i < 125 && !srv_stream_cancelled(s); i++) sp_sleep_ms(20); /* 2.5 s */
+    srv_stream_send(s, json_pack("{s:s}", "status", "late"));
+}
+static enum MHD_Result route_late(srv_request *r) { return srv_stream_run(r, true, late_producer, NULL, NULL); }
+static enum MHD_Result route_late_whole(srv_request *r) {
+    return srv_stream_run(r, false, late_producer, NULL, NULL);
+}
+static const srv_route k_late_routes[] = {
+    {"/test/late", false, "GET", route_late, false},
+    {"/test/late-whole", false, "GET", route_late_whole, false},
+};
+
+/* The connection timeout is for clients that send nothing: a reply that takes longer
+ * to produce (a long prefill, a whole non-streamed generation) still arrives. */
+TEST(server_conn_timeout_spares_slow_replies) {
+    server_config cfg = {.extra_routes = k_late_routes, .n_extra_routes = 2, .quiet = 1};
+    hl_server *srv;
+    srv_proc p;
+    hl_err err;
+    setenv("HEARTH_CONN_TIMEOUT", "1", 1);
+    hl_status st = sp_start_in_process(&cfg, &srv, &p, &err);
+    unsetenv("HEARTH_CONN_TIMEOUT");
+    CHECK_OK(st, &err);
+    char head[2048];
+    int late = timed_get(p.port, "/test/late", 5000, head, sizeof head);
+    bool late_body = strstr(head, "{\"status\":\"late\"}") != NULL;
+    int whole = timed_get(p.port, "/test/late-whole", 5000, head, sizeof head);
+    bool whole_body = strstr(head, "{\"status\":\"late\"}") != NULL;
+    server_stop(srv);
+    CHECK_EQ_INT(late, 200);
+    CHECK(late_body);
+    CHECK_EQ_INT(whole, 200);
+    CHECK(whole_body);
+}
+
+/* An upload that never ends (chunked, past the body limit) is cut: the server stops
+ * reading after a bounded amount instead of reading (and dropping) it forever. */
+typedef struct endless_arg {
+    int fd;
+    uint64_t sent;
+} endless_arg;
+
+static void *endless_main(void *arg) {
+    endless_arg *a = arg;
+    static char chunk[65536 + 16];
+    int n = snprintf(chunk, sizeof chunk, "10000\r\n");
+    memset(chunk + n, ' ', 65536);
+    memcpy(chunk + n + 65536, "\r\n", 2);
+    size_t len = (size_t)n + 65536 + 2;
+    /* 1 GiB at most: far past any limit */
+    while (a->sent < ((uint64_t)1 << 30)) {
+        ssize_t w = send(a->fd, chunk, len, MSG_NOSIGNAL);
+        if (w <= 0) break;
+        a->sent += (uint64_t)w;
+    }
+    shutdown(a->fd, SHUT_WR);
+    return NULL;
+}
+
+TEST(server_endless_chunked_upload_is_cut) {
+    server_config cfg = {.max_body = (size_t)1 << 20, .quiet = 1};
+    hl_server *srv;
+    srv_proc p;
+    hl_err err;
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    endless_arg a = {.fd = raw_connect(p.port)};
+    const char *head = "POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+                       "Content-Type: application/json\r\n\r\n";
+    bool sent_head = a.fd >= 0 && send(a.fd, head, strlen(head), MSG_NOSIGNAL) > 0;
+    pthread_t th;
+    bool started = sent_head && pthread_create(&th, NULL, endless_main, &a) == 0;
+    char resp[4096] = "";
+    size_t n = 0;
+    while (started && n + 1 < sizeof resp) {
+        struct pollfd pf = {.fd = a.fd, .events = POLLIN};
+        if (poll(&pf, 1, 20000) <= 0) break;
+        ssize_t got = recv(a.fd, resp + n, sizeof resp - 1 - n, 0);
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    resp[n] = '\0';
+    if (started) pthread_join(th, NULL);
+    if (a.fd >= 0) close(a.fd);
+    /* a chunked body that ends past the limit is read, dropped and answered 413 */
+    char fin[4096];
+    int fd = raw_connect(p.port);
+    bool fin_ok = fd >= 0 && send(fd, head, strlen(head), MSG_NOSIGNAL) > 0;
+    static char chunk[65536];
+    memset(chunk, ' ', sizeof chunk);
+    for (int i = 0; fin_ok && i < 24; i++) { /* 1.5 MiB */
+        fin_ok = send(fd, "10000\r\n", 7, MSG_NOSIGNAL) == 7 &&
+                 send(fd, chunk, sizeof chunk, MSG_NOSIGNAL) == (ssize_t)sizeof chunk &&
+                 send(fd, "\r\n", 2, MSG_NOSIGNAL) == 2;
+    }
+    fin_ok = fin_ok && send(fd, "0\r\n\r\n", 5, MSG_NOSIGNAL) == 5;
+    size_t fn = 0;
+    while (fin_ok && fn + 1 < sizeof fin) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 5000) <= 0) break;
+        ssize_t got = recv(fd, fin + fn, sizeof fin - 1 - fn, 0);
+        if (got <= 0) break;
+        fn += (size_t)got;
+    }
+    fin[fn] = '\0';
+    if (fd >= 0) close(fd);
+    int alive = timed_get(p.port, "/api/version", 2000, resp + n, sizeof resp - n);
+    server_stop(srv);
+    CHECK(started);
+    /* read and dropped up to the discard limit (128 MiB here), then cut */
+    CHECK_MSG(a.sent < ((uint64_t)256 << 20), "the server read %llu bytes of an endless body",
+              (unsigned long long)a.sent);
+    CHECK_MSG(strncmp(fin, "HTTP/1.1 413", 12) == 0, "%s", fin);
+    CHECK_EQ_INT(alive, 200);
+}
+
+/* Sends a request head declaring len body bytes, then `part` of them (spaces). */
+static int partial_upload(int port, size_t len, size_t part) {
+    int fd = raw_connect(port);
+    if (fd < 0) return -1;
+    char head[256];
+    snprintf(head, sizeof head, "POST /api/show HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                                "Content-Length: %zu\r\n\r\n", len);
+    static char spaces[65536];
+    memset(spaces, ' ', sizeof spaces);
+    bool ok = send(fd, head, strlen(head), MSG_NOSIGNAL) > 0;
+    for (size_t sent = 0; ok && sent < part;) {
+        size_t n = part - sent < sizeof spaces ? part - sent : sizeof spaces;
+        ssize_t w = send(fd, spaces, n, MSG_NOSIGNAL);
+        ok = w > 0;
+        if (ok) sent += (size_t)w;
+    }
+    if (!ok) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends the rest of a partial upload and reads the status. */
+static int finish_upload(int fd, size_t rest) {
+    static char spaces[65536];
+    memset(spaces, ' ', sizeof spaces);
+    bool ok = fd >= 0;
+    for (size_t sent = 0; ok && sent < rest;) {
+        size_t n = rest - sent < sizeof spaces ? rest - sent : sizeof spaces;
+        ssize_t w = send(fd, spaces, n, MSG_NOSIGNAL);
+        ok = w > 0;
+        if (ok) sent += (size_t)w;
+    }
+    char resp[1024];
+    size_t got = 0;
+    while (ok && got + 1 < sizeof resp) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 5000) <= 0) break;
+        ssize_t k = recv(fd, resp + got, sizeof resp - 1 - got, 0);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    resp[got] = '\0';
+    if (fd >= 0) close(fd);
+    int status = -1;
+    return sscanf(resp, "HTTP/1.%*d %d", &status) == 1 ? status : -1;
+}
+
+/* The JSON bodies buffered at once are bounded (4 x the body limit): one more large
+ * body is answered 503 instead of growing memory; the budget comes back afterwards. */
+TEST(server_body_memory_budget) {
+    server_config cfg = {.max_body = (size_t)1 << 20, .quiet = 1};
+    hl_server *srv;
+    srv_proc p;
+    hl_err err;
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    const size_t len = 1000000, part = 900000;
+    int fds[4], status[4], extra = -1, after = -1;
+    for (int i = 0; i < 4; i++) fds[i] = partial_upload(p.port, len, part);
+    sp_sleep_ms(300); /* the server has buffered the four */
+    int fd5 = partial_upload(p.port, len, part);
+    extra = finish_upload(fd5, len - part);
+    for (int i = 0; i < 4; i++) status[i] = finish_upload(fds[i], len - part);
+    char head[1024];
+    after = timed_get(p.port, "/api/version", 2000, head, sizeof head);
+    int last = finish_upload(partial_upload(p.port, len, part), len - part);
+    server_stop(srv);
+    CHECK_EQ_INT(extra, 503);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(status[i], 400); /* spaces: not JSON */
+    CHECK_EQ_INT(after, 200);
+    CHECK_EQ_INT(last, 400);
+}
+
+/* A restarted server removes what no model uses: a blob uploaded but never used and the
+ * temp file of an upload cut short; a model's own blobs stay. */
+static char g_gc_blob[2048], g_gc_partial[2048], g_gc_model_blob[2048];
+
+static void gc_first(srv_proc *p) {
+    char digest[80];
+    CHECK_EQ_INT(upload_gguf(p, digest), 201);
+    char body[512];
+    snprintf(body, sizeof body, "{\"model\":\"kept\",\"files\":{\"m.gguf\":\"%s\"},\"stream\":false}",
+             digest);
+    CHECK_EQ_INT(req(p, "POST", "/api/create", body), 200);
+    snprintf(g_gc_model_blob, sizeof g_gc_model_blob, "%s/blobs/sha256-%s", p->models, digest + 7);
+    const char junk[] = "uploaded, never used";
+    char jd[80], url[128];
+    digest_of(junk, sizeof junk - 1, jd);
+    snprintf(url, sizeof url, "/api/blobs/%s", jd);
+    CHECK_EQ_INT(req_bytes(p, "POST", url, junk, sizeof junk - 1), 201);
+    snprintf(g_gc_blob, sizeof g_gc_blob, "%s/blobs/sha256-%s", p->models, jd + 7);
+    snprintf(g_gc_partial, sizeof g_gc_partial, "%s/blobs/.partial-XyZ123", p->models);
+    CHECK(hl_file_write(g_gc_partial, "cut", 3, NULL) == HL_OK);
+    CHECK(access(g_gc_blob, F_OK) == 0);
+}
+
+static void gc_second(srv_proc *p) {
+    CHECK(access(g_gc_blob, F_OK) != 0);
+    CHECK(access(g_gc_partial, F_OK) != 0);
+    CHECK(access(g_gc_model_blob, F_OK) == 0);
+    CHECK_EQ_INT(req(p, "POST", "/api/show", "{\"model\":\"kept\"}"), 200);
+}
+
+TEST(server_startup_removes_unused_blobs) {
+    SP_WITH_SERVER("gc", NULL, NULL, gc_first);
+    char log[1200]; /* the next spawn must not read the last one's "Listening on" */
+    snprintf(log, sizeof log, "%s/serve-gc.log", test_tmpdir());
+    unlink(log);
+    SP_WITH_SERVER("gc", NULL, NULL, gc_second);
 }

@@ -534,3 +534,43 @@ TEST(store_net_host_forms) {
     CHECK_OK(net_host_from_env(&h, NULL), (hl_err *)NULL);
     CHECK_STR(h.host, "1.1.1.1");
 }
+
+/* Startup garbage collection: unfinished writes and unreferenced blobs go, the blobs
+ * a manifest uses stay; with an unreadable manifest no blob is removed. */
+TEST(store_gc_removes_partials_and_unused_blobs) {
+    char root[1024];
+    snprintf(root, sizeof root, "%s/gc-models", test_tmpdir());
+    store *s;
+    hl_err err;
+    CHECK_OK(store_open(root, &s, &err), &err);
+    store_manifest m;
+    make_manifest(s, &m, "GC-MODEL", "gc system");
+    store_name n;
+    CHECK_OK(store_name_parse("gc:latest", &n, NULL), (hl_err *)NULL);
+    CHECK_OK(store_manifest_write(s, &n, &m, &err), &err);
+    char unused[STORE_DIGEST_LEN];
+    CHECK_OK(store_blob_put(s, "nobody uses me", 14, unused, &err), &err);
+    char partial[1200], other[1200];
+    snprintf(partial, sizeof partial, "%s/blobs/.partial-abc123", root);
+    snprintf(other, sizeof other, "%s/blobs/README", root);
+    CHECK_OK(hl_file_write(partial, "half", 4, &err), &err);
+    CHECK_OK(hl_file_write(other, "not a blob", 10, &err), &err);
+    size_t removed = 0;
+    CHECK_OK(store_gc(s, &removed, &err), &err);
+    CHECK_EQ_INT((int)removed, 2);
+    CHECK(!store_blob_exists(s, unused, NULL));
+    CHECK(access(partial, F_OK) != 0);
+    CHECK(access(other, F_OK) == 0); /* not ours: kept */
+    CHECK(store_blob_exists(s, m.config.digest, NULL));
+    for (size_t i = 0; i < m.n_layers; i++) CHECK(store_blob_exists(s, m.layers[i].digest, NULL));
+    /* a manifest that cannot be read: keep every blob */
+    CHECK_OK(store_blob_put(s, "nobody uses me", 14, unused, &err), &err);
+    char bad[1200];
+    snprintf(bad, sizeof bad, "%s/manifests/registry.ollama.ai/library/gc/broken", root);
+    CHECK_OK(hl_file_write(bad, "{not json", 9, &err), &err);
+    CHECK_OK(store_gc(s, &removed, &err), &err);
+    CHECK_EQ_INT((int)removed, 0);
+    CHECK(store_blob_exists(s, unused, NULL));
+    store_manifest_free(&m);
+    store_close(s);
+}

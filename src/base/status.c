@@ -45,6 +45,7 @@ const char *hl_status_str(hl_status code) {
     case HL_ERR_KV_FULL: return "KV cache full";
     case HL_ERR_TIMEOUT: return "timed out";
     case HL_ERR_BUSY: return "busy";
+    case HL_ERR_NOT_FOUND: return "not found";
     }
     return "unknown error";
 }

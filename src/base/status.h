@@ -22,6 +22,7 @@ typedef enum hl_status {
     HL_ERR_KV_FULL = -7,
     HL_ERR_TIMEOUT = -8,
     HL_ERR_BUSY = -9,        /* too many pending requests; try again later (HTTP 503) */
+    HL_ERR_NOT_FOUND = -10,  /* a named thing (model, blob) does not exist (HTTP 404) */
 } hl_status;
 
 #define HL_ERR_MSG_LEN 512

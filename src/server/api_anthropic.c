@@ -142,17 +142,15 @@ static char *messages_frame(srv_encoder *e, json_t *chunk) {
                                json_pack("{s:s, s:o}", "type", "message_start", "message", msg));
     }
     json_t *m = json_object_get(chunk, "message");
-    const char *thinking = json_string_value(json_object_get(m, "thinking"));
-    const char *content = json_string_value(json_object_get(m, "content"));
-    if (thinking && *thinking) {
+    if (compat_text_len(m, "thinking") > 0) {
         out = compat_cat(out, open_block(a, 1));
-        out = compat_cat(out, delta(a, json_pack("{s:s, s:s}", "type", "thinking_delta",
-                                                 "thinking", thinking)));
+        out = compat_cat(out, delta(a, json_pack("{s:s, s:o}", "type", "thinking_delta",
+                                                 "thinking", compat_text(m, "thinking"))));
     }
-    if (content && *content) {
+    if (compat_text_len(m, "content") > 0) {
         out = compat_cat(out, open_block(a, 2));
-        out = compat_cat(out, delta(a, json_pack("{s:s, s:s}", "type", "text_delta", "text",
-                                                 content)));
+        out = compat_cat(out, delta(a, json_pack("{s:s, s:o}", "type", "text_delta", "text",
+                                                 compat_text(m, "content"))));
     }
     if (json_is_true(json_object_get(chunk, "done"))) {
         json_t *calls = json_object_get(m, "tool_calls");
@@ -197,15 +195,14 @@ static json_t *messages_reply(srv_encoder *e, json_t *last) {
     }
     if (json_object_get(last, "_debug_info")) return last;
     json_t *m = json_object_get(last, "message");
-    const char *thinking = json_string_value(json_object_get(m, "thinking"));
-    const char *content = json_string_value(json_object_get(m, "content"));
     json_t *calls = json_object_get(m, "tool_calls");
     json_t *blocks = json_array();
-    if (thinking && *thinking)
-        json_array_append_new(blocks, json_pack("{s:s, s:s}", "type", "thinking", "thinking", thinking));
-    if ((content && *content) || json_array_size(calls) == 0)
-        json_array_append_new(blocks, json_pack("{s:s, s:s}", "type", "text", "text",
-                                                content ? content : ""));
+    if (compat_text_len(m, "thinking") > 0)
+        json_array_append_new(blocks, json_pack("{s:s, s:o}", "type", "thinking", "thinking",
+                                                compat_text(m, "thinking")));
+    if (compat_text_len(m, "content") > 0 || json_array_size(calls) == 0)
+        json_array_append_new(blocks, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                compat_text(m, "content")));
     size_t i;
     json_t *tc;
     json_array_foreach(calls, i, tc) json_array_append_new(blocks, tool_use_block(tc));

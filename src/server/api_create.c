@@ -15,17 +15,20 @@
 typedef struct create_ctx {
     store_name name;
     json_t *req;
+    /* the blobs this create stored (a failed create removes those nothing uses) */
+    store_manifest created;
 } create_ctx;
 
 static void create_ctx_free(void *p) {
     create_ctx *c = p;
     json_decref(c->req);
+    store_manifest_free(&c->created);
     free(c);
 }
 
 /* Stores text as a blob and replaces the layers of that media type with it. */
-static bool put_layer(srv_stream *s, store_manifest *m, const char *media_type, const void *data,
-                      size_t len, bool replace) {
+static bool put_layer(srv_stream *s, create_ctx *c, store_manifest *m, const char *media_type,
+                      const void *data, size_t len, bool replace) {
     store *st = srv_stream_server(s)->st;
     char digest[STORE_DIGEST_LEN];
     hl_err err;
@@ -41,6 +44,7 @@ static bool put_layer(srv_stream *s, store_manifest *m, const char *media_type, 
         srv_stream_fail(s, 500, "%s", err.msg);
         return false;
     }
+    if (!existed) store_manifest_add_layer(&c->created, media_type, digest, len, NULL);
     if (replace) store_manifest_remove_layers(m, media_type);
     if (store_manifest_add_layer(m, media_type, digest, len, &err) != HL_OK) {
         srv_stream_fail(s, 500, "%s", err.msg);
@@ -50,13 +54,14 @@ static bool put_layer(srv_stream *s, store_manifest *m, const char *media_type, 
     return true;
 }
 
-static bool put_json_layer(srv_stream *s, store_manifest *m, const char *media_type, json_t *j) {
+static bool put_json_layer(srv_stream *s, create_ctx *c, store_manifest *m, const char *media_type,
+                           json_t *j) {
     char *text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!text) {
         srv_stream_fail(s, 500, "out of memory");
         return false;
     }
-    bool ok = put_layer(s, m, media_type, text, strlen(text), true);
+    bool ok = put_layer(s, c, m, media_type, text, strlen(text), true);
     free(text);
     return ok;
 }
@@ -81,6 +86,11 @@ static bool from_gguf_blob(srv_stream *s, const char *digest_in, store_manifest 
     gguf_file *g;
     if (gguf_open(path, &g, &err) != HL_OK) {
         srv_stream_fail(s, 400, "supplied file was not in GGUF format: %s", err.msg);
+        /* no model can use it: drop it unless a manifest does */
+        store_manifest junk = {0};
+        if (store_manifest_add_layer(&junk, STORE_MT_MODEL, digest, size, NULL) == HL_OK)
+            store_prune(st, &junk, NULL);
+        store_manifest_free(&junk);
         return false;
     }
     gguf_str type;
@@ -104,7 +114,7 @@ static bool from_gguf_blob(srv_stream *s, const char *digest_in, store_manifest 
     return true;
 }
 
-static bool set_licenses(srv_stream *s, store_manifest *m, json_t *lic) {
+static bool set_licenses(srv_stream *s, create_ctx *c, store_manifest *m, json_t *lic) {
     if (!json_is_string(lic) && !json_is_array(lic)) {
         srv_stream_fail(s, 400, "license must be a string or an array of strings");
         return false;
@@ -117,13 +127,13 @@ static bool set_licenses(srv_stream *s, store_manifest *m, json_t *lic) {
             srv_stream_fail(s, 400, "license must be a string or an array of strings");
             return false;
         }
-        if (!put_layer(s, m, STORE_MT_LICENSE, json_string_value(v), json_string_length(v), false))
+        if (!put_layer(s, c, m, STORE_MT_LICENSE, json_string_value(v), json_string_length(v), false))
             return false;
     }
     return true;
 }
 
-static bool set_messages(srv_stream *s, store_manifest *m, json_t *msgs) {
+static bool set_messages(srv_stream *s, create_ctx *c, store_manifest *m, json_t *msgs) {
     if (!json_is_array(msgs)) {
         srv_stream_fail(s, 400, "messages must be an array");
         return false;
@@ -141,13 +151,14 @@ static bool set_messages(srv_stream *s, store_manifest *m, json_t *msgs) {
         }
         json_array_append_new(clean, json_pack("{s:s, s:s}", "role", role, "content", content));
     }
-    bool ok = json_array_size(clean) == 0 || put_json_layer(s, m, STORE_MT_MESSAGES, clean);
+    bool ok = json_array_size(clean) == 0 || put_json_layer(s, c, m, STORE_MT_MESSAGES, clean);
     if (json_array_size(clean) == 0) store_manifest_remove_layers(m, STORE_MT_MESSAGES);
     json_decref(clean);
     return ok;
 }
 
-static bool set_params(srv_stream *s, store_manifest *m, json_t *base, json_t *given) {
+static bool set_params(srv_stream *s, create_ctx *c, store_manifest *m, json_t *base,
+                       json_t *given) {
     if (!json_is_object(given)) {
         srv_stream_fail(s, 400, "parameters must be an object");
         return false;
@@ -165,7 +176,7 @@ static bool set_params(srv_stream *s, store_manifest *m, json_t *base, json_t *g
         }
         if (norm) json_object_set_new(merged, key, norm);
     }
-    bool ok = json_object_size(merged) == 0 || put_json_layer(s, m, STORE_MT_PARAMS, merged);
+    bool ok = json_object_size(merged) == 0 || put_json_layer(s, c, m, STORE_MT_PARAMS, merged);
     json_decref(merged);
     return ok;
 }
@@ -189,6 +200,7 @@ static void create_run(srv_stream *s, void *arg) {
     store_manifest m = {0};
     json_t *config = NULL, *base_params = NULL;
     hl_err err;
+    bool from_model = false, ok = false;
 
     json_t *files = json_object_get(req, "files");
     const char *from = NULL;
@@ -235,6 +247,7 @@ static void create_run(srv_stream *s, void *arg) {
             srv_stream_fail(s, 404, "model '%s' not found", from);
             goto done;
         }
+        from_model = true;
         m.config = base.manifest.config;
         for (size_t i = 0; i < base.manifest.n_layers; i++) {
             const store_layer *l = &base.manifest.layers[i];
@@ -252,15 +265,15 @@ static void create_run(srv_stream *s, void *arg) {
 
     const char *text;
     if (!string_field(s, req, "template", &text)) goto done;
-    if (text && !put_layer(s, &m, STORE_MT_TEMPLATE, text, strlen(text), true)) goto done;
+    if (text && !put_layer(s, c, &m, STORE_MT_TEMPLATE, text, strlen(text), true)) goto done;
     if (!string_field(s, req, "system", &text)) goto done;
-    if (text && !put_layer(s, &m, STORE_MT_SYSTEM, text, strlen(text), true)) goto done;
+    if (text && !put_layer(s, c, &m, STORE_MT_SYSTEM, text, strlen(text), true)) goto done;
     json_t *lic = json_object_get(req, "license");
-    if (lic && !json_is_null(lic) && !set_licenses(s, &m, lic)) goto done;
+    if (lic && !json_is_null(lic) && !set_licenses(s, c, &m, lic)) goto done;
     json_t *msgs = json_object_get(req, "messages");
-    if (msgs && !json_is_null(msgs) && !set_messages(s, &m, msgs)) goto done;
+    if (msgs && !json_is_null(msgs) && !set_messages(s, c, &m, msgs)) goto done;
     json_t *params = json_object_get(req, "parameters");
-    if (params && !json_is_null(params) && !set_params(s, &m, base_params, params)) goto done;
+    if (params && !json_is_null(params) && !set_params(s, c, &m, base_params, params)) goto done;
     static const char *config_fields[] = {"renderer", "parser", "requires"};
     for (size_t i = 0; i < 3; i++) {
         if (!string_field(s, req, config_fields[i], &text)) goto done;
@@ -274,34 +287,36 @@ static void create_run(srv_stream *s, void *arg) {
         goto done;
     }
     char cfg_digest[STORE_DIGEST_LEN];
-    hl_status rc = store_blob_put(srv->st, cfg_text, strlen(cfg_text), cfg_digest, &err);
     size_t cfg_len = strlen(cfg_text);
+    memcpy(cfg_digest, "sha256:", 7);
+    sha256_hex(cfg_text, cfg_len, cfg_digest + 7);
+    bool cfg_existed = store_blob_exists(srv->st, cfg_digest, NULL);
+    hl_status rc = store_blob_put(srv->st, cfg_text, cfg_len, cfg_digest, &err);
     free(cfg_text);
     if (rc != HL_OK) {
         srv_stream_fail(s, 500, "%s", err.msg);
         goto done;
     }
+    if (!cfg_existed) store_manifest_add_layer(&c->created, STORE_MT_CONFIG, cfg_digest, cfg_len, NULL);
     snprintf(m.config.media_type, sizeof m.config.media_type, "%s", STORE_MT_CONFIG);
     memcpy(m.config.digest, cfg_digest, sizeof cfg_digest);
     m.config.size = cfg_len;
 
     srv_stream_status(s, "writing manifest");
-    store_name target = c->name, canon;
-    store_manifest old = {0};
-    bool had_old = false;
-    if (store_find(srv->st, &c->name, &canon)) {
-        target = canon;
-        had_old = store_manifest_read(srv->st, &canon, &old, NULL, NULL, NULL) == HL_OK;
-    }
-    if (store_manifest_write(srv->st, &target, &m, &err) != HL_OK) {
-        store_manifest_free(&old);
+    /* checks the blobs and replaces any old manifest under the store lock */
+    rc = store_manifest_write(srv->st, &c->name, &m, &err);
+    if (rc == HL_ERR_NOT_FOUND && from_model) /* a delete of the base won the race */
+        srv_stream_fail(s, 404, "model '%s' not found", from);
+    else if (rc == HL_ERR_NOT_FOUND)
+        srv_stream_fail(s, 400, "%s: a model using it was deleted meanwhile; upload it again",
+                        err.msg);
+    else if (rc != HL_OK)
         srv_stream_fail(s, 500, "%s", err.msg);
-        goto done;
-    }
-    if (had_old) store_prune(srv->st, &old, NULL);
-    store_manifest_free(&old);
+    if (rc != HL_OK) goto done;
+    ok = true;
     srv_stream_status(s, "success");
 done:
+    if (!ok) store_prune(srv->st, &c->created, NULL);
     store_manifest_free(&m);
     json_decref(config);
     json_decref(base_params);

@@ -41,6 +41,7 @@ typedef struct infer_ctx {
     store_model sm;
     bool sm_loaded;
     char *req_model;  /* as the client wrote it (echoed in responses) */
+    bool compat;      /* an OpenAI/Anthropic request: bad options are the client's 400 */
     char full_name[700];
     /* generate */
     char *prompt, *suffix, *system, *template_override;
@@ -190,7 +191,9 @@ static bool parse_common(srv_err *f, infer_ctx *c, const json_t *req) {
         return srv_err_set(f, 400, "%s", err.msg);
     if (opt_parse(c->sm.params, json_object_get(req, "options"), c->srv->quiet, &c->opts,
                   &err) != HL_OK)
-        return srv_err_set(f, err.code == HL_ERR_FORMAT ? 400 : 500, "%s", err.msg);
+        /* native: 500 for a bad option value, as Ollama answers; those APIs say 400 */
+        return srv_err_set(f, err.code == HL_ERR_FORMAT || (c->compat && err.code != HL_ERR_NOMEM)
+                                  ? 400 : 500, "%s", err.msg);
     return true;
 }
 
@@ -318,29 +321,34 @@ static void add_metrics(json_t *o, const infer_ctx *c, uint64_t load_ns,
         json_object_set_new(o, "_cached_tokens", json_integer(st->cached_tokens));
 }
 
-/* A response object with model, created_at and the text fields. */
-static json_t *chunk_new(const infer_ctx *c, const char *content, const char *thinking,
+/* A response object with model, created_at and the text fields. Text is taken with
+ * its length: generated text may contain NUL bytes (a <0x00> token), which JSON carries
+ * as \u0000 and a C-string conversion would cut. */
+static json_t *chunk_new(const infer_ctx *c, const outbuf *content, const outbuf *thinking,
                          const json_t *tool_calls, bool done) {
     char now[64];
     srv_now(now, sizeof now);
     json_t *o = json_pack("{s:s, s:s}", "model", c->req_model, "created_at", now);
     if (!o) return NULL;
+    json_t *text = json_stringn(content ? obuf(content) : "", content ? content->len : 0);
+    json_t *think = thinking && thinking->len ? json_stringn(obuf(thinking), thinking->len) : NULL;
+    if (!text) text = json_string("");
     if (c->kind == INFER_CHAT) {
-        json_t *msg = json_pack("{s:s, s:s}", "role", "assistant", "content", content);
-        if (thinking && *thinking) json_object_set_new(msg, "thinking", json_string(thinking));
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);
+        if (think) json_object_set_new(msg, "thinking", think);
         if (tool_calls && json_array_size(tool_calls) > 0)
             json_object_set(msg, "tool_calls", (json_t *)tool_calls);
         json_object_set_new(o, "message", msg);
     } else {
-        json_object_set_new(o, "response", json_string(content));
-        if (thinking && *thinking) json_object_set_new(o, "thinking", json_string(thinking));
+        json_object_set_new(o, "response", text);
+        if (think) json_object_set_new(o, "thinking", think);
     }
     json_object_set_new(o, "done", json_boolean(done));
     return o;
 }
 
 static void send_load_reply(infer_ctx *c, const char *reason) {
-    json_t *o = chunk_new(c, "", NULL, NULL, true);
+    json_t *o = chunk_new(c, NULL, NULL, NULL, true);
     json_object_set_new(o, "done_reason", json_string(reason));
     srv_stream_send(c->s, o);
 }
@@ -359,7 +367,7 @@ static void process_text(infer_ctx *c, const char *s, size_t n) {
 static void emit_pending(infer_ctx *c) {
     if (c->thinking.len == 0 && c->content.len == 0) return;
     if (c->stream) {
-        json_t *o = chunk_new(c, obuf(&c->content), obuf(&c->thinking), NULL, false);
+        json_t *o = chunk_new(c, &c->content, &c->thinking, NULL, false);
         if (o && c->logprobs && json_array_size(c->logprobs) > 0) {
             json_object_set_new(o, "logprobs", c->logprobs);
             c->logprobs = json_array();
@@ -719,7 +727,7 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
         outbuf_add(&c->content, obuf(&c->all_content), c->all_content.len);
         outbuf_add(&c->thinking, obuf(&c->all_thinking), c->all_thinking.len);
     }
-    json_t *fin = chunk_new(c, obuf(&c->content), obuf(&c->thinking), c->tool_calls, true);
+    json_t *fin = chunk_new(c, &c->content, &c->thinking, c->tool_calls, true);
     json_object_set_new(fin, "done_reason",
                         json_string(stats.done == ENGINE_DONE_LENGTH ? "length" : "stop"));
     if (c->kind == INFER_GENERATE && !c->raw) {
@@ -752,7 +760,10 @@ static bool acquire(infer_ctx *c, sched_model **m, uint64_t *load_ns) {
     hl_status st = sched_acquire(c->srv->sched, &c->sm, &c->opts.load, c->keep_alive,
                                  cancelled_cb, c->s, m, load_ns, &err);
     if (st) {
-        if (st != HL_ERR_CANCELLED) srv_stream_fail(c->s, 500, "%s", err.msg);
+        if (st != HL_ERR_CANCELLED && access(c->sm.model_path, R_OK) != 0) /* deleted meanwhile */
+            srv_stream_fail(c->s, 404, "model \"%s\" not found, try pulling it first", c->req_model);
+        else if (st != HL_ERR_CANCELLED)
+            srv_stream_fail(c->s, 500, "%s", err.msg);
         return false;
     }
     return true;
@@ -788,6 +799,7 @@ static enum MHD_Result start_req(srv_request *r, json_t *req, infer_kind kind,
     }
     c->kind = kind;
     c->srv = r->srv;
+    c->compat = r->enc != NULL;
     c->t_start = hl_time_ns();
     c->think = -1;
     c->truncate = true;
@@ -966,6 +978,7 @@ static enum MHD_Result start_embed_parsed(srv_request *r, json_t *req,
         return srv_reply_error(r, 500, "out of memory");
     }
     c->srv = r->srv;
+    c->compat = r->enc != NULL;
     c->t_start = hl_time_ns();
     c->truncate = true;
     srv_err f = {0};

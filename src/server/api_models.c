@@ -295,7 +295,10 @@ enum MHD_Result srv_handle_copy(srv_request *r) {
     else {
         if (store_find(r->srv->st, &dn, &canon_dst)) dn = canon_dst; /* keep the stored spelling */
         hl_err err;
-        if (store_copy(r->srv->st, &canon_src, &dn, &err) != HL_OK)
+        hl_status st = store_copy(r->srv->st, &canon_src, &dn, &err);
+        if (st == HL_ERR_NOT_FOUND) /* deleted since store_find */
+            ret = srv_reply_error(r, 404, "model \"%s\" not found", src);
+        else if (st != HL_OK)
             ret = srv_reply_error(r, 500, "%s", err.msg);
         else
             ret = srv_reply_text(r, 200, NULL, "");
@@ -324,7 +327,10 @@ enum MHD_Result srv_handle_delete(srv_request *r) {
     else {
         hl_err err;
         sched_expire(r->srv->sched, &canon); /* a deleted model does not stay loaded */
-        if (store_delete(r->srv->st, &canon, &err) != HL_OK)
+        hl_status st = store_delete(r->srv->st, &canon, &err);
+        if (st == HL_ERR_NOT_FOUND) /* another delete won */
+            ret = srv_reply_error(r, 404, "model '%s' not found", model);
+        else if (st != HL_OK)
             ret = srv_reply_error(r, 500, "%s", err.msg);
         else
             ret = srv_reply_text(r, 200, NULL, "");

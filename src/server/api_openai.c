@@ -107,10 +107,11 @@ static json_t *oai_tool_calls(oai_enc *o, const json_t *calls) {
     return out;
 }
 
-static json_t *token_bytes(const char *t) {
+static json_t *token_bytes(const json_t *t) {
     json_t *b = json_array();
-    for (const unsigned char *p = (const unsigned char *)t; *p; p++)
-        json_array_append_new(b, json_integer(*p));
+    const unsigned char *p = (const unsigned char *)json_string_value(t);
+    for (size_t i = 0, n = json_string_length(t); p && i < n; i++)
+        json_array_append_new(b, json_integer(p[i]));
     return b;
 }
 
@@ -122,19 +123,18 @@ static json_t *chat_logprobs(const json_t *native) {
     size_t i;
     json_t *e;
     json_array_foreach(native, i, e) {
-        const char *tok = json_string_value(json_object_get(e, "token"));
         json_t *top = json_array();
         size_t k;
         json_t *t;
         json_array_foreach(json_object_get(e, "top_logprobs"), k, t) {
-            const char *tt = json_string_value(json_object_get(t, "token"));
-            json_array_append_new(top, json_pack("{s:s, s:O, s:o}", "token", tt ? tt : "",
+            json_array_append_new(top, json_pack("{s:o, s:O, s:o}", "token", compat_text(t, "token"),
                                                  "logprob", json_object_get(t, "logprob"),
-                                                 "bytes", token_bytes(tt ? tt : "")));
+                                                 "bytes", token_bytes(json_object_get(t, "token"))));
         }
-        json_array_append_new(content, json_pack("{s:s, s:O, s:o, s:o}", "token", tok ? tok : "",
-                                                 "logprob", json_object_get(e, "logprob"),
-                                                 "bytes", token_bytes(tok ? tok : ""),
+        json_array_append_new(content, json_pack("{s:o, s:O, s:o, s:o}", "token",
+                                                 compat_text(e, "token"), "logprob",
+                                                 json_object_get(e, "logprob"), "bytes",
+                                                 token_bytes(json_object_get(e, "token")),
                                                  "top_logprobs", top));
     }
     return json_pack("{s:o}", "content", content);
@@ -149,8 +149,7 @@ static json_t *completion_logprobs(const json_t *native, int64_t *offset) {
     size_t i;
     json_t *e;
     json_array_foreach(native, i, e) {
-        const char *tok = json_string_value(json_object_get(e, "token"));
-        json_array_append_new(tokens, json_string(tok ? tok : ""));
+        json_array_append_new(tokens, compat_text(e, "token"));
         json_array_append(lps, json_object_get(e, "logprob"));
         json_t *top = json_object();
         size_t k;
@@ -161,7 +160,7 @@ static json_t *completion_logprobs(const json_t *native, int64_t *offset) {
         }
         json_array_append_new(tops, top);
         json_array_append_new(offs, json_integer((json_int_t)*offset));
-        *offset += tok ? (int64_t)strlen(tok) : 0;
+        *offset += (int64_t)compat_text_len(e, "token");
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
                      "top_logprobs", tops, "text_offset", offs);
@@ -188,22 +187,20 @@ static char *chat_frame(srv_encoder *e, json_t *chunk) {
     oai_enc *o = (oai_enc *)e;
     if (json_object_get(chunk, "_debug_info")) return compat_sse_data(chunk);
     json_t *msg = json_object_get(chunk, "message");
-    const char *content = json_string_value(json_object_get(msg, "content"));
-    const char *thinking = json_string_value(json_object_get(msg, "thinking"));
     json_t *calls = json_object_get(msg, "tool_calls");
     bool done = json_is_true(json_object_get(chunk, "done"));
     bool has_calls = json_array_size(calls) > 0;
     char *out = NULL;
-    bool has_thinking = thinking && *thinking;
+    bool has_thinking = compat_text_len(msg, "thinking") > 0;
     /* a thinking-only chunk is just the reasoning one; otherwise content (empty kept) */
-    bool content_chunk = (content && *content) || has_calls || (!done && !has_thinking);
+    bool content_chunk = compat_text_len(msg, "content") > 0 || has_calls || (!done && !has_thinking);
     json_t *lp = chat_logprobs(json_object_get(chunk, "logprobs"));
     if (has_thinking) { /* reasoning gets its own chunk, first */
         json_t *d = json_object();
         if (!o->role_sent) json_object_set_new(d, "role", json_string("assistant"));
         o->role_sent = true;
         json_object_set_new(d, "content", json_string(""));
-        json_object_set_new(d, "reasoning", json_string(thinking));
+        json_object_set_new(d, "reasoning", compat_text(msg, "thinking"));
         out = compat_cat(out, chat_delta_frame(o, chunk, d, NULL, content_chunk || done ? NULL : lp));
         if (!content_chunk && !done) lp = NULL;
     }
@@ -211,7 +208,7 @@ static char *chat_frame(srv_encoder *e, json_t *chunk) {
         json_t *d = json_object();
         if (!o->role_sent) json_object_set_new(d, "role", json_string("assistant"));
         o->role_sent = true;
-        json_object_set_new(d, "content", json_string(content ? content : ""));
+        json_object_set_new(d, "content", compat_text(msg, "content"));
         if (has_calls) json_object_set_new(d, "tool_calls", oai_tool_calls(o, calls));
         out = compat_cat(out, chat_delta_frame(o, chunk, d, NULL, lp));
         lp = NULL;
@@ -236,11 +233,10 @@ static json_t *chat_reply(srv_encoder *e, json_t *last) {
     oai_enc *o = (oai_enc *)e;
     if (json_object_get(last, "_debug_info")) return last;
     json_t *msg = json_object_get(last, "message");
-    const char *content = json_string_value(json_object_get(msg, "content"));
-    const char *thinking = json_string_value(json_object_get(msg, "thinking"));
     json_t *calls = json_object_get(msg, "tool_calls");
-    json_t *m = json_pack("{s:s, s:s}", "role", "assistant", "content", content ? content : "");
-    if (thinking && *thinking) json_object_set_new(m, "reasoning", json_string(thinking));
+    json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content", compat_text(msg, "content"));
+    if (compat_text_len(msg, "thinking") > 0)
+        json_object_set_new(m, "reasoning", compat_text(msg, "thinking"));
     if (json_array_size(calls) > 0) json_object_set_new(m, "tool_calls", oai_tool_calls(o, calls));
     json_t *r = chunk_base(o, last, "chat.completion");
     json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "message", m, "finish_reason",
@@ -257,9 +253,8 @@ static char *completion_frame(srv_encoder *e, json_t *chunk) {
     oai_enc *o = (oai_enc *)e;
     if (json_object_get(chunk, "_debug_info")) return compat_sse_data(chunk);
     bool done = json_is_true(json_object_get(chunk, "done"));
-    const char *text = json_string_value(json_object_get(chunk, "response"));
     json_t *ch = chunk_base(o, chunk, "text_completion");
-    json_t *choice = json_pack("{s:s, s:i, s:o}", "text", text ? text : "", "index", 0,
+    json_t *choice = json_pack("{s:o, s:i, s:o}", "text", compat_text(chunk, "response"), "index", 0,
                                "finish_reason",
                                done ? json_string(finish_reason(o, chunk)) : json_null());
     json_t *lp = completion_logprobs(json_object_get(chunk, "logprobs"), &o->text_offset);
@@ -282,9 +277,8 @@ static char *completion_frame(srv_encoder *e, json_t *chunk) {
 static json_t *completion_reply(srv_encoder *e, json_t *last) {
     oai_enc *o = (oai_enc *)e;
     if (json_object_get(last, "_debug_info")) return last;
-    const char *text = json_string_value(json_object_get(last, "response"));
     json_t *r = chunk_base(o, last, "text_completion");
-    json_t *choice = json_pack("{s:s, s:i, s:s}", "text", text ? text : "", "index", 0,
+    json_t *choice = json_pack("{s:o, s:i, s:s}", "text", compat_text(last, "response"), "index", 0,
                                "finish_reason", finish_reason(o, last));
     json_t *lp = completion_logprobs(json_object_get(last, "logprobs"), &o->text_offset);
     if (lp) json_object_set_new(choice, "logprobs", lp);

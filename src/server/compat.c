@@ -105,3 +105,12 @@ bool compat_number(const json_t *obj, const char *key, double *out, bool *bad) {
     *out = json_number_value(v);
     return true;
 }
+
+json_t *compat_text(const json_t *obj, const char *key) {
+    json_t *v = json_object_get(obj, key);
+    return json_is_string(v) ? json_incref(v) : json_string("");
+}
+
+size_t compat_text_len(const json_t *obj, const char *key) {
+    return json_string_length(json_object_get(obj, key)); /* 0 for a non-string */
+}

@@ -37,6 +37,12 @@ void compat_random_hex(char *out, size_t n);
 char *compat_strip_billing_header(const char *text);
 #define COMPAT_BILLING_HEADER "x-anthropic-billing-header:"
 
+/* Generated text may hold NUL bytes (a <0x00> token): the encoders copy text members as
+ * JSON values instead of C strings. compat_text: the string member key of obj as a new
+ * reference ("" when absent or not a string); compat_text_len: its length in bytes. */
+json_t *compat_text(const json_t *obj, const char *key);
+size_t compat_text_len(const json_t *obj, const char *key);
+
 /* Reads a number field: absent/null -> false (out untouched); a number -> true;
  * anything else -> sets *bad. */
 bool compat_number(const json_t *obj, const char *key, double *out, bool *bad);

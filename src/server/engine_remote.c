@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "gguf/gguf.h"
 #include "net/http_client.h"
 #include "server/options.h"
+#include "server/runner_srv.h"
 
 #define LAST_LINE_MAX 256
 #define DIED_MSG                                                                          \
@@ -51,7 +53,34 @@ struct eremote {
     atomic_bool dead;
     atomic_llong next_id; /* completion ids, for POST /stop */
     int64_t stall_ns;     /* a request with no runner output for this long fails; 0: none */
+    /* this start's secret: the runner answers only paths under "/<secret>/" (it gets
+     * the secret in its environment, never on its command line) */
+    char secret[RUNNER_SECRET_LEN + 1];
 };
+
+/* "/<secret><route>" */
+static const char *rpath(const eremote *r, const char *route, char *buf, size_t cap) {
+    snprintf(buf, cap, "/%s%s", r->secret, route);
+    return buf;
+}
+
+static bool make_secret(char out[RUNNER_SECRET_LEN + 1]) {
+    static const char hex[] = "0123456789abcdef";
+    unsigned char raw[RUNNER_SECRET_LEN / 2];
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof raw; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[RUNNER_SECRET_LEN] = '\0';
+    return true;
+}
 
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -150,7 +179,9 @@ static hl_status runner_died(eremote *r, hl_err *err) {
     sleep_ms(20); /* the output thread copies what the child wrote last */
     char line[LAST_LINE_MAX + 1];
     last_line(r, line, sizeof line);
-    if (line[0]) return hl_fail(err, HL_ERR_IO, "%s: %s", DIED_MSG, line);
+    /* the startup line names the runner's port and file: for the log, not for clients */
+    if (line[0] && strncmp(line, "runner: serving ", 16) != 0)
+        return hl_fail(err, HL_ERR_IO, "%s: %s", DIED_MSG, line);
     return hl_fail(err, HL_ERR_IO, "%s", DIED_MSG);
 }
 
@@ -233,11 +264,29 @@ static hl_status spawn(eremote *r, const char *path, const engine_config *cfg, i
     char *argv[] = {(char *)bin, "runner", "--model", (char *)path, "--port", sport, "--ctx",
                     sctx, "--batch", sbatch, "--threads", sthr, "--mmap",
                     cfg->use_mmap ? "1" : "0", NULL};
+    /* the environment plus the secret (built before fork: the child may not allocate) */
+    extern char **environ;
+    size_t n_env = 0;
+    while (environ[n_env]) n_env++;
+    char **envp = malloc((n_env + 2) * sizeof *envp);
+    char secret_var[sizeof RUNNER_SECRET_ENV + RUNNER_SECRET_LEN + 2];
+    if (!envp) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (strncmp(environ[i], RUNNER_SECRET_ENV "=", sizeof RUNNER_SECRET_ENV) != 0)
+            envp[k++] = environ[i];
+    snprintf(secret_var, sizeof secret_var, "%s=%s", RUNNER_SECRET_ENV, r->secret);
+    envp[k++] = secret_var;
+    envp[k] = NULL;
     int out[2], life[2];
-    if (pipe2(out, O_CLOEXEC) != 0) return hl_fail(err, HL_ERR_IO, "pipe: %s", strerror(errno));
+    if (pipe2(out, O_CLOEXEC) != 0) {
+        free(envp);
+        return hl_fail(err, HL_ERR_IO, "pipe: %s", strerror(errno));
+    }
     if (pipe2(life, O_CLOEXEC) != 0) {
         close(out[0]);
         close(out[1]);
+        free(envp);
         return hl_fail(err, HL_ERR_IO, "pipe: %s", strerror(errno));
     }
     struct rlimit rl;
@@ -248,6 +297,7 @@ static hl_status spawn(eremote *r, const char *path, const engine_config *cfg, i
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
+        free(envp);
         close(out[0]), close(out[1]), close(life[0]), close(life[1]);
         return hl_fail(err, HL_ERR_IO, "cannot start the runner: %s", strerror(e));
     }
@@ -260,11 +310,12 @@ static hl_status spawn(eremote *r, const char *path, const engine_config *cfg, i
         if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
 #endif
             for (int fd = 3; fd < max_fd; fd++) close(fd);
-        execv(bin, argv);
+        execve(bin, argv, envp);
         static const char msg[] = "Error: cannot execute the runner\n";
         if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {}
         _exit(127);
     }
+    free(envp);
     close(out[1]);
     close(life[0]);
     r->pid = pid;
@@ -290,7 +341,10 @@ static void apply_health(eremote *r, const json_t *j) {
 /* One GET /health with a short timeout: 1 ready, 0 not (yet) answering. */
 static int health_once(eremote *r) {
     net_http *h;
-    if (net_http_open(&r->host, "GET", "/health", NULL, -1, &h, NULL) != HL_OK) return 0;
+    char path[64];
+    if (net_http_open(&r->host, "GET", rpath(r, "/health", path, sizeof path), NULL, -1, &h,
+                      NULL) != HL_OK)
+        return 0;
     net_http_set_timeout(h, 1000);
     int ready = 0;
     char *body = NULL;
@@ -372,6 +426,8 @@ hl_status eremote_open(const char *gguf_path, const engine_config *cfg, eremote 
         gguf_close(f);
     }
     int port = 0;
+    if (!st && !make_secret(r->secret))
+        st = hl_fail(err, HL_ERR_IO, "cannot draw the runner's secret: %s", strerror(errno));
     if (!st) st = free_port(&port, err);
     if (!st) {
         net_host_parse("127.0.0.1", &r->host, NULL);
@@ -422,10 +478,10 @@ static bool health_within(eremote *r, int timeout_ms) {
     if (fd < 0) return false;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)r->host.port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    char req[128], resp[4096];
+    char req[192], resp[4096];
     int req_len = snprintf(req, sizeof req,
-                           "GET /health HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
-                           "Connection: close\r\n\r\n", r->host.port);
+                           "GET /%s/health HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                           "Connection: close\r\n\r\n", r->secret, r->host.port);
     size_t sent = 0, got = 0;
     bool ok = false, connected = false;
     if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) connected = true;
@@ -545,7 +601,9 @@ static hl_status post_text(eremote *r, const char *path, const char *text, read_
                            net_http **out, hl_err *err) {
     size_t len = strlen(text);
     net_http *h = NULL;
-    hl_status st = net_http_open(&r->host, "POST", path, "application/json", (int64_t)len, &h, err);
+    char full[128];
+    hl_status st = net_http_open(&r->host, "POST", rpath(r, path, full, sizeof full),
+                                 "application/json", (int64_t)len, &h, err);
     if (!st) {
         net_http_set_waiter(h, read_waiter, w);
         /* sending a large body must not block forever either */

@@ -65,13 +65,25 @@ struct hl_server {
     store *st;
     struct sched *sched; /* loaded models */
     int port;
-    size_t max_body;
+    /* Memory per request: a JSON body is buffered up to max_body (then parsed: jansson
+     * takes about twice its size again); the buffers of all requests together stay
+     * under body_budget (4 x max_body), past it a request is answered 503. Blob uploads
+     * stream to disk and buffer nothing. */
+    size_t max_body, body_budget;
+    atomic_size_t body_bytes;
     bool quiet;
     const struct srv_route *extra_routes;
     size_t n_extra_routes;
     bool loopback_listener; /* enables the DNS-rebinding Host check */
+    char *route_secret;     /* server_config.route_secret (copied) or NULL */
     char **origins; /* CORS origin patterns ('*' wildcards) */
     size_t n_origins;
+    /* connections: idle or slow ones are closed after conn_timeout s (0: never) while a
+     * request's headers or body come in, or between requests; past max_conns open ones
+     * a request is answered 503 with Retry-After (a few spare slots past that, then
+     * libmicrohttpd turns connections away) */
+    unsigned conn_timeout, max_conns;
+    atomic_int n_conns;
     atomic_bool stopping;
     /* producer threads still running (server_stop waits for 0) */
     pthread_mutex_t producers_lock;
@@ -87,7 +99,6 @@ struct srv_request {
     const struct srv_route *route;
     char *body;
     size_t body_len, body_cap;
-    bool too_large;
     bool replied;
     /* A reply made before the whole body is in waits here, the body is read and dropped
      * (see server.c, first_call): answering mid-upload would close the connection with
@@ -124,6 +135,14 @@ enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt
     __attribute__((format(printf, 3, 4)));
 enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *content_type,
                                const char *text);
+
+/* Client-supplied text for the server log: control bytes, quotes, backslashes and bytes
+ * past ASCII become \xNN, so that no request can forge or split log lines. Returns out. */
+const char *srv_log_escape(const char *in, char *out, size_t cap);
+/* An error message on its way to a client: paths under the store root lose that prefix
+ * (clients get "blobs/sha256-...", not where the store lives) and invalid UTF-8 bytes
+ * (echoed client input, a cut sequence) become '?', so the JSON reply can be built. */
+void srv_msg_clean(const hl_server *srv, char *msg);
 
 /* A request-validation error, for srv_reply_error(r, e.status, "%s", e.msg) later. */
 typedef struct srv_err {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/internal.h"
 #include "server/sched.h"
 #include "store/modelfile.h"
 
@@ -41,7 +42,10 @@ static hl_status apply(infer_opts *o, const char *key, json_t *raw, bool quiet, 
     hl_err e2;
     if (modelfile_param_check_json(key, raw, &v, &e2) != HL_OK) {
         if (strncmp(e2.msg, "unknown parameter", 17) == 0) {
-            if (!quiet) fprintf(stderr, "hearth: invalid option provided: %s (ignored)\n", key);
+            char esc[256];
+            if (!quiet)
+                fprintf(stderr, "hearth: invalid option provided: %s (ignored)\n",
+                        srv_log_escape(key, esc, sizeof esc));
             return HL_OK;
         }
         if (strcmp(key, "stop") == 0)

@@ -274,6 +274,15 @@ int runner_srv_main(int argc, char **argv) {
         i++;
     }
     if (!model || port <= 0 || port > 65535) return usage();
+    const char *sv = getenv(RUNNER_SECRET_ENV);
+    if (!sv || strlen(sv) < 16 || strlen(sv) > 64) {
+        fprintf(stderr, "Error: %s must hold the secret the server passes its runners\n",
+                RUNNER_SECRET_ENV);
+        return 2;
+    }
+    char secret[72];
+    snprintf(secret, sizeof secret, "%s", sv);
+    unsetenv(RUNNER_SECRET_ENV);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
@@ -309,7 +318,8 @@ int runner_srv_main(int argc, char **argv) {
         return 1;
     }
     server_config sc = {.quiet = 1, .extra_routes = k_routes,
-                        .n_extra_routes = sizeof k_routes / sizeof k_routes[0]};
+                        .n_extra_routes = sizeof k_routes / sizeof k_routes[0],
+                        .route_secret = secret};
     net_host_parse("127.0.0.1", &sc.bind, NULL);
     sc.bind.port = port;
     hl_server *srv;

@@ -3,7 +3,8 @@
  * (spec section 6). The server spawns it (engine_remote.c) as
  *   hearth runner --model PATH --port P [--ctx N] [--batch N] [--threads N]
  * It loads the model in-process (engine_open_local), then listens on 127.0.0.1:P with a
- * small HTTP API spoken only by engine_remote.c:
+ * small HTTP API spoken only by engine_remote.c, every path below under "/<secret>"
+ * (see RUNNER_SECRET_ENV):
  *   GET  /health      200 {"status":"ok","pid","n_ctx","n_ctx_train","n_embd","n_vocab",
  *                      "mem_bytes","pooling"} once loaded (before that nothing listens);
  *   POST /completion  {"prompt":[ids],"num_predict":N,"options":{sampler fields},
@@ -17,6 +18,12 @@
  */
 #ifndef HL_SERVER_RUNNER_SRV_H
 #define HL_SERVER_RUNNER_SRV_H
+
+/* The per-start secret: the server draws RUNNER_SECRET_LEN random hex digits and puts
+ * them in the runner's environment as RUNNER_SECRET_ENV; the runner answers only paths
+ * under "/<secret>/" (403 for anything else) and serves none of the public API. */
+#define RUNNER_SECRET_ENV "HEARTH_RUNNER_SECRET"
+#define RUNNER_SECRET_LEN 32
 
 int runner_srv_main(int argc, char **argv);
 

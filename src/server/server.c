@@ -18,6 +18,10 @@
 #include "base/file.h"
 
 #define DEFAULT_MAX_BODY ((size_t)64 << 20)
+#define DEFAULT_CONN_TIMEOUT 30u   /* seconds; HEARTH_CONN_TIMEOUT */
+#define DEFAULT_MAX_CONNS 512u     /* HEARTH_MAX_CONNECTIONS */
+/* libmicrohttpd accepts up to twice max_conns: the connections past max_conns are there
+ * to be answered 503 (a burst, or idle sockets hogging the slots until their timeout) */
 /* The most body bytes read and dropped to deliver an early error reply: larger uploads
  * (declared, or chunked ones that run past it) are answered at once / dropped. */
 #define MIN_DISCARD_LIMIT ((uint64_t)128 << 20)
@@ -149,6 +153,7 @@ static enum MHD_Result queue(srv_request *r, unsigned status, const char *ctype,
         MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     if (ctype) MHD_add_response_header(resp, "Content-Type", ctype);
+    if (status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     srv_add_cors(r, resp);
     r->replied = true;
     r->status = (int)status;
@@ -181,12 +186,68 @@ void srv_encoder_free(srv_encoder *e) {
     if (e && e->destroy) e->destroy(e);
 }
 
+const char *srv_log_escape(const char *in, char *out, size_t cap) {
+    static const char hex[] = "0123456789abcdef";
+    size_t w = 0;
+    if (!cap) return out;
+    for (const unsigned char *p = (const unsigned char *)(in ? in : ""); *p; p++) {
+        bool plain = *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\';
+        size_t need = plain ? 1 : 4;
+        if (w + need + 1 > cap) break;
+        if (plain) {
+            out[w++] = (char)*p;
+        } else {
+            out[w++] = '\\';
+            out[w++] = 'x';
+            out[w++] = hex[*p >> 4];
+            out[w++] = hex[*p & 15];
+        }
+    }
+    out[w] = '\0';
+    return out;
+}
+
+/* Length of the valid UTF-8 sequence at p (0: invalid). */
+static size_t utf8_seq(const unsigned char *p) {
+    if (p[0] < 0x80) return 1;
+    size_t n = p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 && p[0] < 0xE0 ? 2 : 0;
+    if (!n || (n == 3 && p[0] > 0xEF)) return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    if (n == 3 && ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0))) return 0;
+    if (n == 4 && ((p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90))) return 0;
+    return n;
+}
+
+void srv_msg_clean(const hl_server *srv, char *msg) {
+    const char *root = srv && srv->st ? store_root(srv->st) : NULL;
+    size_t rl = root ? strlen(root) : 0;
+    if (rl > 1) {
+        for (char *at = strstr(msg, root); at; at = strstr(at, root)) {
+            if (at[rl] != '/') {
+                at += rl;
+                continue;
+            }
+            memmove(at, at + rl + 1, strlen(at + rl + 1) + 1);
+        }
+    }
+    for (unsigned char *p = (unsigned char *)msg; *p;) {
+        size_t n = utf8_seq(p);
+        if (n) {
+            p += n;
+        } else {
+            *p++ = '?';
+        }
+    }
+}
+
 enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    srv_msg_clean(r->srv, msg);
     if (r->enc && r->enc->error_body)
         return srv_reply_json(r, status, r->enc->error_body(r->enc, status, msg));
     return srv_reply_json(r, status, json_pack("{s:s}", "error", msg));
@@ -337,6 +398,7 @@ static const srv_route k_routes[] = {
 
 static const srv_route *find_route(const hl_server *srv, const char *path) {
     size_t n_extra = srv->n_extra_routes, n_builtin = sizeof k_routes / sizeof k_routes[0];
+    if (srv->route_secret) n_builtin = 0; /* a runner: its own routes only */
     for (size_t i = 0; i < n_extra + n_builtin; i++) {
         const srv_route *rt = i < n_extra ? &srv->extra_routes[i] : &k_routes[i - n_extra];
         if (rt->prefix ? strncmp(path, rt->path, strlen(rt->path)) == 0 && path[strlen(rt->path)]
@@ -358,19 +420,50 @@ static bool method_allowed(const srv_route *rt, const char *method) {
     return false;
 }
 
-static bool append_body(srv_request *r, const char *data, size_t len) {
-    if (r->body_len + len > r->srv->max_body) return false;
+/* Appends to the JSON body. 413: past max_body; 503: the bodies buffered by all
+ * requests together would pass body_budget. The buffer never grows past max_body + 1. */
+static unsigned append_body(srv_request *r, const char *data, size_t len) {
+    hl_server *srv = r->srv;
+    if (r->body_len + len > srv->max_body) return 413;
     if (r->body_len + len + 1 > r->body_cap) {
         size_t nc = r->body_cap ? r->body_cap : 4096;
         while (nc < r->body_len + len + 1) nc *= 2;
+        if (nc > srv->max_body + 1) nc = srv->max_body + 1;
+        size_t grow = nc - r->body_cap;
+        if (atomic_fetch_add(&srv->body_bytes, grow) + grow > srv->body_budget) {
+            atomic_fetch_sub(&srv->body_bytes, grow);
+            return 503;
+        }
         char *nb = realloc(r->body, nc);
-        if (!nb) return false;
+        if (!nb) {
+            atomic_fetch_sub(&srv->body_bytes, grow);
+            return 503;
+        }
         r->body = nb;
         r->body_cap = nc;
     }
     memcpy(r->body + r->body_len, data, len);
     r->body_len += len;
     r->body[r->body_len] = '\0';
+    return 0;
+}
+
+static void free_body(srv_request *r) {
+    atomic_fetch_sub(&r->srv->body_bytes, r->body_cap);
+    free(r->body);
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
+}
+
+/* A runner's request path is "/<secret>/route": true (and path becomes "/route") when
+ * the secret matches, compared in constant time. */
+static bool strip_secret(const char *secret, char *path) {
+    size_t n = strlen(secret);
+    if (path[0] != '/' || strnlen(path + 1, n) < n || path[1 + n] != '/') return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(path[1 + i] ^ secret[i]);
+    if (diff) return false;
+    memmove(path, path + 1 + n, strlen(path + 1 + n) + 1);
     return true;
 }
 
@@ -385,6 +478,11 @@ static bool first_call(srv_request *r, enum MHD_Result *ret) {
     const char *expect = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Expect");
     r->reply_now = declared > discard_limit(r->srv) ||
                    (expect && strcasecmp(expect, "100-continue") == 0);
+    if ((unsigned)atomic_load(&r->srv->n_conns) > r->srv->max_conns) {
+        r->reply_now = true; /* and the connection closes: it is one too many */
+        *ret = srv_reply_error(r, 503, "server busy: too many connections, retry later");
+        return true;
+    }
     if (r->srv->loopback_listener &&
         !host_allowed(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host"))) {
         *ret = srv_reply_text(r, 403, NULL, "");
@@ -420,6 +518,10 @@ static bool first_call(srv_request *r, enum MHD_Result *ret) {
         MHD_destroy_response(resp);
         r->replied = true;
         r->status = 204;
+        return true;
+    }
+    if (r->srv->route_secret && !strip_secret(r->srv->route_secret, r->path)) {
+        *ret = srv_reply_text(r, 403, "text/plain", "403 forbidden");
         return true;
     }
     r->route = find_route(r->srv, r->path);
@@ -506,37 +608,76 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
             }
         } else if (r->route->raw_body) {
             /* the blob exists already: the upload is read and dropped */
-        } else if (!r->too_large && !append_body(r, upload_data, *upload_data_size)) {
-            r->too_large = true;
+        } else {
+            unsigned refused = append_body(r, upload_data, *upload_data_size);
+            if (refused) {
+                /* answered once the rest is read and dropped (up to discard_limit: an
+                 * upload that does not end is cut there) */
+                free_body(r);
+                *upload_data_size = 0;
+                if (refused == 503)
+                    return srv_reply_error(r, 503, "server busy: too many large requests at "
+                                                   "once, retry later");
+                return srv_reply_error(r, 413, "request body too large (limit %zu bytes)",
+                                       srv->max_body);
+            }
         }
         *upload_data_size = 0;
         return MHD_YES;
     }
     r->body_read = true;
-    if (r->too_large)
-        return srv_reply_error(r, 413, "request body too large (limit %zu bytes)", srv->max_body);
+    /* the request is in: its handling and reply may take long (a generation), the
+     * idle timeout applies again between requests (request_completed) */
+    if (srv->conn_timeout) MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     return r->route->handler(r);
 }
 
 static void request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                               enum MHD_RequestTerminationCode toe) {
-    (void)conn;
     (void)toe;
     hl_server *srv = cls;
     srv_request *r = *con_cls;
+    if (srv->conn_timeout && conn)
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, srv->conn_timeout);
     if (!r) return;
-    if (!srv->quiet)
+    if (!srv->quiet) {
+        char path[sizeof r->path * 4], method[64];
         fprintf(stderr, "[hearth] %3d | %10.3fms | %s \"%s\"\n", r->status,
-                (double)(hl_time_ns() - r->start_ns) / 1e6, r->method, r->path);
+                (double)(hl_time_ns() - r->start_ns) / 1e6,
+                srv_log_escape(r->method, method, sizeof method),
+                srv_log_escape(r->path, path, sizeof path));
+    }
     store_blob_writer_abort(r->blob);
     if (r->pending) MHD_destroy_response(r->pending);
     srv_encoder_free(r->enc);
-    free(r->body);
+    free_body(r);
     free(r);
     *con_cls = NULL;
 }
 
 /* ---- start / stop ---- */
+
+static void notify_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                              enum MHD_ConnectionNotificationCode code) {
+    (void)conn;
+    (void)socket_ctx;
+    hl_server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&srv->n_conns, 1);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED) atomic_fetch_sub(&srv->n_conns, 1);
+}
+
+static unsigned env_unsigned(const char *name, unsigned dflt, unsigned max) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (errno || *end || n > max) {
+        fprintf(stderr, "[hearth] ignoring %s=%s (not a number up to %u)\n", name, v, max);
+        return dflt;
+    }
+    return (unsigned)n;
+}
 
 /* libmicrohttpd's own messages; a client that left mid-stream is routine, not news. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -591,6 +732,7 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     hl_server *s = calloc(1, sizeof *s);
     if (!s) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
+    s->body_budget = s->max_body * 4;
     s->quiet = cfg->quiet;
     s->extra_routes = cfg->extra_routes;
     s->n_extra_routes = cfg->extra_routes ? cfg->n_extra_routes : 0;
@@ -598,24 +740,40 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     s->loopback_listener = is_loopback_bind(cfg->bind.host);
     pthread_mutex_init(&s->producers_lock, NULL);
     pthread_cond_init(&s->producers_cv, NULL);
-    hl_status st = store_open(cfg->models_dir, &s->st, err);
-    if (st == HL_OK) st = sched_create(&s->sched, err);
+    hl_status st = HL_OK;
+    if (cfg->route_secret && !(s->route_secret = strdup(cfg->route_secret)))
+        st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    if (st == HL_OK && !cfg->route_secret) st = store_open(cfg->models_dir, &s->st, err);
+    if (st == HL_OK && !cfg->route_secret) st = sched_create(&s->sched, err);
+    if (st == HL_OK && s->st && !(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE"))) {
+        size_t removed = 0;
+        hl_err gerr;
+        if (store_gc(s->st, &removed, &gerr) != HL_OK)
+            fprintf(stderr, "[hearth] store cleanup: %s\n", gerr.msg);
+        else if (removed && !s->quiet)
+            fprintf(stderr, "[hearth] store cleanup: removed %zu unused or partial blob files\n",
+                    removed);
+    }
     if (st != HL_OK) {
         server_stop(s);
         return st;
     }
-    int fd;
+    int fd = -1;
     st = listen_socket(&cfg->bind, &fd, &s->port, err);
     if (st != HL_OK) {
         server_stop(s);
         return st;
     }
+    s->conn_timeout = env_unsigned("HEARTH_CONN_TIMEOUT", DEFAULT_CONN_TIMEOUT, 86400);
+    s->max_conns = env_unsigned("HEARTH_MAX_CONNECTIONS", DEFAULT_MAX_CONNS, 65536);
+    if (s->max_conns == 0) s->max_conns = DEFAULT_MAX_CONNS;
     s->mhd = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
             MHD_USE_ERROR_LOG,
-        0, NULL, NULL, access_handler, s, MHD_OPTION_LISTEN_SOCKET, fd,
-        MHD_OPTION_NOTIFY_COMPLETED, request_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)512, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        0, NULL, NULL, access_handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, s, MHD_OPTION_CONNECTION_LIMIT,
+        s->max_conns * 2, MHD_OPTION_CONNECTION_TIMEOUT, s->conn_timeout,
         MHD_OPTION_END);
     if (!s->mhd) {
         close(fd);
@@ -638,6 +796,7 @@ void server_stop(hl_server *s) {
     pthread_mutex_unlock(&s->producers_lock);
     sched_destroy(s->sched);
     store_close(s->st);
+    free(s->route_secret);
     for (size_t i = 0; i < s->n_origins; i++) free(s->origins[i]);
     free(s->origins);
     pthread_mutex_destroy(&s->producers_lock);

@@ -28,6 +28,9 @@ typedef struct server_config {
      * machinery with their own producers). */
     const struct srv_route *extra_routes;
     size_t n_extra_routes;
+    /* Non-NULL: a runner's server. Only extra_routes are served, each under
+     * "/<route_secret>/..." (anything else is 403); no store is opened. */
+    const char *route_secret;
 } server_config;
 
 typedef struct hl_server hl_server;

@@ -136,6 +136,7 @@ void srv_stream_fail(srv_stream *s, unsigned status, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(s->fail_msg, sizeof s->fail_msg, fmt, ap);
         va_end(ap);
+        srv_msg_clean(s->srv, s->fail_msg);
         if (s->stream_mode && s->n_sent > 0 && s->enc) {
             char *text = s->enc->error_frame
                              ? s->enc->error_frame(s->enc, s->fail_status, s->fail_msg)

@@ -444,6 +444,9 @@ hl_status store_manifest_read(const store *s, const store_name *n, store_manifes
     if (st != HL_OK) return st;
     char *buf;
     size_t len;
+    struct stat sb0;
+    if (stat(path, &sb0) != 0 && errno == ENOENT)
+        return hl_fail(err, HL_ERR_NOT_FOUND, "model '%s' not found", n->model);
     st = hl_file_read(path, &buf, &len, err);
     if (st != HL_OK) return st;
     st = store_manifest_parse(buf, len, out, err);
@@ -462,8 +465,53 @@ hl_status store_manifest_read(const store *s, const store_name *n, store_manifes
     return HL_OK;
 }
 
-static hl_status manifest_write_locked(store *s, const store_name *n, const store_manifest *m,
+static hl_status prune_locked(store *s, const store_manifest *old);
+
+/* Removes the now-empty model, namespace and host directories above a manifest path
+ * (path is modified). */
+static void rmdir_empty_parents(const store *s, char *path) {
+    char root[PATH_CAP];
+    snprintf(root, sizeof root, "%s/manifests", s->root);
+    for (int i = 0; i < 3; i++) {
+        char *slash = strrchr(path, '/');
+        if (!slash) break;
+        *slash = '\0';
+        if (strcmp(path, root) == 0 || rmdir(path) != 0) break;
+    }
+}
+static hl_status manifest_write_raw(store *s, const store_name *n, const store_manifest *m,
+                                    hl_err *err);
+
+/* Under s->lock: every blob m references is there. With every prune under the same lock,
+ * a manifest written after this check never points at a missing blob. */
+static hl_status check_blobs_locked(const store *s, const store_manifest *m, hl_err *err) {
+    if (m->config.digest[0] && !store_blob_exists(s, m->config.digest, NULL))
+        return hl_fail(err, HL_ERR_NOT_FOUND, "blob %s not found", m->config.digest);
+    for (size_t i = 0; i < m->n_layers; i++)
+        if (!store_blob_exists(s, m->layers[i].digest, NULL))
+            return hl_fail(err, HL_ERR_NOT_FOUND, "blob %s not found", m->layers[i].digest);
+    return HL_OK;
+}
+
+/* Writes n's manifest (under its stored spelling when there is one) once its blobs are
+ * checked, then prunes the blobs only the replaced manifest referenced. */
+static hl_status manifest_write_locked(store *s, const store_name *n_in, const store_manifest *m,
                                        hl_err *err) {
+    hl_status st = check_blobs_locked(s, m, err);
+    if (st != HL_OK) return st;
+    store_name canon;
+    const store_name *n = store_find(s, n_in, &canon) ? &canon : n_in;
+    store_manifest old = {0};
+    bool had_old = store_manifest_read(s, n, &old, NULL, NULL, NULL) == HL_OK;
+    st = manifest_write_raw(s, n, m, err);
+    if (st == HL_OK && had_old && !(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE")))
+        prune_locked(s, &old);
+    store_manifest_free(&old);
+    return st;
+}
+
+static hl_status manifest_write_raw(store *s, const store_name *n, const store_manifest *m,
+                                    hl_err *err) {
     char path[PATH_CAP];
     hl_status st = store_manifest_path(s, n, path, sizeof path, err);
     if (st != HL_OK) return st;
@@ -475,9 +523,11 @@ static hl_status manifest_write_locked(store *s, const store_name *n, const stor
     char *json;
     size_t len;
     st = store_manifest_serialize(m, &json, &len, err);
-    if (st != HL_OK) return st;
-    st = hl_file_write(path, json, len, err);
-    free(json);
+    if (st == HL_OK) {
+        st = hl_file_write(path, json, len, err);
+        free(json);
+    }
+    if (st != HL_OK) rmdir_empty_parents(s, path); /* no empty folders from a failed write */
     return st;
 }
 
@@ -622,24 +672,18 @@ hl_status store_prune(store *s, const store_manifest *old, hl_err *err) {
     return st;
 }
 
-hl_status store_delete(store *s, const store_name *n, hl_err *err) {
+hl_status store_delete(store *s, const store_name *n_in, hl_err *err) {
     pthread_mutex_lock(&s->lock);
     store_manifest m;
     char path[PATH_CAP];
+    store_name canon;
+    const store_name *n = store_find(s, n_in, &canon) ? &canon : n_in;
     hl_status st = store_manifest_read(s, n, &m, NULL, NULL, err);
     if (st == HL_OK) st = store_manifest_path(s, n, path, sizeof path, err);
     if (st == HL_OK && unlink(path) != 0)
         st = hl_fail(err, HL_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
     if (st == HL_OK) {
-        /* Remove now-empty model, namespace and host directories. */
-        char root[PATH_CAP];
-        snprintf(root, sizeof root, "%s/manifests", s->root);
-        for (int i = 0; i < 3; i++) {
-            char *slash = strrchr(path, '/');
-            if (!slash) break;
-            *slash = '\0';
-            if (strcmp(path, root) == 0 || rmdir(path) != 0) break;
-        }
+        rmdir_empty_parents(s, path);
         if (!(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE"))) prune_locked(s, &m);
     }
     store_manifest_free(&m);
@@ -650,11 +694,84 @@ hl_status store_delete(store *s, const store_name *n, hl_err *err) {
 hl_status store_copy(store *s, const store_name *src, const store_name *dst, hl_err *err) {
     pthread_mutex_lock(&s->lock);
     store_manifest m;
-    hl_status st = store_manifest_read(s, src, &m, NULL, NULL, err);
+    store_name canon;
+    hl_status st = store_manifest_read(s, store_find(s, src, &canon) ? &canon : src, &m, NULL,
+                                       NULL, err);
     if (st == HL_OK) st = manifest_write_locked(s, dst, &m, err);
     store_manifest_free(&m);
     pthread_mutex_unlock(&s->lock);
     return st;
+}
+
+/* ---- garbage collection ---- */
+
+typedef struct gc_ctx {
+    const store *s;
+    char (*digests)[STORE_DIGEST_LEN];
+    size_t n, cap;
+    bool unsure; /* a manifest could not be read: keep every blob */
+} gc_ctx;
+
+static void gc_add(gc_ctx *g, const char *digest) {
+    if (g->unsure) return;
+    if (g->n == g->cap) {
+        size_t nc = g->cap ? g->cap * 2 : 64;
+        char(*nv)[STORE_DIGEST_LEN] = realloc(g->digests, nc * sizeof *nv);
+        if (!nv) {
+            g->unsure = true;
+            return;
+        }
+        g->digests = nv;
+        g->cap = nc;
+    }
+    snprintf(g->digests[g->n++], STORE_DIGEST_LEN, "%s", digest);
+}
+
+static void gc_cb(void *ctx, const store_name *n, const char *path) {
+    (void)path;
+    gc_ctx *g = ctx;
+    store_manifest m;
+    if (store_manifest_read(g->s, n, &m, NULL, NULL, NULL) != HL_OK) {
+        g->unsure = true;
+        return;
+    }
+    if (m.config.digest[0]) gc_add(g, m.config.digest);
+    for (size_t i = 0; i < m.n_layers; i++) gc_add(g, m.layers[i].digest);
+    store_manifest_free(&m);
+}
+
+hl_status store_gc(store *s, size_t *removed, hl_err *err) {
+    *removed = 0;
+    char dir[PATH_CAP];
+    snprintf(dir, sizeof dir, "%s/blobs", s->root);
+    pthread_mutex_lock(&s->lock);
+    gc_ctx g = {.s = s};
+    walk_manifests(s, gc_cb, &g);
+    DIR *d = opendir(dir);
+    if (!d) {
+        pthread_mutex_unlock(&s->lock);
+        free(g.digests);
+        return hl_fail(err, HL_ERR_IO, "cannot read %s: %s", dir, strerror(errno));
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        bool drop = strncmp(e->d_name, ".partial-", 9) == 0; /* a writer that never finished */
+        char digest[STORE_DIGEST_LEN];
+        if (!drop && !g.unsure && strlen(e->d_name) == 71 &&
+            strncmp(e->d_name, "sha256-", 7) == 0 && store_digest_parse(e->d_name, digest)) {
+            drop = true;
+            for (size_t i = 0; i < g.n && drop; i++) drop = strcmp(g.digests[i], digest) != 0;
+        }
+        if (!drop) continue;
+        char path[PATH_CAP];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path &&
+            unlink(path) == 0)
+            (*removed)++;
+    }
+    closedir(d);
+    pthread_mutex_unlock(&s->lock);
+    free(g.digests);
+    return HL_OK;
 }
 
 /* ---- models ---- */
@@ -694,14 +811,28 @@ static hl_status read_blob_json(const store *s, const char *digest, json_t **out
     return HL_OK;
 }
 
+static hl_status model_load_locked(const store *s, const store_name *name, store_model *out,
+                                   bool *found, hl_err *err);
+
 hl_status store_model_load(const store *s, const store_name *name, store_model *out, bool *found,
                            hl_err *err) {
+    /* under the lock: a manifest and its blobs are read as one version, never half-deleted */
+    pthread_mutex_t *lock = &((store *)s)->lock;
+    pthread_mutex_lock(lock);
+    hl_status st = model_load_locked(s, name, out, found, err);
+    pthread_mutex_unlock(lock);
+    return st;
+}
+
+static hl_status model_load_locked(const store *s, const store_name *name, store_model *out,
+                                   bool *found, hl_err *err) {
     memset(out, 0, sizeof *out);
     *found = false;
     if (!store_find(s, name, &out->name)) return HL_OK;
-    *found = true;
     hl_status st = store_manifest_read(s, &out->name, &out->manifest, out->digest_hex,
                                        &out->mtime_ns, err);
+    if (st == HL_ERR_NOT_FOUND) return HL_OK;
+    *found = true;
     if (st != HL_OK) return st;
     const store_manifest *m = &out->manifest;
     char path[PATH_CAP];

@@ -106,19 +106,34 @@ bool store_find(const store *s, const store_name *name, store_name *canon_out);
 hl_status store_manifest_path(const store *s, const store_name *n, char *buf, size_t cap,
                               hl_err *err);
 /* Reads a manifest (exact spelling: use store_find first). digest_hex (may be NULL)
- * receives the sha256 of the manifest bytes, mtime_ns (may be NULL) its mtime. */
+ * receives the sha256 of the manifest bytes, mtime_ns (may be NULL) its mtime; HL_ERR_NOT_FOUND
+ * when there is no such manifest. */
 hl_status store_manifest_read(const store *s, const store_name *n, store_manifest *out,
                               char digest_hex[65], int64_t *mtime_ns, hl_err *err);
+/*
+ * One writer at a time: every manifest write and every prune below runs under the store
+ * lock, and a prune checks references when it runs, so no manifest ever points at a
+ * missing blob. A write checks that each blob m references exists (else HL_ERR_NOT_FOUND,
+ * "blob <digest> not found": e.g. a delete pruned it since the caller looked), writes
+ * under the stored spelling of n when there is one, then prunes the blobs only the
+ * replaced manifest referenced.
+ */
 hl_status store_manifest_write(store *s, const store_name *n, const store_manifest *m,
                                hl_err *err);
 
 /* Removes the manifest, prunes empty directories and deletes the blobs no other
- * manifest references. */
+ * manifest references. HL_ERR_NOT_FOUND when there is no such manifest (any more). */
 hl_status store_delete(store *s, const store_name *n, hl_err *err);
-/* Copies the manifest file only (blobs are shared). */
+/* Copies the manifest only (blobs are shared); HL_ERR_NOT_FOUND when src is gone. */
 hl_status store_copy(store *s, const store_name *src, const store_name *dst, hl_err *err);
-/* Deletes the blobs of `old` (config and layers) that no manifest references any more. */
+/* Deletes the blobs of `old` (config and layers) that no manifest references any more
+ * (also: the blobs a failed create stored and nothing uses). */
 hl_status store_prune(store *s, const store_manifest *old, hl_err *err);
+
+/* Startup garbage collection: removes the temp files of blob writes that never finished
+ * and every blob no manifest references (all of them are kept when a manifest cannot be
+ * read). *removed gets the number of files removed. */
+hl_status store_gc(store *s, size_t *removed, hl_err *err);
 
 typedef struct store_entry {
     store_name name;
