@@ -149,7 +149,12 @@ hl_status store_blob_writer_open(const store *s, store_blob_writer **out, hl_err
         return HL_ERR_IO;
     }
     fchmod(w->fd, 0644);
-    sha256_init(&w->sha);
+    if (!sha256_init(&w->sha)) {
+        close(w->fd);
+        unlink(w->tmp_path);
+        free(w);
+        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
     *out = w;
     return HL_OK;
 }
@@ -174,6 +179,7 @@ void store_blob_writer_abort(store_blob_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     unlink(w->tmp_path);
+    sha256_discard(&w->sha);
     free(w);
 }
 
@@ -220,7 +226,7 @@ hl_status store_blob_put(const store *s, const void *data, size_t len,
                          char digest_out[STORE_DIGEST_LEN], hl_err *err) {
     char d[STORE_DIGEST_LEN];
     memcpy(d, "sha256:", 7);
-    sha256_hex(data, len, d + 7);
+    if (!sha256_hex(data, len, d + 7)) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     memcpy(digest_out, d, STORE_DIGEST_LEN);
     if (store_blob_exists(s, d, NULL)) return HL_OK;
     store_blob_writer *w;
@@ -268,7 +274,11 @@ hl_status store_blob_import_file(const store *s, const char *path, char digest_o
         return st;
     }
     /* Peek at the digest: if the blob already exists, keep the existing file. */
-    sha256_ctx copy = w->sha;
+    sha256_ctx copy;
+    if (!sha256_copy(&copy, &w->sha)) {
+        store_blob_writer_abort(w);
+        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
     char d[STORE_DIGEST_LEN];
     memcpy(d, "sha256:", 7);
     sha256_final_hex(&copy, d + 7);
@@ -447,7 +457,8 @@ hl_status store_manifest_read(const store *s, const store_name *n, store_manifes
     st = hl_file_read(path, &buf, &len, err);
     if (st != HL_OK) return st;
     st = store_manifest_parse(buf, len, out, err);
-    if (st == HL_OK && digest_hex) sha256_hex(buf, len, digest_hex);
+    if (st == HL_OK && digest_hex && !sha256_hex(buf, len, digest_hex))
+        st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
     free(buf);
     if (st != HL_OK) {
         hl_err_prefix(err, "%s", path);
