@@ -115,7 +115,13 @@ static void http_basics(srv_proc *p) {
     CHECK_STR(resp_error(), "file path must be relative");
     CHECK_EQ_INT(req(p, "POST", "/api/create", "{\"model\":\"m\",\"files\":{\"a.gguf\":\"sha256:00\"}}"), 400);
     CHECK_STR(resp_error(), "invalid digest format");
-    CHECK_EQ_INT(req(p, "POST", "/api/pull", "{\"model\":\"llama3\"}"), 501);
+    CHECK_EQ_INT(req(p, "POST", "/api/pull", "{\"model\":\"bad name\"}"), 400);
+    CHECK_STR(resp_error(), "invalid model name");
+    CHECK_EQ_INT(req(p, "POST", "/api/push", "{}"), 400);
+    CHECK_STR(resp_error(), "model is required");
+    /* plain http only with insecure (nothing is contacted: it fails first) */
+    CHECK_EQ_INT(req(p, "POST", "/api/pull", "{\"model\":\"http://127.0.0.1:1/m\",\"stream\":false}"), 500);
+    CHECK_STR(resp_error(), "insecure protocol http");
 
     /* blobs */
     const char *zero = "/api/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000";

@@ -473,8 +473,8 @@ hl_status store_manifest_read(const store *s, const store_name *n, store_manifes
     return HL_OK;
 }
 
-static hl_status manifest_write_locked(store *s, const store_name *n, const store_manifest *m,
-                                       hl_err *err) {
+static hl_status manifest_write_bytes_locked(store *s, const store_name *n, const char *json,
+                                             size_t len, hl_err *err) {
     char path[PATH_CAP];
     hl_status st = store_manifest_path(s, n, path, sizeof path, err);
     if (st != HL_OK) return st;
@@ -483,12 +483,29 @@ static hl_status manifest_write_locked(store *s, const store_name *n, const stor
     st = mkdir_p(path, err);
     *slash = '/';
     if (st != HL_OK) return st;
+    return hl_file_write(path, json, len, err);
+}
+
+static hl_status manifest_write_locked(store *s, const store_name *n, const store_manifest *m,
+                                       hl_err *err) {
     char *json;
     size_t len;
-    st = store_manifest_serialize(m, &json, &len, err);
+    hl_status st = store_manifest_serialize(m, &json, &len, err);
     if (st != HL_OK) return st;
-    st = hl_file_write(path, json, len, err);
+    st = manifest_write_bytes_locked(s, n, json, len, err);
     free(json);
+    return st;
+}
+
+hl_status store_manifest_write_raw(store *s, const store_name *n, const char *json, size_t len,
+                                   hl_err *err) {
+    store_manifest m;
+    hl_status st = store_manifest_parse(json, len, &m, err);
+    if (st != HL_OK) return st;
+    store_manifest_free(&m);
+    pthread_mutex_lock(&s->lock);
+    st = manifest_write_bytes_locked(s, n, json, len, err);
+    pthread_mutex_unlock(&s->lock);
     return st;
 }
 
