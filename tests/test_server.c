@@ -120,7 +120,7 @@ static void http_basics(srv_proc *p) {
     CHECK_EQ_INT(req(p, "POST", "/api/push", "{}"), 400);
     CHECK_STR(resp_error(), "model is required");
     /* plain http only with insecure (nothing is contacted: it fails first) */
-    CHECK_EQ_INT(req(p, "POST", "/api/pull", "{\"model\":\"http://127.0.0.1:1/m\",\"stream\":false}"), 500);
+    CHECK_EQ_INT(req(p, "POST", "/api/pull", "{\"model\":\"http://127.0.0.1:1/library/m\",\"stream\":false}"), 500);
     CHECK_STR(resp_error(), "insecure protocol http");
 
     /* blobs */
