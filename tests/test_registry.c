@@ -94,7 +94,7 @@ static void registry_stop(registry *r) {
 
 /* ---- the proxy ---- */
 
-enum { PROXY_PASS, PROXY_CUT_ONCE, PROXY_FLIP };
+enum { PROXY_PASS, PROXY_CUT_ONCE, PROXY_CUT_ALWAYS, PROXY_FLIP };
 
 typedef struct proxy {
     int listen_fd, port, target_port;
@@ -181,7 +181,8 @@ static void proxy_one(proxy *px, int cfd) {
     size_t out_len = len;
     if (blob_get && body_len > 4096) {
         pthread_mutex_lock(&px->lock);
-        if (px->mode == PROXY_CUT_ONCE && !px->cut_done && body_len > px->cut_at) {
+        if ((px->mode == PROXY_CUT_ALWAYS || (px->mode == PROXY_CUT_ONCE && !px->cut_done)) &&
+            body_len > px->cut_at) {
             px->cut_done = true;
             out_len = body_off + px->cut_at;
         } else if (px->mode == PROXY_FLIP) {
@@ -410,6 +411,56 @@ static void resume_body(const srv_proc *p) {
 }
 
 TEST(registry_pull_resumes_after_a_cut_connection) { WITH_REGISTRY(resume_body); }
+
+/* Every connection cut: the pull gives up after its retries, leaving only the partial
+ * file; the next pull resumes from it. */
+static void resume_later_body(const srv_proc *p) {
+    char before[16384] = "", after[16384] = "";
+    char manifests[1100];
+    snprintf(manifests, sizeof manifests, "%s/manifests", p->models);
+    list_files(manifests, before, sizeof before);
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_CUT_ALWAYS));
+    px.cut_at = 100000;
+    char name[128], body[256];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    json_t *j = NULL;
+    int st1 = sp_req(p, "POST", "/api/pull", body, &j);
+    json_decref(j);
+    int gets1 = px.blob_gets;
+    pthread_mutex_lock(&px.lock);
+    px.mode = PROXY_PASS;
+    px.range_gets = 0;
+    pthread_mutex_unlock(&px.lock);
+    char blobs[1100], files[16384] = "";
+    snprintf(blobs, sizeof blobs, "%s/blobs", p->models);
+    list_files(blobs, files, sizeof files);
+    list_files(manifests, after, sizeof after);
+    int st2 = sp_req(p, "POST", "/api/pull", body, &j);
+    const char *status = json_string_value(json_object_get(j, "status"));
+    bool ok = st2 == 200 && status && strcmp(status, "success") == 0;
+    json_decref(j);
+    int ranges = px.range_gets;
+    char range[128];
+    snprintf(range, sizeof range, "%s", px.last_range);
+    proxy_stop(&px);
+    CHECK_EQ_INT(st1, 500);
+    CHECK_EQ_INT(gets1, 5); /* the first try and four resumed retries */
+    CHECK_MSG(strstr(files, "-partial;"), "no partial file: %s", files);
+    int n_files = 0;
+    for (const char *q = files; (q = strstr(q, "sha256-")) != NULL; q++) n_files++;
+    CHECK_MSG(n_files == 1, "a blob entered the store: %s", files);
+    CHECK_STR(after, before); /* no manifest */
+    CHECK(ok);
+    CHECK_EQ_INT(ranges, 1);
+    CHECK_STR(range, "bytes=500000-");
+    char text[4096];
+    CHECK(generate(p, name, text, sizeof text));
+    CHECK_STR(text, g_text);
+}
+
+TEST(registry_failed_pull_resumes_on_the_next_pull) { WITH_REGISTRY(resume_later_body); }
 
 static void corrupt_body(const srv_proc *p) {
     char before[16384] = "", after[16384] = "";
