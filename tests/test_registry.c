@@ -236,6 +236,22 @@ static void proxy_stop(proxy *px) {
 static registry g_reg;
 static char g_pushed[128]; /* the name pushed (registry port) */
 static char g_text[4096];  /* what it generates at temperature 0 */
+static char g_digest[80];  /* its manifest digest (/api/tags) */
+
+/* The "digest" /api/tags lists for a model name, or "". */
+static void tags_digest(const srv_proc *p, const char *name, char *out, size_t cap) {
+    out[0] = '\0';
+    json_t *j = NULL;
+    if (sp_req(p, "GET", "/api/tags", NULL, &j) != 200) return;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(j, "models"), i, m) {
+        const char *n = json_string_value(json_object_get(m, "name"));
+        const char *d = json_string_value(json_object_get(m, "digest"));
+        if (n && d && strcmp(n, name) == 0) snprintf(out, cap, "%s", d);
+    }
+    json_decref(j);
+}
 
 static const char *const g_env[] = {"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost",
                                     NULL};
@@ -260,6 +276,8 @@ static bool push_and_remove(const srv_proc *p) {
     snprintf(g_pushed, sizeof g_pushed, "127.0.0.1:%d/library/stories:latest", g_reg.port);
     if (!sp_create_model(p, g_pushed, gguf, "")) return false;
     if (!generate(p, g_pushed, g_text, sizeof g_text)) return false;
+    tags_digest(p, g_pushed, g_digest, sizeof g_digest);
+    if (!g_digest[0]) return false;
     const char *args[] = {"push", g_pushed, "--insecure", NULL};
     char out[4096], err[8192];
     int rc = sp_run_cli(p->port, "", args, out, sizeof out, err, sizeof err);
@@ -357,6 +375,10 @@ static void roundtrip_body(const srv_proc *p) {
     CHECK_EQ_INT(gets_first, 2); /* the model layer and the config */
     CHECK(gen);
     CHECK_STR(text, g_text);
+    /* the manifest is stored as the registry serves it: the same bytes, the same ID */
+    char digest[80];
+    tags_digest(p, name, digest, sizeof digest);
+    CHECK_STR(digest, g_digest);
     CHECK(second_ok);
     CHECK_EQ_INT(gets_second, 0);
     CHECK_EQ_INT(st3, 500);
