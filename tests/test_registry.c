@@ -7,7 +7,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +96,7 @@ static void registry_stop(registry *r) {
 
 /* ---- the proxy ---- */
 
-enum { PROXY_PASS, PROXY_CUT_ONCE, PROXY_CUT_ALWAYS, PROXY_FLIP };
+enum { PROXY_PASS, PROXY_CUT_ONCE, PROXY_CUT_ALWAYS, PROXY_FLIP, PROXY_STALL };
 
 typedef struct proxy {
     int listen_fd, port, target_port;
@@ -106,6 +108,9 @@ typedef struct proxy {
     int range_gets;    /* of which with a Range header */
     char last_range[128];
     bool cut_done;
+    atomic_bool stalled;   /* STALL: the first bytes are out and the proxy waits */
+    atomic_bool peer_gone; /* STALL: the puller closed its connection */
+    atomic_bool stop;
 } proxy;
 
 static bool send_all(int fd, const char *p, size_t n) {
@@ -179,6 +184,21 @@ static void proxy_one(proxy *px, int cfd) {
     size_t body_off = hend ? (size_t)(hend - resp) + 4 : len;
     size_t body_len = len - body_off;
     size_t out_len = len;
+    if (blob_get && body_len > 4096 && px->mode == PROXY_STALL) {
+        /* some bytes, then nothing until the puller gives up (or the test ends) */
+        send_all(cfd, resp, body_off + px->cut_at);
+        free(resp);
+        atomic_store(&px->stalled, true);
+        while (!atomic_load(&px->stop)) {
+            struct pollfd pfd = {.fd = cfd, .events = POLLIN};
+            char b;
+            if (poll(&pfd, 1, 20) > 0 && recv(cfd, &b, 1, MSG_DONTWAIT) <= 0) {
+                atomic_store(&px->peer_gone, true);
+                break;
+            }
+        }
+        return;
+    }
     if (blob_get && body_len > 4096) {
         pthread_mutex_lock(&px->lock);
         if ((px->mode == PROXY_CUT_ALWAYS || (px->mode == PROXY_CUT_ONCE && !px->cut_done)) &&
@@ -225,6 +245,7 @@ static bool proxy_start(proxy *px, int target_port, int mode) {
 }
 
 static void proxy_stop(proxy *px) {
+    atomic_store(&px->stop, true);
     shutdown(px->listen_fd, SHUT_RDWR); /* accept() returns */
     pthread_join(px->thread, NULL);
     close(px->listen_fd);
@@ -527,3 +548,66 @@ static void run_body(const srv_proc *p) {
 }
 
 TEST(registry_run_pulls_a_missing_model) { WITH_REGISTRY(run_body); }
+
+/* A client that goes away mid-download (Ctrl-C in `hearth pull`) cancels the transfer:
+ * no blob and no manifest enter the store, the bytes so far stay in the partial file, and
+ * the next pull resumes from them. */
+static void cancel_body(const srv_proc *p) {
+    char manifests[1100], blobs[1100], before[16384] = "", after[16384] = "", files[16384] = "";
+    snprintf(manifests, sizeof manifests, "%s/manifests", p->models);
+    snprintf(blobs, sizeof blobs, "%s/blobs", p->models);
+    list_files(manifests, before, sizeof before);
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_STALL));
+    px.cut_at = 200000;
+    char name[128], body[256];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true}", name);
+    net_http *h = NULL;
+    bool progressed = false;
+    if (net_http_open(&p->host, "POST", "/api/pull", "application/json", (int64_t)strlen(body), &h,
+                      NULL) == HL_OK &&
+        net_http_send(h, body, strlen(body), NULL) == HL_OK && net_http_finish(h, NULL) == HL_OK) {
+        char *line;
+        size_t len;
+        while (!progressed && net_http_read_line(h, &line, &len, NULL) == HL_OK && line)
+            progressed = strstr(line, "\"completed\":") != NULL;
+    }
+    net_http_close(h); /* the client is gone */
+    for (int i = 0; i < 200 && !atomic_load(&px.peer_gone); i++) sp_sleep_ms(50);
+    bool gone = atomic_load(&px.peer_gone);
+    if (!gone) { /* the proxy still serves the stalled exchange: stop before pulling again */
+        proxy_stop(&px);
+        CHECK_MSG(false, "the server kept the stalled download open after the client left");
+    }
+    sp_sleep_ms(200); /* let the producer finish */
+    list_files(blobs, files, sizeof files);
+    list_files(manifests, after, sizeof after);
+    pthread_mutex_lock(&px.lock);
+    px.mode = PROXY_PASS;
+    pthread_mutex_unlock(&px.lock);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    json_t *j = NULL;
+    int st = sp_req(p, "POST", "/api/pull", body, &j);
+    const char *status = json_string_value(json_object_get(j, "status"));
+    bool ok = st == 200 && status && strcmp(status, "success") == 0;
+    json_decref(j);
+    int ranges = px.range_gets;
+    char range[128];
+    snprintf(range, sizeof range, "%s", px.last_range);
+    proxy_stop(&px);
+    CHECK(progressed);
+    int n_files = 0;
+    for (const char *q = files; (q = strstr(q, "sha256-")) != NULL; q++) n_files++;
+    CHECK_MSG(n_files == 1 && strstr(files, "-partial;"), "blobs after the cancel: %s", files);
+    CHECK_STR(after, before);
+    CHECK(ok);
+    CHECK_EQ_INT(ranges, 1);
+    long from = strncmp(range, "bytes=", 6) == 0 ? atol(range + 6) : -1;
+    CHECK_MSG(from > 0 && from <= 200000, "range %s", range);
+    char text[4096];
+    CHECK(generate(p, name, text, sizeof text));
+    CHECK_STR(text, g_text);
+}
+
+TEST(registry_cancelled_pull_leaves_only_a_partial_and_resumes) { WITH_REGISTRY(cancel_body); }
