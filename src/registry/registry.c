@@ -211,6 +211,7 @@ typedef struct dl {
     int64_t last_report;
     long http_status;
     bool write_failed;
+    bool too_big;  /* the server sent more than the layer's size */
     bool restart; /* the server ignored our Range: start over */
     bool range_sent;
 } dl;
@@ -233,7 +234,7 @@ static size_t dl_write(char *p, size_t sz, size_t n, void *ud) {
         d->restart = false;
     }
     if (d->have + len > d->total) { /* more than the manifest says: wrong blob */
-        d->write_failed = true;
+        d->too_big = true;
         return 0;
     }
     const char *q = p;
@@ -299,7 +300,11 @@ static hl_status hash_existing(dl *d, hl_err *err) {
         if (got + (uint64_t)r > d->have) r = (ssize_t)(d->have - got);
         sha256_update(&d->sha, buf, (size_t)r);
         got += (uint64_t)r;
-        if (!report(d->c, d->status, d->digest, d->total, got)) break;
+        int64_t t = now_ns();
+        if (t - d->last_report >= PROGRESS_NS) {
+            d->last_report = t;
+            if (!report(d->c, d->status, d->digest, d->total, got)) break;
+        }
     }
     free(buf);
     if (d->c->cancelled) return cancelled(err);
@@ -334,13 +339,14 @@ static hl_status dl_get(dl *d, hl_err *err) {
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_cb);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
     d->write_failed = false;
+    d->too_big = false;
     CURLcode rc = curl_easy_perform(h);
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(h);
     if (c->cancelled) return cancelled(err);
     if (rc == CURLE_OK) return HL_OK;
-    if (d->write_failed && d->have + 1 > d->total)
+    if (d->too_big)
         return hl_fail(err, HL_ERR_FORMAT, "pull blob %s: the registry sent more than %llu bytes",
                        d->digest, (unsigned long long)d->total);
     if (d->write_failed) return hl_fail(err, HL_ERR_IO, "writing %s: %s", d->digest, strerror(errno));
