@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
@@ -119,7 +120,13 @@ static void http_basics(srv_proc *p) {
     CHECK_STR(resp_error(), "file path must be relative");
     CHECK_EQ_INT(req(p, "POST", "/api/create", "{\"model\":\"m\",\"files\":{\"a.gguf\":\"sha256:00\"}}"), 400);
     CHECK_STR(resp_error(), "invalid digest format");
-    CHECK_EQ_INT(req(p, "POST", "/api/pull", "{\"model\":\"llama3\"}"), 501);
+    CHECK_EQ_INT(req(p, "POST", "/api/pull", "{\"model\":\"bad name\"}"), 400);
+    CHECK_STR(resp_error(), "invalid model name");
+    CHECK_EQ_INT(req(p, "POST", "/api/push", "{}"), 400);
+    CHECK_STR(resp_error(), "model is required");
+    /* plain http only with insecure (nothing is contacted: it fails first) */
+    CHECK_EQ_INT(req(p, "POST", "/api/pull", "{\"model\":\"http://127.0.0.1:1/library/m\",\"stream\":false}"), 500);
+    CHECK_STR(resp_error(), "insecure protocol http");
 
     /* blobs */
     const char *zero = "/api/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000";
@@ -1132,4 +1139,53 @@ TEST(server_startup_removes_unused_blobs) {
     snprintf(log, sizeof log, "%s/serve-gc.log", test_tmpdir());
     unlink(log);
     SP_WITH_SERVER("gc", NULL, NULL, gc_second);
+}
+
+/* Without HEARTH_MODELS, an Ollama store nearby (OLLAMA_MODELS, or ~/.ollama/models) is
+ * named in serve's log with how to use it; hearth still uses its own store. */
+TEST(server_logs_the_store_when_an_ollama_store_exists) {
+    static char home[1200], ollama[1200], home_env[1300], ollama_env[1300];
+    snprintf(home, sizeof home, "%s/home", test_tmpdir());
+    snprintf(ollama, sizeof ollama, "%s/.ollama/models", home);
+    snprintf(home_env, sizeof home_env, "HOME=%s", home);
+    snprintf(ollama_env, sizeof ollama_env, "OLLAMA_MODELS=%s", ollama);
+    const char *with_env[] = {home_env, ollama_env, "HEARTH_MODELS=", NULL};
+    srv_proc p;
+    int rc = sp_spawn(&p, "ollama-env", with_env);
+    if (rc == 1) SKIP("HEARTH_BIN not set (run through make test)");
+    sp_stop(&p);
+    CHECK_EQ_INT(rc, 0);
+    char *log = NULL;
+    size_t len;
+    CHECK(hl_file_read(p.log, &log, &len, NULL) == HL_OK);
+    char want[4096];
+    snprintf(want, sizeof want, "models: using hearth's store %s/.hearth/models (HEARTH_MODELS is unset); "
+             "an Ollama store is at %s: set HEARTH_MODELS=%s to use it", home, ollama, ollama);
+    bool found = strstr(log, want) != NULL;
+    free(log);
+    CHECK_MSG(found, "no store line in %s", p.log);
+    struct stat sb;
+    char own[1300];
+    snprintf(own, sizeof own, "%s/.hearth/models/blobs", home);
+    CHECK(stat(own, &sb) == 0 && S_ISDIR(sb.st_mode));
+
+    /* ~/.ollama/models existing is enough; HEARTH_MODELS set: no line */
+    CHECK(mkdir(home, 0755) == 0 || errno == EEXIST);
+    snprintf(own, sizeof own, "%s/.ollama", home);
+    CHECK(mkdir(own, 0755) == 0 || errno == EEXIST);
+    CHECK(mkdir(ollama, 0755) == 0 || errno == EEXIST);
+    const char *home_only[] = {home_env, "OLLAMA_MODELS=", "HEARTH_MODELS=", NULL};
+    CHECK_EQ_INT(sp_spawn(&p, "ollama-dir", home_only), 0);
+    sp_stop(&p);
+    CHECK(hl_file_read(p.log, &log, &len, NULL) == HL_OK);
+    found = strstr(log, want) != NULL;
+    free(log);
+    CHECK_MSG(found, "no store line in %s", p.log);
+    const char *explicit_env[] = {home_env, ollama_env, NULL};
+    CHECK_EQ_INT(sp_spawn(&p, "hearth-models", explicit_env), 0);
+    sp_stop(&p);
+    CHECK(hl_file_read(p.log, &log, &len, NULL) == HL_OK);
+    found = strstr(log, "models:") != NULL;
+    free(log);
+    CHECK(!found);
 }

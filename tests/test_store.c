@@ -29,7 +29,7 @@ TEST(store_sha256_known_vectors) {
     CHECK_STR(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
     /* one million 'a', fed in odd-sized pieces to cross block boundaries */
     sha256_ctx c;
-    sha256_init(&c);
+    CHECK(sha256_init(&c));
     char buf[997];
     memset(buf, 'a', sizeof buf);
     size_t left = 1000000;
@@ -50,13 +50,24 @@ TEST(store_sha256_padding_edges) {
     for (size_t n = 54; n <= 64; n++) {
         sha256_hex(msg, n, hex1);
         sha256_ctx c;
-        sha256_init(&c);
+        CHECK(sha256_init(&c));
         for (size_t i = 0; i < n; i++) sha256_update(&c, msg + i, 1);
         sha256_final_hex(&c, hex2);
         CHECK_STR(hex1, hex2);
     }
     sha256_hex(msg, 64, hex1);
     CHECK_STR(hex1, "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c"); /* sha256sum of 64 'x' */
+    /* a copy of a running context finishes independently of the original */
+    sha256_ctx a, b;
+    CHECK(sha256_init(&a));
+    sha256_update(&a, "ab", 2);
+    CHECK(sha256_copy(&b, &a));
+    sha256_update(&a, "c", 1);
+    sha256_final_hex(&a, hex1);
+    CHECK_STR(hex1, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    sha256_final_hex(&b, hex2);
+    CHECK_STR(hex2, "fb8e20fc2e4c3f248c60c39bd652f3c1347298bb977b8b4d5903b85055620603"); /* "ab" */
+    sha256_discard(&a); /* already finished: a no-op */
 }
 
 /* ---- names ---- */

@@ -3,7 +3,7 @@
  * subcommand name) and returns the process exit status; main.c only dispatches.
  *
  * The model-management commands are HTTP clients of `hearth serve` (serve.c, list.c,
- * show.c, create.c, rm.c, cp.c, ps.c; main.c calls cli_dispatch() for them) and share
+ * show.c, create.c, rm.c, cp.c, ps.c, pull.c; main.c calls cli_dispatch() for them) and share
  * the helpers below. Their errors print one line "Error: ..." on stderr and return 1.
  */
 #ifndef HL_CLI_CLI_H
@@ -35,6 +35,12 @@ int cmd_cp(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_push(int argc, char **argv);
+
+/* Streams /api/pull or /api/push (path) for model, showing progress on stderr (pull.c);
+ * returns 0 on success, else 1 after printing the error. */
+int cli_transfer(const char *path, const char *model, bool insecure);
 
 /* Prints "Error: <msg>" to stderr; returns 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -18,6 +18,7 @@ bool cli_dispatch(int argc, char **argv, int *exit_code) {
     } cmds[] = {{"serve", cmd_serve}, {"start", cmd_serve}, {"list", cmd_list}, {"ls", cmd_list},
                 {"show", cmd_show},   {"create", cmd_create}, {"rm", cmd_rm},   {"cp", cmd_cp},
                 {"ps", cmd_ps},       {"run", cmd_run},     {"stop", cmd_stop},
+                {"pull", cmd_pull},   {"push", cmd_push},
                 {"runner", runner_srv_main}}; /* hidden: the server's model processes */
     if (argc < 2) return false;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

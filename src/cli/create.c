@@ -26,7 +26,11 @@ static int hash_file(const char *path, char digest[80], uint64_t *size) {
         return cli_fail("out of memory");
     }
     sha256_ctx c;
-    sha256_init(&c);
+    if (!sha256_init(&c)) {
+        free(buf);
+        close(fd);
+        return cli_fail("out of memory");
+    }
     *size = 0;
     ssize_t n;
     while ((n = read(fd, buf, 1 << 20)) > 0) {
@@ -35,7 +39,10 @@ static int hash_file(const char *path, char digest[80], uint64_t *size) {
     }
     free(buf);
     close(fd);
-    if (n < 0) return cli_fail("%s: %s", path, strerror(errno));
+    if (n < 0) {
+        sha256_discard(&c);
+        return cli_fail("%s: %s", path, strerror(errno));
+    }
     strcpy(digest, "sha256:");
     sha256_final_hex(&c, digest + 7);
     return 0;

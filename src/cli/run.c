@@ -1,7 +1,7 @@
 /*
  * run.c - `hearth run MODEL [PROMPT...]` and `hearth stop MODEL` (spec 7, 7.1).
  *
- * run: checks the model exists (/api/show). With a prompt argument, or when stdin is not
+ * run: checks the model exists (/api/show) and pulls it when it does not (pull.c). With a prompt argument, or when stdin is not
  * a terminal (its text goes before the prompt), it answers once through /api/generate,
  * streaming the response to stdout. On a terminal it loads the model (an empty
  * /api/generate) and starts a REPL: each turn sends the whole conversation to
@@ -10,7 +10,7 @@
  * /set nothink, /show info|license|modelfile|parameters|system|template, /? /help;
  * `"""` starts and ends a multi-line message; Ctrl-D exits; Ctrl-C stops a response.
  * Flags: --keepalive D, --verbose, --format json, --think[=false|low|medium|high],
- * --hidethinking (--nowordwrap and --insecure are accepted and ignored).
+ * --hidethinking, --insecure (for that pull; --nowordwrap is accepted and ignored).
  *
  * stop: /api/generate with keep_alive 0 and no prompt.
  */
@@ -517,16 +517,34 @@ static char *read_all_stdin(void) {
     return buf;
 }
 
+/* Whether /api/show answers 404 (any other failure is reported by the real call). */
+static bool model_missing(json_t *show) {
+    net_host host;
+    hl_err err;
+    if (net_host_from_env(&host, &err) != HL_OK) return false;
+    char *text = json_dumps(show, JSON_COMPACT);
+    if (!text) return false;
+    int status = 0;
+    char *out = NULL;
+    hl_status st = net_http_request(&host, "POST", "/api/show", text, strlen(text), &status, &out,
+                                    NULL, &err);
+    free(text);
+    free(out);
+    return st == HL_OK && status == 404;
+}
+
 int cmd_run(int argc, char **argv) {
     run_state rs = {0};
     char *prompt = NULL;
     size_t plen = 0;
     int rc = 0;
+    bool insecure = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--verbose")) rs.verbose = true;
         else if (!strcmp(a, "--hidethinking")) rs.hide_thinking = true;
-        else if (!strcmp(a, "--nowordwrap") || !strcmp(a, "--insecure") || !strcmp(a, "--truncate")) {
+        else if (!strcmp(a, "--insecure")) insecure = true;
+        else if (!strcmp(a, "--nowordwrap") || !strcmp(a, "--truncate")) {
         } else if (!strcmp(a, "--keepalive") || !strcmp(a, "--format")) {
             if (i + 1 >= argc) {
                 rc = cli_fail("flag needs an argument: %s", a);
@@ -565,6 +583,10 @@ int cmd_run(int argc, char **argv) {
     rs.options = json_object();
     rs.messages = json_array();
     json_t *show = json_pack("{s:s}", "model", rs.model), *info = NULL;
+    if (model_missing(show) && (rc = cli_transfer("/api/pull", rs.model, insecure)) != 0) {
+        json_decref(show);
+        goto done;
+    }
     rc = cli_call("POST", "/api/show", show, &info);
     json_decref(show);
     if (rc) goto done;

@@ -2,10 +2,34 @@
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "server/server.h"
+
+/* hearth keeps its own store unless told otherwise; when an Ollama store is around, say
+ * which one is used and how to share Ollama's (the layout is the same). */
+static void log_store_choice(void) {
+    const char *hm = getenv("HEARTH_MODELS");
+    if (hm && *hm) return;
+    const char *home = getenv("HOME");
+    const char *om = getenv("OLLAMA_MODELS");
+    char ollama[4096] = "";
+    struct stat sb;
+    if (om && *om)
+        snprintf(ollama, sizeof ollama, "%s", om);
+    else if (home && *home) {
+        snprintf(ollama, sizeof ollama, "%s/.ollama/models", home);
+        if (stat(ollama, &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
+    } else
+        return;
+    fprintf(stderr,
+            "models: using hearth's store %s/.hearth/models (HEARTH_MODELS is unset); an Ollama "
+            "store is at %s: set HEARTH_MODELS=%s to use it\n",
+            home ? home : "~", ollama, ollama);
+}
 
 int cmd_serve(int argc, char **argv) {
     (void)argv;
@@ -26,6 +50,7 @@ int cmd_serve(int argc, char **argv) {
     bool v6 = strchr(h, ':') != NULL;
     fprintf(stderr, "Listening on %s%s%s:%d (version %s)\n", v6 ? "[" : "", h, v6 ? "]" : "",
             server_port(srv), HEARTH_VERSION);
+    log_store_choice();
     fflush(stderr);
     int sig = 0;
     sigwait(&set, &sig);

@@ -37,8 +37,7 @@ static bool put_layer(srv_stream *s, create_ctx *c, store_manifest *m, const cha
         /* peek: does the blob exist already? (for the progress message) */
         char tmp[STORE_DIGEST_LEN];
         memcpy(tmp, "sha256:", 7);
-        sha256_hex(data, len, tmp + 7);
-        existed = store_blob_exists(st, tmp, NULL);
+        existed = sha256_hex(data, len, tmp + 7) && store_blob_exists(st, tmp, NULL);
     }
     if (store_blob_put(st, data, len, digest, &err) != HL_OK) {
         srv_stream_fail(s, 500, "%s", err.msg);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "registry/registry.h"
 #include "server/internal.h"
 #include "server/sched.h"
 #include "store/ggufinfo.h"
@@ -352,11 +353,82 @@ enum MHD_Result srv_handle_blobs(srv_request *r) {
     return srv_reply_text(r, 201, NULL, "");
 }
 
-enum MHD_Result srv_handle_pull(srv_request *r) {
-    return srv_reply_error(r, 501, "pulling from a registry is not supported by hearth: "
-                                   "create the model from a local GGUF file (hearth create)");
+/* ---- pull / push: registry.c does the transfer; its progress lines become the stream ---- */
+
+typedef struct xfer_ctx {
+    char *name;
+    bool insecure;
+    bool push;
+    srv_stream *s;
+} xfer_ctx;
+
+static void xfer_ctx_free(void *p) {
+    xfer_ctx *c = p;
+    free(c->name);
+    free(c);
 }
 
-enum MHD_Result srv_handle_push(srv_request *r) {
-    return srv_reply_error(r, 501, "pushing to a registry is not supported by hearth");
+static bool xfer_progress(void *ud, const reg_progress *p) {
+    xfer_ctx *c = ud;
+    if (srv_stream_cancelled(c->s)) return false;
+    if (!p->status) return true; /* a poll */
+    json_t *j = json_pack("{s:s}", "status", p->status);
+    if (!j) return false;
+    if (p->digest) json_object_set_new(j, "digest", json_string(p->digest));
+    if (p->total) json_object_set_new(j, "total", json_integer((json_int_t)p->total));
+    if (p->completed) json_object_set_new(j, "completed", json_integer((json_int_t)p->completed));
+    srv_stream_send(c->s, j);
+    return true;
 }
+
+static void xfer_run(srv_stream *s, void *ctx) {
+    xfer_ctx *c = ctx;
+    c->s = s;
+    hl_server *srv = srv_stream_server(s);
+    reg_opts o = {.insecure = c->insecure, .progress = xfer_progress, .ud = c};
+    hl_err err;
+    hl_status st = c->push ? reg_push(srv->st, c->name, &o, &err) : reg_pull(srv->st, c->name, &o, &err);
+    if (st == HL_ERR_CANCELLED) return;
+    if (st != HL_OK) {
+        if (!srv->quiet) fprintf(stderr, "[hearth] %s %s: %s\n", c->push ? "push" : "pull", c->name, err.msg);
+        srv_stream_fail(s, 500, "%s", err.msg);
+    }
+}
+
+static enum MHD_Result handle_xfer(srv_request *r, bool push) {
+    enum MHD_Result ret;
+    json_t *req = srv_parse_body(r, &ret);
+    if (!req) return ret;
+    const char *model = NULL, *legacy = NULL;
+    bool stream, insecure;
+    if (!srv_get_string(r, req, "model", &model, &ret) || !srv_get_string(r, req, "name", &legacy, &ret) ||
+        !srv_get_bool(r, req, "stream", true, &stream, &ret) ||
+        !srv_get_bool(r, req, "insecure", false, &insecure, &ret)) {
+        json_decref(req);
+        return ret;
+    }
+    if (!model || !*model) model = legacy;
+    if (push && (!model || !*model)) {
+        json_decref(req);
+        return srv_reply_error(r, 400, "model is required");
+    }
+    store_name n;
+    if (!model || store_name_parse(model, &n, NULL) != HL_OK) {
+        json_decref(req);
+        return srv_reply_error(r, 400, "invalid model name");
+    }
+    xfer_ctx *c = calloc(1, sizeof *c);
+    if (!c || !(c->name = strdup(model))) {
+        free(c);
+        json_decref(req);
+        return srv_reply_error(r, 500, "out of memory");
+    }
+    json_decref(req);
+    c->insecure = insecure;
+    c->push = push;
+    return srv_stream_run(r, stream, xfer_run, c, xfer_ctx_free);
+}
+
+enum MHD_Result srv_handle_pull(srv_request *r) { return handle_xfer(r, false); }
+
+enum MHD_Result srv_handle_push(srv_request *r) { return handle_xfer(r, true); }

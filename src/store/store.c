@@ -149,7 +149,12 @@ hl_status store_blob_writer_open(const store *s, store_blob_writer **out, hl_err
         return HL_ERR_IO;
     }
     fchmod(w->fd, 0644);
-    sha256_init(&w->sha);
+    if (!sha256_init(&w->sha)) {
+        close(w->fd);
+        unlink(w->tmp_path);
+        free(w);
+        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
     *out = w;
     return HL_OK;
 }
@@ -174,6 +179,7 @@ void store_blob_writer_abort(store_blob_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     unlink(w->tmp_path);
+    sha256_discard(&w->sha);
     free(w);
 }
 
@@ -220,7 +226,7 @@ hl_status store_blob_put(const store *s, const void *data, size_t len,
                          char digest_out[STORE_DIGEST_LEN], hl_err *err) {
     char d[STORE_DIGEST_LEN];
     memcpy(d, "sha256:", 7);
-    sha256_hex(data, len, d + 7);
+    if (!sha256_hex(data, len, d + 7)) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     memcpy(digest_out, d, STORE_DIGEST_LEN);
     if (store_blob_exists(s, d, NULL)) return HL_OK;
     store_blob_writer *w;
@@ -268,7 +274,11 @@ hl_status store_blob_import_file(const store *s, const char *path, char digest_o
         return st;
     }
     /* Peek at the digest: if the blob already exists, keep the existing file. */
-    sha256_ctx copy = w->sha;
+    sha256_ctx copy;
+    if (!sha256_copy(&copy, &w->sha)) {
+        store_blob_writer_abort(w);
+        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
     char d[STORE_DIGEST_LEN];
     memcpy(d, "sha256:", 7);
     sha256_final_hex(&copy, d + 7);
@@ -450,7 +460,8 @@ hl_status store_manifest_read(const store *s, const store_name *n, store_manifes
     st = hl_file_read(path, &buf, &len, err);
     if (st != HL_OK) return st;
     st = store_manifest_parse(buf, len, out, err);
-    if (st == HL_OK && digest_hex) sha256_hex(buf, len, digest_hex);
+    if (st == HL_OK && digest_hex && !sha256_hex(buf, len, digest_hex))
+        st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
     free(buf);
     if (st != HL_OK) {
         hl_err_prefix(err, "%s", path);
@@ -479,8 +490,6 @@ static void rmdir_empty_parents(const store *s, char *path) {
         if (strcmp(path, root) == 0 || rmdir(path) != 0) break;
     }
 }
-static hl_status manifest_write_raw(store *s, const store_name *n, const store_manifest *m,
-                                    hl_err *err);
 
 /* Under s->lock: every blob m references is there. With every prune under the same lock,
  * a manifest written after this check never points at a missing blob. */
@@ -493,25 +502,9 @@ static hl_status check_blobs_locked(const store *s, const store_manifest *m, hl_
     return HL_OK;
 }
 
-/* Writes n's manifest (under its stored spelling when there is one) once its blobs are
- * checked, then prunes the blobs only the replaced manifest referenced. */
-static hl_status manifest_write_locked(store *s, const store_name *n_in, const store_manifest *m,
-                                       hl_err *err) {
-    hl_status st = check_blobs_locked(s, m, err);
-    if (st != HL_OK) return st;
-    store_name canon;
-    const store_name *n = store_find(s, n_in, &canon) ? &canon : n_in;
-    store_manifest old = {0};
-    bool had_old = store_manifest_read(s, n, &old, NULL, NULL, NULL) == HL_OK;
-    st = manifest_write_raw(s, n, m, err);
-    if (st == HL_OK && had_old && !(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE")))
-        prune_locked(s, &old);
-    store_manifest_free(&old);
-    return st;
-}
-
-static hl_status manifest_write_raw(store *s, const store_name *n, const store_manifest *m,
-                                    hl_err *err) {
+/* Writes the manifest's exact bytes; a failed write leaves no empty folders. */
+static hl_status manifest_write_bytes_locked(store *s, const store_name *n, const char *json,
+                                             size_t len, hl_err *err) {
     char path[PATH_CAP];
     hl_status st = store_manifest_path(s, n, path, sizeof path, err);
     if (st != HL_OK) return st;
@@ -520,14 +513,50 @@ static hl_status manifest_write_raw(store *s, const store_name *n, const store_m
     st = mkdir_p(path, err);
     *slash = '/';
     if (st != HL_OK) return st;
+    st = hl_file_write(path, json, len, err);
+    if (st != HL_OK) rmdir_empty_parents(s, path); /* no empty folders from a failed write */
+    return st;
+}
+
+/* Writes n's manifest m, whose serialised bytes are json (under its stored spelling when
+ * there is one), once its blobs are checked, then prunes the blobs only the replaced
+ * manifest referenced. */
+static hl_status manifest_commit_locked(store *s, const store_name *n_in, const store_manifest *m,
+                                        const char *json, size_t len, hl_err *err) {
+    hl_status st = check_blobs_locked(s, m, err);
+    if (st != HL_OK) return st;
+    store_name canon;
+    const store_name *n = store_find(s, n_in, &canon) ? &canon : n_in;
+    store_manifest old = {0};
+    bool had_old = store_manifest_read(s, n, &old, NULL, NULL, NULL) == HL_OK;
+    st = manifest_write_bytes_locked(s, n, json, len, err);
+    if (st == HL_OK && had_old && !(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE")))
+        prune_locked(s, &old);
+    store_manifest_free(&old);
+    return st;
+}
+
+static hl_status manifest_write_locked(store *s, const store_name *n, const store_manifest *m,
+                                       hl_err *err) {
     char *json;
     size_t len;
-    st = store_manifest_serialize(m, &json, &len, err);
-    if (st == HL_OK) {
-        st = hl_file_write(path, json, len, err);
-        free(json);
-    }
-    if (st != HL_OK) rmdir_empty_parents(s, path); /* no empty folders from a failed write */
+    hl_status st = store_manifest_serialize(m, &json, &len, err);
+    if (st != HL_OK) return st;
+    st = manifest_commit_locked(s, n, m, json, len, err);
+    free(json);
+    return st;
+}
+
+/* A manifest's exact bytes (a pull keeps the registry's, so the model ID matches). */
+hl_status store_manifest_write_raw(store *s, const store_name *n, const char *json, size_t len,
+                                   hl_err *err) {
+    store_manifest m;
+    hl_status st = store_manifest_parse(json, len, &m, err);
+    if (st != HL_OK) return st;
+    pthread_mutex_lock(&s->lock);
+    st = manifest_commit_locked(s, n, &m, json, len, err);
+    pthread_mutex_unlock(&s->lock);
+    store_manifest_free(&m);
     return st;
 }
 

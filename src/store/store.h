@@ -50,6 +50,8 @@ const char *store_root(const store *s);
 bool store_digest_parse(const char *s, char out[STORE_DIGEST_LEN]);
 
 /* ---- blobs ---- */
+/* Downloads in progress live next to the blobs as "sha256-<hex>-partial" (registry.c);
+ * nothing in the store reads those names as blobs. */
 /* Path of a blob (which need not exist); digest must be canonical or parseable. */
 hl_status store_blob_path(const store *s, const char *digest, char *buf, size_t cap, hl_err *err);
 bool store_blob_exists(const store *s, const char *digest, uint64_t *size_out);
@@ -120,6 +122,10 @@ hl_status store_manifest_read(const store *s, const store_name *n, store_manifes
  */
 hl_status store_manifest_write(store *s, const store_name *n, const store_manifest *m,
                                hl_err *err);
+/* Writes manifest bytes as they are (a pulled manifest keeps the registry's bytes, so its
+ * digest matches the registry's); they must parse as a manifest. */
+hl_status store_manifest_write_raw(store *s, const store_name *n, const char *json, size_t len,
+                                   hl_err *err);
 
 /* Removes the manifest, prunes empty directories and deletes the blobs no other
  * manifest references. HL_ERR_NOT_FOUND when there is no such manifest (any more). */

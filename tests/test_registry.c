@@ -1,0 +1,613 @@
+/* test_registry.c - pull and push against a real OCI registry: Debian's docker-registry
+ * (the reference distribution server) started on loopback with its storage in the
+ * test's temp dir, and `hearth serve`. A small loopback proxy between the two counts
+ * blob requests and Range headers and can cut a blob transfer or flip a byte in it. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "net/http_client.h"
+#include "srvproc.h"
+#include "store/sha256.h"
+#include "test.h"
+
+#define REGISTRY_BIN "/usr/bin/docker-registry"
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+/* ---- the registry ---- */
+
+typedef struct registry {
+    pid_t pid;
+    int port;
+} registry;
+
+static bool registry_start(registry *r) {
+    r->pid = -1;
+    r->port = free_port();
+    char cfg[1024], root[1024], log[1024];
+    snprintf(root, sizeof root, "%s/registry", test_tmpdir());
+    snprintf(cfg, sizeof cfg, "%s/registry.yml", test_tmpdir());
+    snprintf(log, sizeof log, "%s/registry.log", test_tmpdir());
+    char text[4096];
+    snprintf(text, sizeof text,
+             "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
+             "storage:\n  filesystem:\n    rootdirectory: %s\n"
+             "http:\n  addr: 127.0.0.1:%d\n",
+             root, r->port);
+    if (hl_file_write(cfg, text, strlen(text), NULL) != HL_OK) return false;
+    r->pid = fork();
+    if (r->pid == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(STDOUT_FILENO, STDERR_FILENO);
+        execl(REGISTRY_BIN, REGISTRY_BIN, "serve", cfg, (char *)NULL);
+        _exit(127);
+    }
+    if (r->pid < 0) return false;
+    net_host h = {0};
+    snprintf(h.host, sizeof h.host, "127.0.0.1");
+    h.port = r->port;
+    for (int i = 0; i < 200; i++) { /* up to 10 s */
+        int status = 0;
+        char *resp = NULL;
+        if (net_http_request(&h, "GET", "/v2/", NULL, 0, &status, &resp, NULL, NULL) == HL_OK &&
+            status == 200) {
+            free(resp);
+            return true;
+        }
+        free(resp);
+        sp_sleep_ms(50);
+    }
+    return false;
+}
+
+static void registry_stop(registry *r) {
+    if (r->pid <= 0) return;
+    kill(r->pid, SIGTERM);
+    int st;
+    waitpid(r->pid, &st, 0);
+    r->pid = -1;
+}
+
+/* ---- the proxy ---- */
+
+enum { PROXY_PASS, PROXY_CUT_ONCE, PROXY_CUT_ALWAYS, PROXY_FLIP, PROXY_STALL };
+
+typedef struct proxy {
+    int listen_fd, port, target_port;
+    int mode;
+    size_t cut_at;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    int blob_gets;     /* GET .../blobs/... requests */
+    int range_gets;    /* of which with a Range header */
+    char last_range[128];
+    bool cut_done;
+    atomic_bool stalled;   /* STALL: the first bytes are out and the proxy waits */
+    atomic_bool peer_gone; /* STALL: the puller closed its connection */
+    atomic_bool stop;
+} proxy;
+
+static bool send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0) return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* One exchange: the request's head (pulls send no bodies), forwarded with
+ * "Connection: close"; the whole response read, then passed on (maybe cut or flipped). */
+static void proxy_one(proxy *px, int cfd) {
+    char req[16384];
+    size_t n = 0;
+    char *end = NULL;
+    while (n < sizeof req - 1 && !end) {
+        ssize_t r = recv(cfd, req + n, sizeof req - 1 - n, 0);
+        if (r <= 0) return;
+        n += (size_t)r;
+        req[n] = '\0';
+        end = strstr(req, "\r\n\r\n");
+    }
+    if (!end) return;
+    bool blob_get = strncmp(req, "GET ", 4) == 0 && strstr(req, "/blobs/sha256:") &&
+                    strstr(req, "/blobs/sha256:") < strchr(req, '\n');
+    const char *range = strcasestr(req, "\r\nRange:");
+    pthread_mutex_lock(&px->lock);
+    if (blob_get) {
+        px->blob_gets++;
+        if (range && range < end) {
+            px->range_gets++;
+            const char *v = range + 8;
+            while (*v == ' ') v++;
+            size_t vl = strcspn(v, "\r");
+            snprintf(px->last_range, sizeof px->last_range, "%.*s", (int)vl, v);
+        }
+    }
+    pthread_mutex_unlock(&px->lock);
+    /* forward */
+    int sfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)px->target_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (sfd < 0 || connect(sfd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (sfd >= 0) close(sfd);
+        return;
+    }
+    char *line_end = strstr(req, "\r\n");
+    size_t first = (size_t)(line_end - req) + 2;
+    if (!send_all(sfd, req, first) || !send_all(sfd, "Connection: close\r\n", 19) ||
+        !send_all(sfd, req + first, n - first)) {
+        close(sfd);
+        return;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *resp = malloc(cap);
+    for (;;) {
+        if (len == cap) {
+            char *p = realloc(resp, cap *= 2);
+            if (!p) break;
+            resp = p;
+        }
+        ssize_t r = recv(sfd, resp + len, cap - len, 0);
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    close(sfd);
+    char *hend = memmem(resp, len, "\r\n\r\n", 4);
+    size_t body_off = hend ? (size_t)(hend - resp) + 4 : len;
+    size_t body_len = len - body_off;
+    size_t out_len = len;
+    if (blob_get && body_len > 4096 && px->mode == PROXY_STALL) {
+        /* some bytes, then nothing until the puller gives up (or the test ends) */
+        send_all(cfd, resp, body_off + px->cut_at);
+        free(resp);
+        atomic_store(&px->stalled, true);
+        while (!atomic_load(&px->stop)) {
+            struct pollfd pfd = {.fd = cfd, .events = POLLIN};
+            char b;
+            if (poll(&pfd, 1, 20) > 0 && recv(cfd, &b, 1, MSG_DONTWAIT) <= 0) {
+                atomic_store(&px->peer_gone, true);
+                break;
+            }
+        }
+        return;
+    }
+    if (blob_get && body_len > 4096) {
+        pthread_mutex_lock(&px->lock);
+        if ((px->mode == PROXY_CUT_ALWAYS || (px->mode == PROXY_CUT_ONCE && !px->cut_done)) &&
+            body_len > px->cut_at) {
+            px->cut_done = true;
+            out_len = body_off + px->cut_at;
+        } else if (px->mode == PROXY_FLIP) {
+            resp[body_off + body_len / 2] ^= 0x5a;
+        }
+        pthread_mutex_unlock(&px->lock);
+    }
+    send_all(cfd, resp, out_len);
+    free(resp);
+}
+
+static void *proxy_main(void *arg) {
+    proxy *px = arg;
+    for (;;) {
+        int cfd = accept(px->listen_fd, NULL, NULL);
+        if (cfd < 0) {
+            if (errno == EINTR) continue;
+            break; /* shut down */
+        }
+        proxy_one(px, cfd);
+        close(cfd);
+    }
+    return NULL;
+}
+
+static bool proxy_start(proxy *px, int target_port, int mode) {
+    memset(px, 0, sizeof *px);
+    px->target_port = target_port;
+    px->mode = mode;
+    px->cut_at = 300000;
+    pthread_mutex_init(&px->lock, NULL);
+    px->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (px->listen_fd < 0 || bind(px->listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        listen(px->listen_fd, 16) != 0 || getsockname(px->listen_fd, (struct sockaddr *)&a, &len) != 0)
+        return false;
+    px->port = ntohs(a.sin_port);
+    return pthread_create(&px->thread, NULL, proxy_main, px) == 0;
+}
+
+static void proxy_stop(proxy *px) {
+    atomic_store(&px->stop, true);
+    shutdown(px->listen_fd, SHUT_RDWR); /* accept() returns */
+    pthread_join(px->thread, NULL);
+    close(px->listen_fd);
+    pthread_mutex_destroy(&px->lock);
+}
+
+/* ---- shared setup: a model pushed to the registry, then removed locally ---- */
+
+static registry g_reg;
+static char g_pushed[128]; /* the name pushed (registry port) */
+static char g_text[4096];  /* what it generates at temperature 0 */
+static char g_digest[80];  /* its manifest digest (/api/tags) */
+
+/* The "digest" /api/tags lists for a model name, or "". */
+static void tags_digest(const srv_proc *p, const char *name, char *out, size_t cap) {
+    out[0] = '\0';
+    json_t *j = NULL;
+    if (sp_req(p, "GET", "/api/tags", NULL, &j) != 200) return;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(j, "models"), i, m) {
+        const char *n = json_string_value(json_object_get(m, "name"));
+        const char *d = json_string_value(json_object_get(m, "digest"));
+        if (n && d && strcmp(n, name) == 0) snprintf(out, cap, "%s", d);
+    }
+    json_decref(j);
+}
+
+static const char *const g_env[] = {"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost",
+                                    NULL};
+
+static bool generate(const srv_proc *p, const char *model, char *out, size_t cap) {
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"model\":\"%s\",\"prompt\":\"Once upon a time\",\"stream\":false,"
+             "\"options\":{\"temperature\":0,\"seed\":42,\"num_predict\":24}}",
+             model);
+    json_t *j = NULL;
+    int st = sp_req(p, "POST", "/api/generate", body, &j);
+    const char *text = json_string_value(json_object_get(j, "response"));
+    bool ok = st == 200 && text && *text;
+    if (ok) snprintf(out, cap, "%s", text);
+    json_decref(j);
+    return ok;
+}
+
+static bool push_and_remove(const srv_proc *p) {
+    const char *gguf = test_shared_path("models/stories260K/stories260K.gguf");
+    snprintf(g_pushed, sizeof g_pushed, "127.0.0.1:%d/library/stories:latest", g_reg.port);
+    if (!sp_create_model(p, g_pushed, gguf, "")) return false;
+    if (!generate(p, g_pushed, g_text, sizeof g_text)) return false;
+    tags_digest(p, g_pushed, g_digest, sizeof g_digest);
+    if (!g_digest[0]) return false;
+    const char *args[] = {"push", g_pushed, "--insecure", NULL};
+    char out[4096], err[8192];
+    int rc = sp_run_cli(p->port, "", args, out, sizeof out, err, sizeof err);
+    if (rc != 0 || !strstr(err, "pushing manifest") || !strstr(err, "success")) {
+        fprintf(stderr, "push failed (%d): %s %s\n", rc, out, err);
+        return false;
+    }
+    char body[256];
+    snprintf(body, sizeof body, "{\"model\":\"%s\"}", g_pushed);
+    return sp_req(p, "DELETE", "/api/delete", body, NULL) == 200;
+}
+
+/* Files under dir (recursively), as one sorted-by-readdir string, for before/after checks. */
+static void list_files(const char *dir, char *out, size_t cap) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (stat(path, &sb) != 0) continue;
+        size_t l = strlen(out);
+        snprintf(out + l, cap - l, "%s;", path);
+        if (S_ISDIR(sb.st_mode)) list_files(path, out, cap);
+    }
+    closedir(d);
+}
+
+static bool file_has_digest(const char *models, const char *digest) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/blobs/sha256-%s", models, digest + 7);
+    char *data;
+    size_t len;
+    if (hl_file_read(path, &data, &len, NULL) != HL_OK) return false;
+    char hex[65];
+    bool ok = sha256_hex(data, len, hex) && strcmp(hex, digest + 7) == 0;
+    free(data);
+    return ok;
+}
+
+#define WITH_REGISTRY(body_fn)                                                           \
+    do {                                                                                 \
+        if (access(REGISTRY_BIN, X_OK) != 0)                                             \
+            SKIP(REGISTRY_BIN " not found (apt-get install docker-registry)");           \
+        if (!test_shared_path("models/stories260K/stories260K.gguf"))                    \
+            SKIP("models/stories260K/stories260K.gguf not found");                       \
+        bool up_ = registry_start(&g_reg);                                               \
+        if (up_) SP_WITH_SERVER("reg", g_env, push_and_remove, body_fn);                 \
+        registry_stop(&g_reg);                                                           \
+        CHECK_MSG(up_, "docker-registry did not start");                                 \
+    } while (0)
+
+/* ---- tests ---- */
+
+static void roundtrip_body(const srv_proc *p) {
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_PASS));
+    char name[128];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories:latest", px.port);
+    const char *args[] = {"pull", name, "--insecure", NULL};
+    char out[4096], err[8192];
+    int rc = sp_run_cli(p->port, "", args, out, sizeof out, err, sizeof err);
+    int gets_first = px.blob_gets;
+    bool ok = rc == 0 && strstr(err, "pulling manifest") && strstr(err, "verifying sha256 digest") &&
+              strstr(err, "writing manifest") && strstr(err, "success");
+    char text[4096] = "";
+    bool gen = ok && generate(p, name, text, sizeof text);
+    /* a second pull (the API, streamed) transfers nothing */
+    char body[256];
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    json_t *j = NULL;
+    int st2 = sp_req(p, "POST", "/api/pull", body, &j);
+    const char *status2 = json_string_value(json_object_get(j, "status"));
+    bool second_ok = st2 == 200 && status2 && strcmp(status2, "success") == 0;
+    json_decref(j);
+    int gets_second = px.blob_gets - gets_first;
+    /* a missing tag */
+    snprintf(body, sizeof body, "{\"model\":\"127.0.0.1:%d/library/stories:nope\",\"insecure\":true,\"stream\":false}",
+             px.port);
+    int st3 = sp_req(p, "POST", "/api/pull", body, &j);
+    char missing[256] = "";
+    snprintf(missing, sizeof missing, "%s", json_string_value(json_object_get(j, "error")) ?: "");
+    json_decref(j);
+    /* without insecure, plain http is never tried: https to a plain-http port fails */
+    snprintf(body, sizeof body, "{\"model\":\"http://%s\",\"stream\":false}", name);
+    int st4 = sp_req(p, "POST", "/api/pull", body, &j);
+    char insecure_err[256] = "";
+    snprintf(insecure_err, sizeof insecure_err, "%s", json_string_value(json_object_get(j, "error")) ?: "");
+    json_decref(j);
+    proxy_stop(&px);
+
+    CHECK_MSG(ok, "pull failed (%d): %s", rc, err);
+    CHECK_EQ_INT(gets_first, 2); /* the model layer and the config */
+    CHECK(gen);
+    CHECK_STR(text, g_text);
+    /* the manifest is stored as the registry serves it: the same bytes, the same ID */
+    char digest[80];
+    tags_digest(p, name, digest, sizeof digest);
+    CHECK_STR(digest, g_digest);
+    CHECK(second_ok);
+    CHECK_EQ_INT(gets_second, 0);
+    CHECK_EQ_INT(st3, 500);
+    CHECK_STR(missing, "pull model manifest: file does not exist");
+    CHECK_EQ_INT(st4, 500);
+    CHECK_STR(insecure_err, "insecure protocol http");
+}
+
+TEST(registry_push_pull_roundtrip_same_tokens) { WITH_REGISTRY(roundtrip_body); }
+
+static void resume_body(const srv_proc *p) {
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_CUT_ONCE));
+    char name[128], body[256];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    json_t *j = NULL;
+    int st = sp_req(p, "POST", "/api/pull", body, &j);
+    const char *status = json_string_value(json_object_get(j, "status"));
+    bool ok = st == 200 && status && strcmp(status, "success") == 0;
+    json_decref(j);
+    bool cut = px.cut_done;
+    int ranges = px.range_gets;
+    char range[128];
+    snprintf(range, sizeof range, "%s", px.last_range);
+    proxy_stop(&px);
+    CHECK(ok);
+    CHECK(cut);
+    CHECK_EQ_INT(ranges, 1);
+    /* it resumed exactly where the cut left the partial file */
+    CHECK_STR(range, "bytes=300000-");
+    json_t *show = NULL;
+    snprintf(body, sizeof body, "{\"model\":\"%s\"}", name);
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/show", body, &show), 200);
+    json_decref(show);
+    /* the blob in the store has the right digest; no partial file is left */
+    char files[16384] = "", blobs[1100];
+    snprintf(blobs, sizeof blobs, "%s/blobs", p->models);
+    list_files(blobs, files, sizeof files);
+    CHECK_MSG(!strstr(files, "partial"), "left over: %s", files);
+    char *gguf;
+    size_t glen;
+    CHECK(hl_file_read(test_shared_path("models/stories260K/stories260K.gguf"), &gguf, &glen, NULL) == HL_OK);
+    char digest[80] = "sha256:";
+    bool hashed = sha256_hex(gguf, glen, digest + 7);
+    free(gguf);
+    CHECK(hashed);
+    CHECK(file_has_digest(p->models, digest));
+    char text[4096];
+    CHECK(generate(p, name, text, sizeof text));
+    CHECK_STR(text, g_text);
+}
+
+TEST(registry_pull_resumes_after_a_cut_connection) { WITH_REGISTRY(resume_body); }
+
+/* Every connection cut: the pull gives up after its retries, leaving only the partial
+ * file; the next pull resumes from it. */
+static void resume_later_body(const srv_proc *p) {
+    char before[16384] = "", after[16384] = "";
+    char manifests[1100];
+    snprintf(manifests, sizeof manifests, "%s/manifests", p->models);
+    list_files(manifests, before, sizeof before);
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_CUT_ALWAYS));
+    px.cut_at = 100000;
+    char name[128], body[256];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    json_t *j = NULL;
+    int st1 = sp_req(p, "POST", "/api/pull", body, &j);
+    json_decref(j);
+    int gets1 = px.blob_gets;
+    pthread_mutex_lock(&px.lock);
+    px.mode = PROXY_PASS;
+    px.range_gets = 0;
+    pthread_mutex_unlock(&px.lock);
+    char blobs[1100], files[16384] = "";
+    snprintf(blobs, sizeof blobs, "%s/blobs", p->models);
+    list_files(blobs, files, sizeof files);
+    list_files(manifests, after, sizeof after);
+    int st2 = sp_req(p, "POST", "/api/pull", body, &j);
+    const char *status = json_string_value(json_object_get(j, "status"));
+    bool ok = st2 == 200 && status && strcmp(status, "success") == 0;
+    json_decref(j);
+    int ranges = px.range_gets;
+    char range[128];
+    snprintf(range, sizeof range, "%s", px.last_range);
+    proxy_stop(&px);
+    CHECK_EQ_INT(st1, 500);
+    CHECK_EQ_INT(gets1, 5); /* the first try and four resumed retries */
+    CHECK_MSG(strstr(files, "-partial;"), "no partial file: %s", files);
+    int n_files = 0;
+    for (const char *q = files; (q = strstr(q, "sha256-")) != NULL; q++) n_files++;
+    CHECK_MSG(n_files == 1, "a blob entered the store: %s", files);
+    CHECK_STR(after, before); /* no manifest */
+    CHECK(ok);
+    CHECK_EQ_INT(ranges, 1);
+    CHECK_STR(range, "bytes=500000-");
+    char text[4096];
+    CHECK(generate(p, name, text, sizeof text));
+    CHECK_STR(text, g_text);
+}
+
+TEST(registry_failed_pull_resumes_on_the_next_pull) { WITH_REGISTRY(resume_later_body); }
+
+static void corrupt_body(const srv_proc *p) {
+    char before[16384] = "", after[16384] = "";
+    list_files(p->models, before, sizeof before);
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_FLIP));
+    char body[256];
+    snprintf(body, sizeof body, "{\"model\":\"127.0.0.1:%d/library/stories\",\"insecure\":true}", px.port);
+    /* streamed: the error is the last line after the progress */
+    char *resp = NULL;
+    size_t len = 0;
+    int status = 0;
+    hl_status rs = net_http_request(&p->host, "POST", "/api/pull", body, strlen(body), &status, &resp,
+                                    &len, NULL);
+    proxy_stop(&px);
+    CHECK(rs == HL_OK);
+    CHECK_EQ_INT(status, 200);
+    CHECK_MSG(resp && strstr(resp, "{\"status\":\"pulling manifest\"}"), "%s", resp ? resp : "");
+    const char *last = resp ? strstr(resp, "{\"error\":\"digest mismatch") : NULL;
+    CHECK_MSG(last, "no digest mismatch error in: %s", resp ? resp : "");
+    free(resp);
+    list_files(p->models, after, sizeof after);
+    CHECK_STR(after, before);
+}
+
+TEST(registry_corrupt_blob_is_rejected_and_the_store_unchanged) { WITH_REGISTRY(corrupt_body); }
+
+static void run_body(const srv_proc *p) {
+    char name[128];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", g_reg.port);
+    const char *args[] = {"run", name, "Once upon a time", "--insecure", NULL};
+    char out[8192], err[8192];
+    int rc = sp_run_cli(p->port, "", args, out, sizeof out, err, sizeof err);
+    CHECK_MSG(rc == 0, "run failed (%d): %s", rc, err);
+    CHECK_MSG(strstr(err, "pulling manifest") && strstr(err, "success"), "no pull: %s", err);
+    CHECK_MSG(strlen(out) > 8, "no output: %s", out);
+    json_t *show = NULL;
+    char body[256];
+    snprintf(body, sizeof body, "{\"model\":\"%s\"}", name);
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/show", body, &show), 200);
+    json_decref(show);
+}
+
+TEST(registry_run_pulls_a_missing_model) { WITH_REGISTRY(run_body); }
+
+/* A client that goes away mid-download (Ctrl-C in `hearth pull`) cancels the transfer:
+ * no blob and no manifest enter the store, the bytes so far stay in the partial file, and
+ * the next pull resumes from them. */
+static void cancel_body(const srv_proc *p) {
+    char manifests[1100], blobs[1100], before[16384] = "", after[16384] = "", files[16384] = "";
+    snprintf(manifests, sizeof manifests, "%s/manifests", p->models);
+    snprintf(blobs, sizeof blobs, "%s/blobs", p->models);
+    list_files(manifests, before, sizeof before);
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_STALL));
+    px.cut_at = 200000;
+    char name[128], body[256];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true}", name);
+    net_http *h = NULL;
+    bool progressed = false;
+    if (net_http_open(&p->host, "POST", "/api/pull", "application/json", (int64_t)strlen(body), &h,
+                      NULL) == HL_OK &&
+        net_http_send(h, body, strlen(body), NULL) == HL_OK && net_http_finish(h, NULL) == HL_OK) {
+        char *line;
+        size_t len;
+        while (!progressed && net_http_read_line(h, &line, &len, NULL) == HL_OK && line)
+            progressed = strstr(line, "\"completed\":") != NULL;
+    }
+    net_http_close(h); /* the client is gone */
+    for (int i = 0; i < 200 && !atomic_load(&px.peer_gone); i++) sp_sleep_ms(50);
+    bool gone = atomic_load(&px.peer_gone);
+    if (!gone) { /* the proxy still serves the stalled exchange: stop before pulling again */
+        proxy_stop(&px);
+        CHECK_MSG(false, "the server kept the stalled download open after the client left");
+    }
+    sp_sleep_ms(200); /* let the producer finish */
+    list_files(blobs, files, sizeof files);
+    list_files(manifests, after, sizeof after);
+    pthread_mutex_lock(&px.lock);
+    px.mode = PROXY_PASS;
+    pthread_mutex_unlock(&px.lock);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    json_t *j = NULL;
+    int st = sp_req(p, "POST", "/api/pull", body, &j);
+    const char *status = json_string_value(json_object_get(j, "status"));
+    bool ok = st == 200 && status && strcmp(status, "success") == 0;
+    json_decref(j);
+    int ranges = px.range_gets;
+    char range[128];
+    snprintf(range, sizeof range, "%s", px.last_range);
+    proxy_stop(&px);
+    CHECK(progressed);
+    int n_files = 0;
+    for (const char *q = files; (q = strstr(q, "sha256-")) != NULL; q++) n_files++;
+    CHECK_MSG(n_files == 1 && strstr(files, "-partial;"), "blobs after the cancel: %s", files);
+    CHECK_STR(after, before);
+    CHECK(ok);
+    CHECK_EQ_INT(ranges, 1);
+    long from = strncmp(range, "bytes=", 6) == 0 ? atol(range + 6) : -1;
+    CHECK_MSG(from > 0 && from <= 200000, "range %s", range);
+    char text[4096];
+    CHECK(generate(p, name, text, sizeof text));
+    CHECK_STR(text, g_text);
+}
+
+TEST(registry_cancelled_pull_leaves_only_a_partial_and_resumes) { WITH_REGISTRY(cancel_body); }
