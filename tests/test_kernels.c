@@ -226,7 +226,7 @@ TEST(kernels_simd_vec_dot4_equals_vec_dot) {
             free(x);
         }
     }
-    CHECK_EQ_INT(n_dot4, 14); /* every weight type */
+    CHECK_EQ_INT(n_dot4, N_WEIGHT_TYPES); /* every weight type */
 }
 
 /* The register-blocked tiles (2 weight rows x 4 tokens) must equal the single-token dot
