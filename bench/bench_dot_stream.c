@@ -99,7 +99,8 @@ int main(int argc, char **argv) {
     printf("variant %s, %d threads, %g MiB per type, best of %d passes (GB/s of weights)\n",
            variant, threads, mib, passes);
     const hl_type types[] = {HL_TYPE_Q8_0, HL_TYPE_Q4_0, HL_TYPE_Q4_K, HL_TYPE_Q6_K, HL_TYPE_Q4_1,
-                             HL_TYPE_Q5_0, HL_TYPE_Q5_1, HL_TYPE_Q2_K, HL_TYPE_Q3_K, HL_TYPE_Q5_K};
+                             HL_TYPE_Q5_0, HL_TYPE_Q5_1, HL_TYPE_Q2_K, HL_TYPE_Q3_K, HL_TYPE_Q5_K,
+                             HL_TYPE_MXFP4};
     const int64_t cols = 2048;
     float *x = malloc(sizeof(float) * (size_t)cols);
     float *out = malloc(sizeof(float) * 4096 * (size_t)threads);
@@ -116,7 +117,16 @@ int main(int argc, char **argv) {
         for (int64_t r = 0; r < 64; r++) {
             for (int64_t c = 0; c < cols; c++)
                 row[c] = (float)((r * 31 + c * 17) % 200) / 100.0f - 1.0f;
-            hl_quantize_row(t, row, buf + (size_t)r * row_bytes, cols);
+            if (hl_type_traits_get(t)->can_quantize) {
+                hl_quantize_row(t, row, buf + (size_t)r * row_bytes, cols);
+                continue;
+            }
+            /* MXFP4 has no quantizer: pattern codes with normal-range shared exponents */
+            block_mxfp4 *b = (block_mxfp4 *)(buf + (size_t)r * row_bytes);
+            for (int64_t k = 0; k < cols / QK_MXFP4; k++) {
+                b[k].e = (uint8_t)(120 + (r + k) % 8);
+                for (int j = 0; j < QK_MXFP4 / 2; j++) b[k].qs[j] = (uint8_t)((r * 31 + k * 17 + j * 7) & 0xff);
+            }
         }
         for (int64_t r = 64; r < rows; r += 64) memcpy(buf + (size_t)r * row_bytes, buf, 64 * row_bytes);
         free(row);

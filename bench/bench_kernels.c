@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const hl_type types[] = {HL_TYPE_F16,  HL_TYPE_Q8_0, HL_TYPE_Q4_0, HL_TYPE_Q4_K,
-                             HL_TYPE_Q6_K, HL_TYPE_Q5_K, HL_TYPE_Q4_1};
+                             HL_TYPE_Q6_K, HL_TYPE_Q5_K, HL_TYPE_Q4_1, HL_TYPE_MXFP4};
     const int64_t rows = 5632, cols = 2048, max_tok = 32;
     float *x = malloc(sizeof(float) * (size_t)(cols * max_tok));
     float *out = malloc(sizeof(float) * (size_t)(rows * max_tok));
@@ -49,6 +49,10 @@ int main(int argc, char **argv) {
             }
             free(row);
         }
+        /* MXFP4 has no quantizer: random codes with normal-range shared exponents */
+        if (t == HL_TYPE_MXFP4)
+            for (size_t b = 0; b < bytes / sizeof(block_mxfp4); b++)
+                ((block_mxfp4 *)w)[b].e = (uint8_t)(120 + b % 8);
         void *scratch = malloc(kern_matmul_scratch_size(t, cols, max_tok) + 1);
         for (int mode = 0; mode < 2; mode++) {
             const int64_t nt = mode ? max_tok : 1;

@@ -22,7 +22,7 @@ static float frand(void) { return (float)(rnd() >> 8) / 16777216.0f * 2.0f - 1.0
 static const hl_type g_weight_types[] = {
     HL_TYPE_F32,  HL_TYPE_F16,  HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1,
     HL_TYPE_Q5_0, HL_TYPE_Q5_1, HL_TYPE_Q8_0, HL_TYPE_Q2_K, HL_TYPE_Q3_K,
-    HL_TYPE_Q4_K, HL_TYPE_Q5_K, HL_TYPE_Q6_K,
+    HL_TYPE_Q4_K, HL_TYPE_Q5_K, HL_TYPE_Q6_K, HL_TYPE_MXFP4,
 };
 #define N_WEIGHT_TYPES (sizeof g_weight_types / sizeof g_weight_types[0])
 
@@ -59,6 +59,8 @@ static void random_weights(hl_type t, void *dst, int64_t n) {
             ((block_q5_K *)dst)[b].dmin = dmin;
             break;
         case HL_TYPE_Q6_K: ((block_q6_K *)dst)[b].d = d; break;
+        /* scales 2^-7 .. 2^-4 (times the doubled values: up to 0.75) */
+        case HL_TYPE_MXFP4: ((block_mxfp4 *)dst)[b].e = (uint8_t)(121 + rnd() % 4); break;
         default: break;
         }
     }
@@ -224,7 +226,7 @@ TEST(kernels_simd_vec_dot4_equals_vec_dot) {
             free(x);
         }
     }
-    CHECK_EQ_INT(n_dot4, 13); /* every weight type */
+    CHECK_EQ_INT(n_dot4, N_WEIGHT_TYPES); /* every weight type */
 }
 
 /* The register-blocked tiles (2 weight rows x 4 tokens) must equal the single-token dot

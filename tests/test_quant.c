@@ -6,6 +6,8 @@
 
 #include <stdlib.h>
 
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
 #include "tensor/types.h"
 
 static uint32_t f2u(float f) {
@@ -105,7 +107,8 @@ TEST(quant_bf16_conversion) {
 TEST(quant_traits_caps) {
     const hl_type deq[] = {HL_TYPE_F32,  HL_TYPE_F16,  HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1,
                            HL_TYPE_Q5_0, HL_TYPE_Q5_1, HL_TYPE_Q8_0, HL_TYPE_Q2_K, HL_TYPE_Q3_K,
-                           HL_TYPE_Q4_K, HL_TYPE_Q5_K, HL_TYPE_Q6_K, HL_TYPE_Q8_K};
+                           HL_TYPE_Q4_K, HL_TYPE_Q5_K, HL_TYPE_Q6_K, HL_TYPE_Q8_K,
+                           HL_TYPE_MXFP4};
     for (size_t i = 0; i < sizeof deq / sizeof deq[0]; i++)
         CHECK_MSG(hl_type_traits_get(deq[i])->can_dequantize, "%s", hl_type_name(deq[i]));
     const hl_type q[] = {HL_TYPE_F16,  HL_TYPE_BF16, HL_TYPE_Q4_0, HL_TYPE_Q4_1, HL_TYPE_Q5_0,
@@ -140,6 +143,76 @@ TEST(quant_dequant_q4_0_block) {
         CHECK(y[j] == (float)((j - 8) * 2));
         CHECK(y[16 + j] == (float)((7 - j) * 2));
     }
+}
+
+/* MXFP4: E2M1 codes 0..7 are 0, .5, 1, 1.5, 2, 3, 4, 6 and 8..15 their negatives, all
+ * times 2^(e-127); e 0 gives 2^-127 (a subnormal half scale), e 255 2^128. */
+TEST(quant_dequant_mxfp4_block) {
+    static const float e2m1[16] = {0, .5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -.5f, -1, -1.5f, -2, -3, -4, -6};
+    block_mxfp4 b[4];
+    const uint8_t es[4] = {127, 130, 0, 254};
+    const float scale[4] = {1.0f, 8.0f, 0x1p-127f, 0x1p127f};
+    for (int k = 0; k < 4; k++) {
+        b[k].e = es[k];
+        for (int j = 0; j < 16; j++) b[k].qs[j] = (uint8_t)(j | (15 - j) << 4);
+    }
+    CHECK_EQ_INT(hl_row_size(HL_TYPE_MXFP4, 64), 34);
+    CHECK_STR(hl_type_name(39), "mxfp4");
+    float y[128];
+    hl_dequantize_row(HL_TYPE_MXFP4, b, y, 128);
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 16; j++) {
+            CHECK_MSG(y[32 * k + j] == e2m1[j] * scale[k], "block %d el %d: %g", k, j, y[32 * k + j]);
+            CHECK(y[32 * k + 16 + j] == e2m1[15 - j] * scale[k]);
+        }
+    CHECK(y[7] == 6.0f && y[16 + 0] == -6.0f && y[32 + 13] == -24.0f);
+    CHECK(hl_e8m0_to_fp32_half(1) == 0x1p-127f && hl_e8m0_to_fp32_half(255) == 0x1p127f);
+    CHECK(hl_e8m0_to_fp32_half(2) == 0x1p-126f);
+}
+
+/* The golden gpt-oss file's MXFP4 expert tensors: the reader accepts type 39 and every
+ * row dequantizes to finite values whose reference dot matches the float dot. */
+TEST(quant_mxfp4_gguf_tensors) {
+    const char *path = test_shared_path("testdata/arch/gpt-oss-mxfp4.gguf");
+    if (!path) SKIP("testdata/arch/gpt-oss-mxfp4.gguf not found");
+    gguf_file *f;
+    hl_err err;
+    CHECK_OK(gguf_open(path, &f, &err), &err);
+    int n_mx = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (t->type != HL_TYPE_MXFP4) continue;
+        n_mx++;
+        const int64_t n = t->ne[0];
+        const size_t rb = hl_row_size(HL_TYPE_MXFP4, n);
+        CHECK(rb > 0 && t->n_bytes % rb == 0);
+        float *w = malloc((size_t)n * sizeof *w), *x = malloc((size_t)n * sizeof *x);
+        void *xq = malloc(hl_row_size(HL_TYPE_Q8_0, n));
+        for (int64_t j = 0; j < n; j++) x[j] = (float)((j * 37) % 19) / 9.0f - 1.0f;
+        hl_quantize_row(HL_TYPE_Q8_0, x, xq, n);
+        hl_dequantize_row(HL_TYPE_Q8_0, xq, x, n);
+        double nonzero = 0;
+        for (uint64_t r = 0; r < t->n_bytes / rb; r++) {
+            const uint8_t *row = (const uint8_t *)t->data + r * rb;
+            hl_dequantize_row(HL_TYPE_MXFP4, row, w, n);
+            double want = 0, mag = 0;
+            for (int64_t j = 0; j < n; j++) {
+                CHECK(isfinite(w[j]));
+                nonzero += w[j] != 0;
+                want += (double)w[j] * x[j];
+                mag += fabs((double)w[j] * x[j]);
+            }
+            const float got = kern_vec_dot(HL_TYPE_MXFP4, n, row, xq);
+            CHECK_MSG(fabs(got - want) <= 1e-5 * mag + 1e-30, "%.*s row %llu: %g vs %g",
+                      (int)t->name.len, t->name.ptr, (unsigned long long)r, got, want);
+        }
+        CHECK(nonzero > 0);
+        free(w);
+        free(x);
+        free(xq);
+    }
+    CHECK(n_mx > 0);
+    gguf_close(f);
 }
 
 TEST(quant_dequant_q4_1_block) {

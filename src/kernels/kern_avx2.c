@@ -173,6 +173,38 @@ static void dot4_q4_0(int64_t n, const void *row, const void *vec, size_t stride
     q4_0_rows(n, row, vec, stride, 4, out);
 }
 
+/* MXFP4: the nibbles index the doubled E2M1 table with one byte shuffle, then the
+ * signed products use the sign trick of dot_i8x32; the integer block sum is exact, so
+ * per block this is the reference's arithmetic with the float sums in 8 lanes. */
+ROWS_INLINE void mxfp4_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
+                            float *out) {
+    const block_mxfp4 *x = row;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    const __m256i table =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)hl_kvalues_mxfp4));
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        const __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles(x[i].qs));
+        const float dx = hl_e8m0_to_fp32_half(x[i].e);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const block_q8_0 *y = (const block_q8_0 *)(vec + (size_t)t * stride) + i;
+            const __m256 d = _mm256_set1_ps(dx * fp16_to_f32(y->d));
+            acc[t] = _mm256_fmadd_ps(d, dot_i8x32(q, load256(y->qs)), acc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
+}
+
+static float dot_mxfp4(int64_t n, const void *row, const void *vec) {
+    float out;
+    mxfp4_rows(n, row, vec, 0, 1, &out);
+    return out;
+}
+
+static void dot4_mxfp4(int64_t n, const void *row, const void *vec, size_t stride, float *out) {
+    mxfp4_rows(n, row, vec, stride, 4, out);
+}
+
 /* 32 bits -> 32 bytes, byte k = 0xff if bit k is set (Q5 high bits) */
 static inline __m256i bits_to_bytes(const uint8_t qh[4]) {
     uint32_t bits;
@@ -1560,6 +1592,7 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot[HL_TYPE_BF16] = dot_bf16;
     t->vec_dot[HL_TYPE_Q4_0] = dot_q4_0;
     t->vec_dot[HL_TYPE_Q8_0] = dot_q8_0;
+    t->vec_dot[HL_TYPE_MXFP4] = dot_mxfp4;
     t->vec_dot[HL_TYPE_Q4_1] = dot_q4_1;
     t->vec_dot[HL_TYPE_Q5_0] = dot_q5_0;
     t->vec_dot[HL_TYPE_Q5_1] = dot_q5_1;
@@ -1572,6 +1605,7 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot4[HL_TYPE_F16] = dot4_f16;
     t->vec_dot4[HL_TYPE_BF16] = dot4_bf16;
     t->vec_dot4[HL_TYPE_Q4_0] = dot4_q4_0;
+    t->vec_dot4[HL_TYPE_MXFP4] = dot4_mxfp4;
     t->vec_dot4[HL_TYPE_Q8_0] = dot4_q8_0;
     t->vec_dot4[HL_TYPE_Q4_1] = dot4_q4_1;
     t->vec_dot4[HL_TYPE_Q5_0] = dot4_q5_0;

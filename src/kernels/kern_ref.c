@@ -57,6 +57,23 @@ static float dot_q4_0(int64_t n, const void *row, const void *vec) {
     return sum;
 }
 
+/* as ggml: integer sums of doubled E2M1 values times the Q8_0 quants, scaled by the
+ * halved E8M0 scale */
+static float dot_mxfp4(int64_t n, const void *row, const void *vec) {
+    const block_mxfp4 *x = row;
+    const block_q8_0 *y = vec;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK_MXFP4 / 2; j++) {
+            sumi += hl_kvalues_mxfp4[x[i].qs[j] & 0x0f] * y[i].qs[j];
+            sumi += hl_kvalues_mxfp4[x[i].qs[j] >> 4] * y[i].qs[j + QK_MXFP4 / 2];
+        }
+        sum += (float)sumi * (hl_e8m0_to_fp32_half(x[i].e) * FP16(y[i].d));
+    }
+    return sum;
+}
+
 /* y.s = d_y * sum(q_y) carries the min term: sum((q*d + m) * q_y*d_y) */
 static float dot_q4_1(int64_t n, const void *row, const void *vec) {
     const block_q4_1 *x = row;
@@ -302,6 +319,7 @@ static const kern_table g_ref = {
             [HL_TYPE_F16] = dot_f16,
             [HL_TYPE_BF16] = dot_bf16,
             [HL_TYPE_Q4_0] = dot_q4_0,
+            [HL_TYPE_MXFP4] = dot_mxfp4,
             [HL_TYPE_Q4_1] = dot_q4_1,
             [HL_TYPE_Q5_0] = dot_q5_0,
             [HL_TYPE_Q5_1] = dot_q5_1,

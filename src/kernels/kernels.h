@@ -13,7 +13,7 @@
  * vec_dot_type in caller-provided scratch (kern_matmul_scratch_size() bytes), so the
  * hot path never allocates. The pool threads claim chunks of rows x tokens dynamically.
  *
- * Activation types (vec_dot_type): Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K
+ * Activation types (vec_dot_type): Q8_0 for Q4_0/Q5_0/Q8_0/MXFP4, Q8_1 for Q4_1/Q5_1, Q8_K
  * for the K-quants, F32 for F32/F16/BF16 (no scratch needed). n_cols must be a
  * multiple of the weight type's block size. Results for a token do not depend on
  * n_tok, the thread count or how the work is chunked (prefill and decode agree bit for

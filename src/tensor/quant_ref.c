@@ -31,6 +31,16 @@ static void dequant_q4_0(const block_q4_0 *b, float *y, int64_t nb) {
     }
 }
 
+static void dequant_mxfp4(const block_mxfp4 *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += QK_MXFP4) {
+        const float d = hl_e8m0_to_fp32_half(b[i].e);
+        for (int j = 0; j < QK_MXFP4 / 2; j++) {
+            y[j] = (float)hl_kvalues_mxfp4[b[i].qs[j] & 0x0f] * d;
+            y[j + QK_MXFP4 / 2] = (float)hl_kvalues_mxfp4[b[i].qs[j] >> 4] * d;
+        }
+    }
+}
+
 static void dequant_q4_1(const block_q4_1 *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += QK4_1) {
         const float d = FP16(b[i].d), m = FP16(b[i].m);
@@ -231,6 +241,7 @@ void hl_dequantize_row(hl_type type, const void *src, float *dst, int64_t n) {
         break;
     }
     case HL_TYPE_Q4_0: dequant_q4_0(src, dst, nb); break;
+    case HL_TYPE_MXFP4: dequant_mxfp4(src, dst, nb); break;
     case HL_TYPE_Q4_1: dequant_q4_1(src, dst, nb); break;
     case HL_TYPE_Q5_0: dequant_q5_0(src, dst, nb); break;
     case HL_TYPE_Q5_1: dequant_q5_1(src, dst, nb); break;

@@ -38,11 +38,14 @@ static hl_type_traits g_traits[HL_TYPE_COUNT] = {
     T(HL_TYPE_I64, "i64", 1, 8, false, 0, HL_TYPE_I64),
     T(HL_TYPE_F64, "f64", 1, 8, false, 0, HL_TYPE_F64),
     T(HL_TYPE_BF16, "bf16", 1, 2, false, D | Q | M, HL_TYPE_F32),
+    T(HL_TYPE_MXFP4, "mxfp4", QK_MXFP4, sizeof(block_mxfp4), true, D | M, HL_TYPE_Q8_0),
 };
 #undef D
 #undef Q
 #undef M
 #undef T
+
+const int8_t hl_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 const hl_type_traits *hl_type_traits_get(uint32_t type) {
     if (type >= HL_TYPE_COUNT || !g_traits[type].name) return NULL;

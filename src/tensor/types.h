@@ -39,6 +39,7 @@ typedef enum hl_type {
     HL_TYPE_I64 = 27,
     HL_TYPE_F64 = 28,
     HL_TYPE_BF16 = 30,
+    HL_TYPE_MXFP4 = 39,
     HL_TYPE_COUNT = 40 /* upper bound on ids we know of, for tables */
 } hl_type;
 
@@ -48,6 +49,7 @@ typedef enum hl_type {
 #define QK5_1 32
 #define QK8_0 32
 #define QK8_1 32
+#define QK_MXFP4 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
@@ -66,6 +68,10 @@ typedef struct { hl_fp16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K 
 typedef struct { hl_fp16 d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; hl_fp16 d; } block_q6_K;
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+/* MXFP4 (OCP microscaling): e is an E8M0 shared exponent, qs holds 32 E2M1 codes as
+ * nibbles (low nibbles elements 0..15, high 16..31, as Q4_0). ggml keeps the E2M1
+ * values doubled as int8 (hl_kvalues_mxfp4) and halves the scale to match. */
+typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4;
 
 _Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "q4_1 layout");
@@ -79,6 +85,18 @@ _Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
+_Static_assert(sizeof(block_mxfp4) == 17, "mxfp4 layout");
+
+/* E2M1 code -> 2 * value: 0, .5, 1, 1.5, 2, 3, 4, 6 and their negatives, doubled */
+extern const int8_t hl_kvalues_mxfp4[16];
+
+/* E8M0 byte x -> 2^(x-127) / 2 = 2^(x-128) (the half pairs with the doubled values);
+ * x 0 and 1 give the subnormals 2^-128 and 2^-127. Exact for every x. */
+static inline float hl_e8m0_to_fp32_half(uint8_t x) {
+    union { uint32_t u; float f; } v;
+    v.u = x < 2 ? 0x00200000u << x : (uint32_t)(x - 1) << 23;
+    return v.f;
+}
 
 typedef struct hl_type_traits {
     const char *name;      /* "f32", "q4_0", "q4_K", ... as ggml spells them */
