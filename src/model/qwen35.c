@@ -110,7 +110,7 @@ static void gdn_step(const gdn_dims *d, float *S, const float *q, const float *k
 }
 
 /* One chunk of n tokens of head h (see the top of the file). u_t overwrites v_t. */
-static void gdn_chunk(const gdn_job *jb, int64_t h, int32_t t0, int32_t n, float *G) {
+static void gdn_chunk(const gdn_job *jb, int64_t h, int32_t t0, int32_t n, double *G, float *sq0) {
     const gdn_dims *d = &jb->d;
     const int64_t kh = h % d->nk;
     float *S = jb->S + h * d->dk * d->dv;
@@ -118,45 +118,47 @@ static void gdn_chunk(const gdn_job *jb, int64_t h, int32_t t0, int32_t n, float
 #define K_(t) (jb->conv + (int64_t)(t0 + (t)) * d->ch + d->nk * d->dk + kh * d->dk)
 #define V_(t) (jb->conv + (int64_t)(t0 + (t)) * d->ch + 2 * d->nk * d->dk + h * d->dv)
 #define O_(t) (jb->o + (int64_t)(t0 + (t)) * d->inner + h * d->dv)
-    float acc = 0;
+    /* cumulative log decays in double: G reaches hundreds within a chunk, where a float's
+     * G_t - G_s would lose the digits exp() needs */
+    double acc = 0;
     for (int32_t t = 0; t < n; t++) G[t] = acc += jb->g[(int64_t)(t0 + t) * d->nv + h];
     /* S0^T k_t and S0^T q_t, row by row of S0 (each row stays in cache) */
     for (int32_t t = 0; t < n; t++) {
         memset(O_(t), 0, (size_t)d->dv * sizeof(float));
-        memset(G + QWEN35_CHUNK + (int64_t)t * d->dv, 0, (size_t)d->dv * sizeof(float));
+        memset(sq0 + (int64_t)t * d->dv, 0, (size_t)d->dv * sizeof(float));
     }
     for (int64_t i = 0; i < d->dk; i++) {
         const float *row = S + i * d->dv;
         for (int32_t t = 0; t < n; t++) {
             axpy(O_(t), K_(t)[i], row, d->dv);
-            axpy(G + QWEN35_CHUNK + (int64_t)t * d->dv, Q_(t)[i], row, d->dv);
+            axpy(sq0 + (int64_t)t * d->dv, Q_(t)[i], row, d->dv);
         }
     }
     /* forward substitution: u_t in v_t's place */
     for (int32_t t = 0; t < n; t++) {
-        const float beta = jb->beta[(int64_t)(t0 + t) * d->nv + h], eG = expf(G[t]);
+        const float beta = jb->beta[(int64_t)(t0 + t) * d->nv + h], eG = (float)exp(G[t]);
         float *u = V_(t);
         const float *sk = O_(t);
         for (int64_t j = 0; j < d->dv; j++) u[j] = beta * (u[j] - eG * sk[j]);
         for (int32_t s = 0; s < t; s++)
-            axpy(u, -beta * expf(G[t] - G[s]) * dot(K_(t), K_(s), d->dk), V_(s), d->dv);
+            axpy(u, -beta * (float)exp(G[t] - G[s]) * dot(K_(t), K_(s), d->dk), V_(s), d->dv);
     }
     /* outputs */
     for (int32_t t = 0; t < n; t++) {
         float *o = O_(t);
-        const float eG = expf(G[t]);
-        const float *sq = G + QWEN35_CHUNK + (int64_t)t * d->dv;
+        const float eG = (float)exp(G[t]);
+        const float *sq = sq0 + (int64_t)t * d->dv;
         for (int64_t j = 0; j < d->dv; j++) o[j] = eG * sq[j];
         for (int32_t s = 0; s <= t; s++)
-            axpy(o, expf(G[t] - G[s]) * dot(Q_(t), K_(s), d->dk), V_(s), d->dv);
+            axpy(o, (float)exp(G[t] - G[s]) * dot(Q_(t), K_(s), d->dk), V_(s), d->dv);
     }
     /* state */
-    const float eGn = expf(G[n - 1]);
+    const float eGn = (float)exp(G[n - 1]);
     for (int64_t i = 0; i < d->dk; i++) {
         float *row = S + i * d->dv;
         for (int64_t j = 0; j < d->dv; j++) row[j] *= eGn;
         for (int32_t s = 0; s < n; s++)
-            axpy(row, expf(G[n - 1] - G[s]) * K_(s)[i], V_(s), d->dv);
+            axpy(row, (float)exp(G[n - 1] - G[s]) * K_(s)[i], V_(s), d->dv);
     }
 #undef Q_
 #undef K_
@@ -168,17 +170,22 @@ static void gdn_run(void *ctx, int ith, int nth) {
     const gdn_job *jb = ctx;
     const gdn_dims *d = &jb->d;
     /* G and the chunk's S0^T q rows; d_v is bounded at load (QWEN35_MAX_DV) */
-    static _Thread_local float G[QWEN35_CHUNK + QWEN35_CHUNK * QWEN35_MAX_DV];
+    static _Thread_local double G[QWEN35_CHUNK];
+    static _Thread_local float sq0[QWEN35_CHUNK * QWEN35_MAX_DV];
     for (int64_t h = ith; h < d->nv; h += nth) {
         if (jb->n == 1) {
             const int64_t kh = h % d->nk;
-            const float *q = jb->conv + kh * d->dk, *k = jb->conv + d->nk * d->dk + kh * d->dk;
-            gdn_step(d, jb->S + h * d->dk * d->dv, q, k, jb->conv + 2 * d->nk * d->dk + h * d->dv,
-                     jb->beta[h], jb->g[h], jb->o + h * d->dv);
+            for (int32_t t = 0; t < jb->n; t++) {
+                float *row = jb->conv + (int64_t)t * d->ch;
+                gdn_step(d, jb->S + h * d->dk * d->dv, row + kh * d->dk,
+                         row + d->nk * d->dk + kh * d->dk, row + 2 * d->nk * d->dk + h * d->dv,
+                         jb->beta[(int64_t)t * d->nv + h], jb->g[(int64_t)t * d->nv + h],
+                         jb->o + (int64_t)t * d->inner + h * d->dv);
+            }
             continue;
         }
         for (int32_t t0 = 0; t0 < jb->n; t0 += QWEN35_CHUNK)
-            gdn_chunk(jb, h, t0, jb->n - t0 < QWEN35_CHUNK ? jb->n - t0 : QWEN35_CHUNK, G);
+            gdn_chunk(jb, h, t0, jb->n - t0 < QWEN35_CHUNK ? jb->n - t0 : QWEN35_CHUNK, G, sq0);
     }
 }
 static void l2norm(float *x, int64_t n, float eps) {
