@@ -37,6 +37,8 @@
  */
 #include "model/ops.h"
 
+#include "kernels/kernels.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -71,14 +73,16 @@ static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* Eight partial sums, so the compiler can vectorize it (a single sum is a chain of
+ * dependent adds it may not reorder). */
 static float dot(const float *a, const float *b, int64_t n) {
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    float p[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) p[j] += a[i + j] * b[i + j];
+    float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    for (; i < n; i++) s += a[i] * b[i];
     return s;
-}
-
-static void axpy(float *y, float a, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 /* The delta rule of one sequence's rows over the value heads (split across threads). */
@@ -90,49 +94,51 @@ typedef struct gdn_job {
     int32_t n;           /* rows */
 } gdn_job;
 
+/* x *= a, in blocks of 8 the compiler vectorizes. */
+static void scale(float *x, float a, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) x[i + j] *= a;
+    for (; i < n; i++) x[i] *= a;
+}
+
 /* One token: S = e^g S; v <- beta (v - S^T k); S += k v^T; o = S^T q. */
 static void gdn_step(const gdn_dims *d, float *S, const float *q, const float *k, float *v,
                      float beta, float g, float *o) {
-    const float a = expf(g);
+    scale(S, expf(g), d->dk * d->dv);
     memset(o, 0, (size_t)d->dv * sizeof *o);
-    for (int64_t i = 0; i < d->dk; i++) {
-        float *row = S + i * d->dv;
-        for (int64_t j = 0; j < d->dv; j++) row[j] *= a;
-        axpy(o, k[i], row, d->dv);
-    }
+    kern_axpy_rows(o, k, S, d->dv, d->dk, d->dv); /* S^T k */
     for (int64_t j = 0; j < d->dv; j++) v[j] = beta * (v[j] - o[j]);
+    for (int64_t i = 0; i < d->dk; i++) kern_axpy(S + i * d->dv, k[i], v, d->dv);
     memset(o, 0, (size_t)d->dv * sizeof *o);
-    for (int64_t i = 0; i < d->dk; i++) {
-        float *row = S + i * d->dv;
-        axpy(row, k[i], v, d->dv);
-        axpy(o, q[i], row, d->dv);
-    }
+    kern_axpy_rows(o, q, S, d->dv, d->dk, d->dv); /* S^T q */
 }
 
-/* One chunk of n tokens of head h (see the top of the file). u_t overwrites v_t. */
+/* One chunk of n tokens of head h (see the top of the file). u_t overwrites v_t. G: n
+ * doubles; sq0: n rows of d_v floats. */
 static void gdn_chunk(const gdn_job *jb, int64_t h, int32_t t0, int32_t n, double *G, float *sq0) {
     const gdn_dims *d = &jb->d;
-    const int64_t kh = h % d->nk;
+    const int64_t kh = h % d->nk, ch = d->ch;
     float *S = jb->S + h * d->dk * d->dv;
-#define Q_(t) (jb->conv + (int64_t)(t0 + (t)) * d->ch + kh * d->dk)
-#define K_(t) (jb->conv + (int64_t)(t0 + (t)) * d->ch + d->nk * d->dk + kh * d->dk)
-#define V_(t) (jb->conv + (int64_t)(t0 + (t)) * d->ch + 2 * d->nk * d->dk + h * d->dv)
+    float p[QWEN35_CHUNK];
+    float *q0 = jb->conv + (int64_t)t0 * ch + kh * d->dk;
+    float *k0 = jb->conv + (int64_t)t0 * ch + d->nk * d->dk + kh * d->dk;
+    float *v0 = jb->conv + (int64_t)t0 * ch + 2 * d->nk * d->dk + h * d->dv;
+#define Q_(t) (q0 + (int64_t)(t) * ch)
+#define K_(t) (k0 + (int64_t)(t) * ch)
+#define V_(t) (v0 + (int64_t)(t) * ch)
 #define O_(t) (jb->o + (int64_t)(t0 + (t)) * d->inner + h * d->dv)
     /* cumulative log decays in double: G reaches hundreds within a chunk, where a float's
      * G_t - G_s would lose the digits exp() needs */
     double acc = 0;
     for (int32_t t = 0; t < n; t++) G[t] = acc += jb->g[(int64_t)(t0 + t) * d->nv + h];
-    /* S0^T k_t and S0^T q_t, row by row of S0 (each row stays in cache) */
+    /* S0^T k_t (into o_t for now) and S0^T q_t */
     for (int32_t t = 0; t < n; t++) {
+        float *sq = sq0 + (int64_t)t * d->dv;
         memset(O_(t), 0, (size_t)d->dv * sizeof(float));
-        memset(sq0 + (int64_t)t * d->dv, 0, (size_t)d->dv * sizeof(float));
-    }
-    for (int64_t i = 0; i < d->dk; i++) {
-        const float *row = S + i * d->dv;
-        for (int32_t t = 0; t < n; t++) {
-            axpy(O_(t), K_(t)[i], row, d->dv);
-            axpy(sq0 + (int64_t)t * d->dv, Q_(t)[i], row, d->dv);
-        }
+        memset(sq, 0, (size_t)d->dv * sizeof(float));
+        kern_axpy_rows(O_(t), K_(t), S, d->dv, d->dk, d->dv);
+        kern_axpy_rows(sq, Q_(t), S, d->dv, d->dk, d->dv);
     }
     /* forward substitution: u_t in v_t's place */
     for (int32_t t = 0; t < n; t++) {
@@ -140,8 +146,10 @@ static void gdn_chunk(const gdn_job *jb, int64_t h, int32_t t0, int32_t n, doubl
         float *u = V_(t);
         const float *sk = O_(t);
         for (int64_t j = 0; j < d->dv; j++) u[j] = beta * (u[j] - eG * sk[j]);
-        for (int32_t s = 0; s < t; s++)
-            axpy(u, -beta * (float)exp(G[t] - G[s]) * dot(K_(t), K_(s), d->dk), V_(s), d->dv);
+        if (t == 0) continue;
+        kern_dot_rows(p, K_(t), k0, ch, t, d->dk, 1.0f);
+        for (int32_t s2 = 0; s2 < t; s2++) p[s2] *= -beta * (float)exp(G[t] - G[s2]);
+        kern_axpy_rows(u, p, v0, ch, t, d->dv);
     }
     /* outputs */
     for (int32_t t = 0; t < n; t++) {
@@ -149,16 +157,17 @@ static void gdn_chunk(const gdn_job *jb, int64_t h, int32_t t0, int32_t n, doubl
         const float eG = (float)exp(G[t]);
         const float *sq = sq0 + (int64_t)t * d->dv;
         for (int64_t j = 0; j < d->dv; j++) o[j] = eG * sq[j];
-        for (int32_t s = 0; s <= t; s++)
-            axpy(o, (float)exp(G[t] - G[s]) * dot(Q_(t), K_(s), d->dk), V_(s), d->dv);
+        kern_dot_rows(p, Q_(t), k0, ch, t + 1, d->dk, 1.0f);
+        for (int32_t s2 = 0; s2 <= t; s2++) p[s2] *= (float)exp(G[t] - G[s2]);
+        kern_axpy_rows(o, p, v0, ch, t + 1, d->dv);
     }
-    /* state */
-    const float eGn = (float)exp(G[n - 1]);
+    /* state: S = e^G_n S0 + sum_s e^(G_n - G_s) k_s u_s^T */
+    scale(S, (float)exp(G[n - 1]), d->dk * d->dv);
+    float decay[QWEN35_CHUNK];
+    for (int32_t s2 = 0; s2 < n; s2++) decay[s2] = (float)exp(G[n - 1] - G[s2]);
     for (int64_t i = 0; i < d->dk; i++) {
-        float *row = S + i * d->dv;
-        for (int64_t j = 0; j < d->dv; j++) row[j] *= eGn;
-        for (int32_t s = 0; s < n; s++)
-            axpy(row, (float)exp(G[n - 1] - G[s]) * K_(s)[i], V_(s), d->dv);
+        for (int32_t s2 = 0; s2 < n; s2++) p[s2] = decay[s2] * K_(s2)[i];
+        kern_axpy_rows(S + i * d->dv, p, v0, ch, n, d->dv);
     }
 #undef Q_
 #undef K_
