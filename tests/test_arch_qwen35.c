@@ -3,7 +3,8 @@
  * goldens (tests/arch_golden.h), F32 and Q8_0; the golden's state_check (a saved state
  * restored gives bitwise the same continuation); the chunked prefill equals the
  * token-by-token recurrence (logits and state); and the model through the runner: a
- * continued conversation is served from the prefix cache with the tokens of a cold run.
+ * continued conversation is served from the prefix cache with the tokens of a cold run;
+ * bad hyperparameters are named in the load error.
  */
 #include <jansson.h>
 #include <math.h>
@@ -191,4 +192,56 @@ TEST(arch_qwen35_runner_continues_from_the_cache) {
     runner_destroy(warm);
     runner_destroy(fresh);
     model_free(m);
+}
+
+/* ---- bad files get clear errors ---- */
+
+#include "gguf/gguf.h"
+#include "model_synth.h"
+
+/* The golden's hyperparameters without `skip` and with ssm.inner_size `inner`; no tensors
+ * (the hyperparameters are checked first). */
+static hl_status write_hp(const char *path, const char *skip, uint32_t inner, hl_err *err) {
+    gguf_writer *w = gguf_writer_create();
+    if (!w) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    static const struct {
+        const char *key;
+        uint32_t v;
+    } u[] = {{"qwen35.context_length", 256},    {"qwen35.embedding_length", 64},
+             {"qwen35.block_count", 8},         {"qwen35.feed_forward_length", 128},
+             {"qwen35.attention.head_count", 4}, {"qwen35.attention.head_count_kv", 2},
+             {"qwen35.attention.key_length", 32}, {"qwen35.attention.value_length", 32},
+             {"qwen35.rope.dimension_count", 8}, {"qwen35.ssm.conv_kernel", 4},
+             {"qwen35.ssm.inner_size", 0},      {"qwen35.ssm.state_size", 16},
+             {"qwen35.ssm.time_step_rank", 4},  {"qwen35.ssm.group_count", 2},
+             {"qwen35.full_attention_interval", 4}};
+    gguf_writer_set_str(w, "general.architecture", "qwen35");
+    for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
+        if (skip && strcmp(u[i].key, skip) == 0) continue;
+        gguf_writer_set_u32(w, u[i].key, strcmp(u[i].key, "qwen35.ssm.inner_size") ? u[i].v : inner);
+    }
+    gguf_writer_set_f32(w, "qwen35.attention.layer_norm_rms_epsilon", 1e-6f);
+    synth_write_vocab(w, 64);
+    hl_status st = gguf_writer_write_file(w, path, err);
+    gguf_writer_destroy(w);
+    return st;
+}
+
+TEST(arch_qwen35_bad_hparams_are_named) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/qwen35-bad.gguf", test_tmpdir());
+    hl_err err = {0};
+    model *m = NULL;
+    CHECK_OK(write_hp(path, "qwen35.ssm.state_size", 64, &err), &err);
+    CHECK_EQ_INT(model_load(path, NULL, &m, &err), HL_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "qwen35.ssm.state_size"), "%s", err.msg);
+    /* 62 is not a multiple of the 4 value heads */
+    CHECK_OK(write_hp(path, NULL, 62, &err), &err);
+    CHECK_EQ_INT(model_load(path, NULL, &m, &err), HL_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "inner_size 62"), "%s", err.msg);
+    /* well-formed hyperparameters get as far as the tensors */
+    CHECK_OK(write_hp(path, NULL, 64, &err), &err);
+    CHECK(model_load(path, NULL, &m, &err) != HL_OK);
+    CHECK_MSG(strstr(err.msg, "token_embd.weight"), "%s", err.msg);
+    CHECK(m == NULL);
 }
