@@ -32,8 +32,9 @@
  * triangular system
  *     u_t + beta_t sum_{s<t} e^(G_t - G_s) (k_t.k_s) u_s = beta_t (v_t - e^G_t S0^T k_t),
  * then o_t = e^G_t S0^T q_t + sum_{s<=t} e^(G_t - G_s) (q_t.k_s) u_s and
- * S = e^G_n S0 + sum_s e^(G_n - G_s) k_s u_s^T: the same state as token by token, with the
- * state read and written once per chunk instead of four times per token.
+ * S = e^G_n S0 + sum_s e^(G_n - G_s) k_s u_s^T: the same state as token by token (to
+ * float rounding; G is kept in double), with the state decayed and written once per
+ * chunk instead of every token, and the work on the SIMD row kernels (kernels.h).
  */
 #include "model/ops.h"
 
@@ -182,21 +183,19 @@ static void gdn_run(void *ctx, int ith, int nth) {
     static _Thread_local double G[QWEN35_CHUNK];
     static _Thread_local float sq0[QWEN35_CHUNK * QWEN35_MAX_DV];
     for (int64_t h = ith; h < d->nv; h += nth) {
-        if (jb->n == 1) {
+        if (jb->n == 1) { /* decode: the step */
             const int64_t kh = h % d->nk;
-            for (int32_t t = 0; t < jb->n; t++) {
-                float *row = jb->conv + (int64_t)t * d->ch;
-                gdn_step(d, jb->S + h * d->dk * d->dv, row + kh * d->dk,
-                         row + d->nk * d->dk + kh * d->dk, row + 2 * d->nk * d->dk + h * d->dv,
-                         jb->beta[(int64_t)t * d->nv + h], jb->g[(int64_t)t * d->nv + h],
-                         jb->o + (int64_t)t * d->inner + h * d->dv);
-            }
+            const float *row = jb->conv;
+            gdn_step(d, jb->S + h * d->dk * d->dv, row + kh * d->dk,
+                     row + d->nk * d->dk + kh * d->dk, jb->conv + 2 * d->nk * d->dk + h * d->dv,
+                     jb->beta[h], jb->g[h], jb->o + h * d->dv);
             continue;
         }
         for (int32_t t0 = 0; t0 < jb->n; t0 += QWEN35_CHUNK)
             gdn_chunk(jb, h, t0, jb->n - t0 < QWEN35_CHUNK ? jb->n - t0 : QWEN35_CHUNK, G, sq0);
     }
 }
+
 static void l2norm(float *x, int64_t n, float eps) {
     const float s = sqrtf(dot(x, x, n));
     const float r = 1.0f / (s > eps ? s : eps);
