@@ -46,6 +46,10 @@ typedef struct model_layer {
     const float *layer_out_scale;    /* gemma4: one float */
     model_weight pl_gate, pl_proj;   /* gemma4: per-layer input gate and projection */
     const float *pl_post_norm;
+    /* qwen35 Gated DeltaNet: z (output gate), beta and alpha projections, conv kernel
+     * [channels][kernel], dt bias, A (-exp(A_log)), the gated norm, the output */
+    model_weight ssm_z, ssm_beta, ssm_alpha, ssm_out;
+    const float *ssm_conv1d, *ssm_dt_b, *ssm_a, *ssm_norm;
 } model_layer;
 
 /* What a layer's attention and feed-forward look like (most models: the same for all). */
@@ -87,6 +91,8 @@ typedef struct model_hp_ext {
     float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow;
     int32_t n_embd_per_layer; /* gemma4 per-layer inputs */
     int32_t n_token_types;    /* BERT token types */
+    /* {arch}.ssm.*: recurrent mixers (qwen35's Gated DeltaNet) */
+    int32_t ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_dt_rank, ssm_n_group;
 } model_hp_ext;
 
 struct model_arch_desc;
@@ -219,6 +225,13 @@ enum {
     MD_TYPES,   /* token types */
     MD_PL,      /* n_embd_per_layer */
     MD_PL_ALL,  /* n_embd_per_layer * n_layer */
+    MD_Q2,      /* 2 * n_head * head_dim_k (q with a gate per head) */
+    /* recurrent layers only (lhp state_floats > 0; 0 elsewhere), from x.ssm_*: */
+    MD_SSM_CONV_K,  /* conv kernel */
+    MD_SSM_CONV_CH, /* conv channels: d_inner + 2 * n_group * d_state */
+    MD_SSM_INNER,   /* d_inner */
+    MD_SSM_HEADS,   /* dt_rank (value heads) */
+    MD_SSM_HEAD_V,  /* d_inner / dt_rank */
 };
 
 enum {
@@ -264,6 +277,7 @@ extern const model_arch_desc model_arch_gemma2, model_arch_gemma3;
 extern const model_arch_desc model_arch_gemma4;
 extern const model_arch_desc model_arch_bert, model_arch_nomic_bert;
 extern const model_arch_desc model_arch_phi3;
+extern const model_arch_desc model_arch_qwen35;
 
 /* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */
 hl_status model_add_mat(model *m, const model_weight *w, hl_err *err);

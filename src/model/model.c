@@ -24,6 +24,7 @@ static const model_arch_desc *const g_archs[] = {
     &model_arch_gemma2, &model_arch_gemma3, &model_arch_gemma4,
     &model_arch_bert, &model_arch_nomic_bert,
     &model_arch_phi3,
+    &model_arch_qwen35,
 };
 #define N_ARCHS (sizeof g_archs / sizeof g_archs[0])
 
@@ -450,11 +451,13 @@ static hl_status get_weight(const model_loader *L, const char *name, int64_t n_c
 }
 
 /* 1-D f32 tensors (norm weights, biases). */
-static hl_status get_vector(const model_loader *L, const char *name, int64_t n, bool required,
-                            const float **out, hl_err *err) {
+/* An f32 tensor read as a whole: a vector, or (ne1 > 1) a small matrix [ne1][ne0]. */
+static hl_status get_vector(const model_loader *L, const char *name, int64_t ne0, int64_t ne1,
+                            bool required, const float **out, hl_err *err) {
     *out = NULL;
     const gguf_tensor *t;
-    hl_status st = find_tensor(L, name, 1, &n, required, &t, err);
+    const int64_t ne[2] = {ne0, ne1};
+    hl_status st = find_tensor(L, name, ne1 > 1 ? 2 : 1, ne, required, &t, err);
     if (st || !t) return st;
     if (t->type != HL_TYPE_F32)
         return hl_fail(err, HL_ERR_UNSUPPORTED, "tensor '%s' has type %s, expected f32", name,
@@ -488,6 +491,16 @@ static int64_t model_dim(const model *m, int32_t l, uint8_t code) {
     case MD_TYPES: return m->x.n_token_types;
     case MD_PL: return m->x.n_embd_per_layer;
     case MD_PL_ALL: return (int64_t)m->x.n_embd_per_layer * hp->n_layer;
+    case MD_Q2: return 2 * (int64_t)h->n_head * h->head_dim_k;
+    case MD_SSM_CONV_K: return h->state_floats ? m->x.ssm_d_conv : 0;
+    case MD_SSM_CONV_CH:
+        return h->state_floats
+                   ? m->x.ssm_d_inner + 2 * (int64_t)m->x.ssm_n_group * m->x.ssm_d_state
+                   : 0;
+    case MD_SSM_INNER: return h->state_floats ? m->x.ssm_d_inner : 0;
+    case MD_SSM_HEADS: return h->state_floats ? m->x.ssm_dt_rank : 0;
+    case MD_SSM_HEAD_V:
+        return h->state_floats && m->x.ssm_dt_rank ? m->x.ssm_d_inner / m->x.ssm_dt_rank : 0;
     default: return -1;
     }
 }
@@ -521,7 +534,7 @@ static hl_status load_spec(model_loader *L, const model_tensor_spec *sp, int32_t
     const int kind = sp->flags & 0x0f;
     if (kind == MT_VEC) {
         const float **v = (const float **)(void *)(base + sp->off);
-        if ((st = get_vector(L, name, ne0 * ne1, required, v, err))) return st;
+        if ((st = get_vector(L, name, ne0, ne1, required, v, err))) return st;
         if (*v) m->tensor_bytes += (size_t)(ne0 * ne1) * sizeof(float);
         return HL_OK;
     }
