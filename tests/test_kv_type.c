@@ -235,3 +235,135 @@ TEST(kv_type_block_bytes) {
     CHECK_EQ_INT((int)(b[1] * 2), (int)b[0]);
     CHECK_NEAR((double)b[0] / (double)b[2], 128.0 / 34.0, 1e-9);
 }
+
+/* ---- the runner: the pool's type from its config, through the prefix cache ---- */
+
+#include <sys/wait.h>
+
+#include "base/file.h"
+#include "kv/trie.h"
+#include "runner/runner.h"
+
+typedef struct rcap {
+    int32_t toks[64];
+    int n;
+} rcap;
+
+static bool rcap_emit(void *user, const runner_event *ev) {
+    rcap *c = user;
+    if (ev->kind == RUNNER_EV_TOKEN && c->n < 64) c->toks[c->n++] = ev->token;
+    return true;
+}
+
+static hl_status rrun(runner *r, const int32_t *p, int n, int num_predict, rcap *c,
+                      runner_stats *st) {
+    c->n = 0;
+    runner_request req = {.tokens = p, .n_tokens = n, .num_predict = num_predict,
+                          .emit = rcap_emit, .user = c};
+    req.sampling = (sampler_opts){.temperature = 0, .repeat_last_n = 0};
+    return runner_generate(r, &req, st, NULL);
+}
+
+static model *load_synth64(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/runner_kv.gguf", test_tmpdir());
+    synth_cfg cfg = {.arch = "llama", .n_vocab = 64, .n_embd = 128, .n_layer = 2, .n_ff = 96,
+                     .n_head = 4, .n_head_kv = 2, .head_dim = 64, .rope_base = 10000.0f,
+                     .wtype = HL_TYPE_F32, .seed = 3};
+    synth_model *s = synth_build(&cfg, path);
+    if (!s) return NULL;
+    synth_free(s);
+    model *m = NULL;
+    return model_load(path, NULL, &m, NULL) == HL_OK ? m : NULL;
+}
+
+TEST(kv_type_runner_cache_hit_equals_cold_and_block_bytes) {
+    model *m = load_synth64();
+    CHECK(m != NULL);
+    const char *names[3] = {"f32", NULL /* the default: f16 */, "q8_0"};
+    const hl_type want[3] = {HL_TYPE_F32, HL_TYPE_F16, HL_TYPE_Q8_0};
+    size_t block_bytes[3];
+    int32_t prompt[80];
+    for (int i = 0; i < 80; i++) prompt[i] = 3 + (int32_t)((i * 29 + 7) % 61);
+    for (int k = 0; k < 3; k++) {
+        runner_config cfg = {.n_threads = 1, .block_tokens = 8, .prefill_chunk = 16,
+                             .kv_budget_bytes = (size_t)16 << 20, .kv_type = names[k]};
+        runner *r = NULL, *cold = NULL;
+        CHECK_OK(runner_create(m, &cfg, &r, NULL), NULL);
+        CHECK_OK(runner_create(m, &cfg, &cold, NULL), NULL);
+        CHECK_EQ_INT(runner_kv_type(r), want[k]);
+        block_bytes[k] = kv_pool_get_stats(runner_kv_pool(r)).block_bytes;
+        rcap c = {0};
+        runner_stats st;
+        /* turn 1, then turn 2 extending it: a cache hit */
+        CHECK_OK(rrun(r, prompt, 60, 6, &c, &st), NULL);
+        int32_t turn2[80];
+        memcpy(turn2, prompt, 60 * sizeof *turn2);
+        memcpy(turn2 + 60, c.toks, 6 * sizeof *turn2);
+        memcpy(turn2 + 66, prompt + 66, 14 * sizeof *turn2);
+        CHECK_OK(rrun(r, turn2, 80, 12, &c, &st), NULL);
+        CHECK_EQ_INT(st.cached_tokens, 65);
+        rcap hot = c;
+        CHECK_OK(rrun(cold, turn2, 80, 12, &c, &st), NULL);
+        CHECK_EQ_INT(st.cached_tokens, 0);
+        CHECK_EQ_INT(hot.n, 12);
+        for (int i = 0; i < 12; i++) CHECK_EQ_INT(hot.toks[i], c.toks[i]);
+        CHECK(runner_get_memory(r).kv >= block_bytes[k]);
+        CHECK_OK(kv_trie_check(runner_prefix_cache(r), NULL), NULL);
+        runner_destroy(r);
+        runner_destroy(cold);
+    }
+    CHECK_EQ_INT((int)(block_bytes[1] * 2), (int)block_bytes[0]);
+    CHECK_NEAR((double)block_bytes[0] / (double)block_bytes[2], 128.0 / 34.0, 1e-9);
+    /* an unknown type is an error */
+    runner_config bad = {.n_threads = 1, .kv_type = "q4_0"};
+    runner *r = NULL;
+    hl_err err = {0};
+    CHECK(runner_create(m, &bad, &r, &err) == HL_ERR_INVALID);
+    CHECK(strstr(err.msg, "q4_0") != NULL);
+    model_free(m);
+}
+
+/* q8_0 on heads of 8 elements (stories260K): the runner falls back to f16. */
+TEST(kv_type_runner_q8_0_falls_back_to_f16) {
+    model *m = load_stories();
+    if (!m) SKIP("stories260K.gguf not found");
+    runner_config cfg = {.n_threads = 1, .n_ctx = 64, .kv_type = "q8_0",
+                         .kv_budget_bytes = (size_t)4 << 20};
+    runner *r = NULL;
+    CHECK_OK(runner_create(m, &cfg, &r, NULL), NULL);
+    CHECK_EQ_INT(runner_kv_type(r), HL_TYPE_F16);
+    runner_destroy(r);
+    model_free(m);
+}
+
+/* `hearth generate --kv-type`: f32, f16 and q8_0 (f16 here: heads of 8) give the same
+ * greedy text on stories260K; q8_0's fallback is said on stderr. */
+TEST(kv_type_cli_generate) {
+    const char *bin = getenv("HEARTH_BIN");
+    const char *p = test_shared_path("models/stories260K/stories260K.gguf");
+    if (!bin || !*bin) SKIP("HEARTH_BIN not set (run via make test)");
+    if (!p) SKIP("stories260K not found");
+    static char out[3][8192];
+    const char *types[3] = {"f32", "f16", "q8_0"};
+    for (int k = 0; k < 3; k++) {
+        char cmd[2048], po[512], pe[512];
+        snprintf(po, sizeof po, "%s/kv_out.txt", test_tmpdir());
+        snprintf(pe, sizeof pe, "%s/kv_err.txt", test_tmpdir());
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -n 80 --temp 0 -t 1 --kv-type %s >%s 2>%s",
+                 bin, p, types[k], po, pe);
+        int st = system(cmd);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        char *b;
+        size_t n;
+        CHECK_OK(hl_file_read(po, &b, &n, NULL), NULL);
+        snprintf(out[k], sizeof out[k], "%s", b);
+        free(b);
+        CHECK_OK(hl_file_read(pe, &b, &n, NULL), NULL);
+        if (k == 2) CHECK_MSG(strstr(b, "using f16") != NULL, "stderr: %s", b);
+        free(b);
+    }
+    CHECK(strncmp(out[0], "Once upon a time", 16) == 0);
+    CHECK_STR(out[1], out[0]);
+    CHECK_STR(out[2], out[0]);
+}

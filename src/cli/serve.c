@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "server/options.h"
 #include "server/server.h"
 
 int cmd_serve(int argc, char **argv) {
@@ -19,6 +20,7 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    (void)opt_default_kv_type(true); /* an unknown $OLLAMA_KV_CACHE_TYPE: said once, here */
     hl_server *srv;
     hl_err err;
     if (server_start(&cfg, &srv, &err) != HL_OK) return cli_fail("%s", err.msg);

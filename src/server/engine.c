@@ -16,6 +16,7 @@
 
 #include "base/file.h"
 #include "gguf/gguf.h"
+#include "kv/layout.h"
 #include "model/model.h"
 #include "runner/runner.h"
 #include "server/engine_remote.h"
@@ -74,6 +75,7 @@ hl_status engine_open(const char *gguf_path, const engine_config *cfg, engine **
     if (!engine_use_subprocess()) return engine_open_local(gguf_path, cfg, out, err);
     engine *e = calloc(1, sizeof *e);
     if (!e) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    e->cfg = *cfg;
     hl_status st = eremote_open(gguf_path, cfg, &e->remote, err);
     if (st) {
         free(e);
@@ -102,7 +104,8 @@ hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, eng
     if (hp->n_ctx_train > 0 && n_ctx > hp->n_ctx_train) n_ctx = hp->n_ctx_train;
     if (n_ctx < 4) n_ctx = 4;
     runner_config rc = {.n_threads = cfg->n_threads, .n_ctx = n_ctx,
-                        .prefill_chunk = cfg->num_batch > 0 ? cfg->num_batch : 0};
+                        .prefill_chunk = cfg->num_batch > 0 ? cfg->num_batch : 0,
+                        .kv_type = cfg->kv_type};
     st = runner_create(e->m, &rc, &e->run, err);
     if (st) goto fail;
     e->info.n_ctx = runner_n_ctx(e->run);
@@ -131,6 +134,15 @@ void engine_close(engine *e) {
     free(e->chat_template);
     pthread_mutex_destroy(&e->lock);
     free(e);
+}
+
+hl_type engine_kv_type(const engine *e) {
+    if (e->remote || !e->run) {
+        hl_type t = HL_TYPE_F16;
+        if (e->cfg.kv_type && *e->cfg.kv_type) kv_type_parse(e->cfg.kv_type, &t);
+        return t;
+    }
+    return runner_kv_type(e->run);
 }
 
 const tok_vocab *engine_vocab(const engine *e) {

@@ -232,7 +232,8 @@ static hl_status spawn(eremote *r, const char *path, const engine_config *cfg, i
     snprintf(sthr, sizeof sthr, "%d", cfg->n_threads);
     char *argv[] = {(char *)bin, "runner", "--model", (char *)path, "--port", sport, "--ctx",
                     sctx, "--batch", sbatch, "--threads", sthr, "--mmap",
-                    cfg->use_mmap ? "1" : "0", NULL};
+                    cfg->use_mmap ? "1" : "0", "--kv-type",
+                    (char *)(cfg->kv_type && *cfg->kv_type ? cfg->kv_type : "f16"), NULL};
     int out[2], life[2];
     if (pipe2(out, O_CLOEXEC) != 0) return hl_fail(err, HL_ERR_IO, "pipe: %s", strerror(errno));
     if (pipe2(life, O_CLOEXEC) != 0) {
