@@ -367,3 +367,48 @@ TEST(kv_type_cli_generate) {
     CHECK_STR(out[1], out[0]);
     CHECK_STR(out[2], out[0]);
 }
+
+/* ---- the server: $OLLAMA_KV_CACHE_TYPE / $HEARTH_KV_CACHE_TYPE reach the runner ---- */
+
+#include "srvproc.h"
+
+static char g_srv_text[2][4096];
+static int g_srv_i;
+
+static void kv_srv_body(srv_proc *p) {
+    const char *gg = test_shared_path("models/stories260K/stories260K.gguf");
+    CHECK(sp_create_model(p, "s", gg, ""));
+    json_t *j = NULL;
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/generate",
+                        "{\"model\":\"s\",\"prompt\":\"Once upon\",\"stream\":false,"
+                        "\"options\":{\"temperature\":0,\"num_predict\":48}}",
+                        &j),
+                 200);
+    const char *r = json_string_value(json_object_get(j, "response"));
+    CHECK(r && strlen(r) > 40);
+    snprintf(g_srv_text[g_srv_i], sizeof g_srv_text[0], "%s", r ? r : "");
+    json_decref(j);
+    /* the runner's startup line names the cache type it uses */
+    char *log;
+    size_t n;
+    CHECK_OK(hl_file_read(p->log, &log, &n, NULL), NULL);
+    if (g_srv_i == 0) {
+        CHECK_MSG(strstr(log, "f32 KV cache") != NULL, "%s", log);
+    } else {
+        CHECK_MSG(strstr(log, "is not a KV cache type") != NULL, "%s", log);
+        CHECK_MSG(strstr(log, "f16 KV cache") != NULL, "%s", log);
+    }
+    free(log);
+}
+
+TEST(kv_type_server_env_reaches_the_runner) {
+    if (!test_shared_path("models/stories260K/stories260K.gguf")) SKIP("stories260K missing");
+    static const char *const env_f32[] = {"OLLAMA_KV_CACHE_TYPE=f32", NULL};
+    static const char *const env_bad[] = {"HEARTH_KV_CACHE_TYPE=q3", NULL};
+    g_srv_i = 0;
+    SP_WITH_SERVER("kvf32", env_f32, NULL, kv_srv_body);
+    g_srv_i = 1;
+    SP_WITH_SERVER("kvbad", env_bad, NULL, kv_srv_body);
+    /* f16 (the fallback) and f32 caches: the same greedy text on stories260K */
+    CHECK_STR(g_srv_text[1], g_srv_text[0]);
+}
