@@ -8,9 +8,13 @@
  *
  *   bench_model [--type Q8_0,Q4_K_M] [--threads 2] [--runs 5] [--model FILE.gguf]
  *               [--prefill 512] [--decode 128] [--decode-at 0] [--dir build/bench]
+ *               [--kv-type f16] [--layers 22]
  * --decode-at N decodes after N positions of context (filled untimed before each decode
  * run) instead of from empty: what a long conversation costs, where the KV cache is read
- * for every token as well as the weights.
+ * for every token as well as the weights. --kv-type: the cache's element type (f32, f16,
+ * q8_0; default f16, the server's default). --layers N keeps only the first N of the 22
+ * layers (a smaller model, DIR/synth-tinyllama-TYPE-LN.gguf), so a long context fills in
+ * reasonable time on a small machine.
  * Environment: HEARTH_BENCH_TYPES, HEARTH_BENCH_THREADS, HEARTH_BENCH_RUNS.
  *
  * The model file is generated with hearth's GGUF writer and quantizer into
@@ -44,6 +48,7 @@
 #include "model_synth.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
+#include "kv/layout.h"
 #include "model/model.h"
 #include "quant/quantize.h"
 
@@ -51,6 +56,9 @@ enum {
     N_LAYER = 22, N_EMBD = 2048, N_HEAD = 32, N_HEAD_KV = 4, N_FF = 5632, N_VOCAB = 32000,
     HEAD_DIM = N_EMBD / N_HEAD, BANK_ROWS = 64, MAX_RUNS = 32
 };
+
+static int g_layers = N_LAYER;     /* --layers */
+static hl_type g_kv_type = HL_TYPE_F16; /* --kv-type */
 
 static double now_s(clockid_t c) {
     struct timespec ts;
@@ -95,7 +103,7 @@ static int tinyllama_tensors(tdesc *t) {
         n++;                                                                              \
     } while (0)
     T(2, N_EMBD, N_VOCAB, "token_embd.weight");
-    for (int l = 0; l < N_LAYER; l++) {
+    for (int l = 0; l < g_layers; l++) {
         T(1, N_EMBD, 1, "blk.%d.attn_norm.weight", l);
         T(2, N_EMBD, N_EMBD, "blk.%d.attn_q.weight", l);
         T(2, N_EMBD, N_HEAD_KV * HEAD_DIM, "blk.%d.attn_k.weight", l);
@@ -130,7 +138,7 @@ static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *po
     gguf_writer_set_u32(w, "general.quantization_version", 2);
     gguf_writer_set_u32(w, "llama.context_length", 2048);
     gguf_writer_set_u32(w, "llama.embedding_length", N_EMBD);
-    gguf_writer_set_u32(w, "llama.block_count", N_LAYER);
+    gguf_writer_set_u32(w, "llama.block_count", (uint32_t)g_layers);
     gguf_writer_set_u32(w, "llama.feed_forward_length", N_FF);
     gguf_writer_set_u32(w, "llama.attention.head_count", N_HEAD);
     gguf_writer_set_u32(w, "llama.attention.head_count_kv", N_HEAD_KV);
@@ -246,7 +254,8 @@ static void bytes_per_token(const char *path, int n_decode, int at, double *weig
             *weights += (double)t->n_bytes;
     }
     gguf_close(f);
-    const double per_pos = (double)N_LAYER * N_HEAD_KV * HEAD_DIM * 2 * sizeof(float);
+    const double per_pos =
+        (double)g_layers * N_HEAD_KV * 2 * (double)hl_row_size(g_kv_type, HEAD_DIM);
     *kv = per_pos * (at + (n_decode + 1) / 2.0);
 }
 
@@ -254,6 +263,7 @@ typedef struct result {
     double pp, tg, pp_cpu_ms, tg_cpu_ms; /* medians; cpu ms per token */
     double tg_paired;                    /* median of decode / bound read just before */
     double bw_max;                       /* best bandwidth read before any decode run */
+    double tg_min, tg_max;               /* the spread of the decode runs */
 } result;
 
 static hl_status measure(const char *path, int threads, int runs, int n_prefill, int n_decode,
@@ -266,7 +276,7 @@ static hl_status measure(const char *path, int threads, int runs, int n_prefill,
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_first + n_decode));
     hl_status s = toks ? HL_OK : hl_fail(err, HL_ERR_NOMEM, "out of memory");
     if (s == HL_OK) s = model_load(path, NULL, &m, err);
-    if (s == HL_OK) s = model_kv_create(m, n_first + n_decode + 8, &kv, err);
+    if (s == HL_OK) s = model_kv_create_ex(m, n_first + n_decode + 8, g_kv_type, g_kv_type, &kv, err);
     if (s == HL_OK) s = model_ctx_create(m, threads, n_prefill, &c, err);
     for (int i = 0; s == HL_OK && i < n_first + n_decode; i++)
         toks[i] = 3 + (int32_t)(rng_next() % (N_VOCAB - 3));
@@ -300,6 +310,11 @@ static hl_status measure(const char *path, int threads, int runs, int n_prefill,
     }
     if (s == HL_OK) {
         r->pp = median(pp, runs);
+        r->tg_min = r->tg_max = tg[0];
+        for (int i = 1; i < runs; i++) {
+            if (tg[i] < r->tg_min) r->tg_min = tg[i];
+            if (tg[i] > r->tg_max) r->tg_max = tg[i];
+        }
         r->tg = median(tg, runs);
         r->pp_cpu_ms = median(ppc, runs);
         r->tg_cpu_ms = median(tgc, runs);
@@ -330,6 +345,14 @@ int main(int argc, char **argv) {
         atoi(arg_or_env(argc, argv, "--decode-at", "HEARTH_BENCH_DECODE_AT", "0"));
     const char *dir = arg_or_env(argc, argv, "--dir", "HEARTH_BENCH_DIR", "build/bench");
     const char *model_arg = arg_or_env(argc, argv, "--model", "HEARTH_BENCH_MODEL", NULL);
+    g_layers = atoi(arg_or_env(argc, argv, "--layers", "HEARTH_BENCH_LAYERS", "22"));
+    if (!kv_type_parse(arg_or_env(argc, argv, "--kv-type", "HEARTH_BENCH_KV_TYPE", "f16"),
+                       &g_kv_type) ||
+        g_layers < 1 || g_layers > N_LAYER) {
+        fprintf(stderr, "bench_model: bad --kv-type (f32, f16, q8_0) or --layers (1..%d)\n",
+                N_LAYER);
+        return 2;
+    }
     if (runs < 1) runs = 1;
     if (runs > MAX_RUNS) runs = MAX_RUNS;
     if (threads < 1 || n_prefill < 1 || n_decode < 1 || decode_at < 0) {
@@ -355,8 +378,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     const double bw = read_bandwidth(pool, bw_buf, 7, &bw_median);
-    printf("bench_model: kernels %s, %d threads, %d runs (medians), load average %.2f\n",
-           kern_variant(), threads, runs, load[0]);
+    printf("bench_model: kernels %s, %d threads, %d runs (medians), load average %.2f, %s KV "
+           "cache, %d layers\n",
+           kern_variant(), threads, runs, load[0], hl_type_name(g_kv_type), g_layers);
     printf("read bandwidth: %.2f GB/s best, %.2f GB/s median (%d threads, 1 GiB buffer)\n",
            bw / 1e9, bw_median / 1e9, threads);
 
@@ -377,7 +401,12 @@ int main(int argc, char **argv) {
                 break;
             }
             mkdir(dir, 0755);
-            snprintf(path, sizeof path, "%s/synth-tinyllama-%s.gguf", dir, quant_ftype_name(ft));
+            if (g_layers == N_LAYER)
+                snprintf(path, sizeof path, "%s/synth-tinyllama-%s.gguf", dir,
+                         quant_ftype_name(ft));
+            else
+                snprintf(path, sizeof path, "%s/synth-tinyllama-%s-L%d.gguf", dir,
+                         quant_ftype_name(ft), g_layers);
             struct stat stt;
             if (stat(path, &stt) != 0) {
                 fprintf(stderr, "generating %s ...\n", path);
@@ -403,10 +432,10 @@ int main(int argc, char **argv) {
         char at_txt[32] = "";
         if (decode_at > 0) snprintf(at_txt, sizeof at_txt, " at %d", decode_at);
         printf("%-8s prefill %4d: %7.2f tok/s (%.1f cpu-ms/tok) | decode %3d%s: %6.2f tok/s "
-               "(%.1f cpu-ms/tok) | %.0f MB/token (weights %.0f + KV %.1f) | bound %.2f tok/s "
-               "| decode = %.0f%% of bound, %.0f%% paired\n",
+               "[%.2f..%.2f] (%.1f cpu-ms/tok) | %.0f MB/token (weights %.0f + KV %.1f) | "
+               "bound %.2f tok/s | decode = %.0f%% of bound, %.0f%% paired\n",
                model_arg ? "model" : quant_ftype_name(ft), n_prefill, r.pp, r.pp_cpu_ms, n_decode,
-               at_txt, r.tg, r.tg_cpu_ms, (wbytes + kvbytes) / 1e6, wbytes / 1e6, kvbytes / 1e6,
+               at_txt, r.tg, r.tg_min, r.tg_max, r.tg_cpu_ms, (wbytes + kvbytes) / 1e6, wbytes / 1e6, kvbytes / 1e6,
                bound, 100.0 * r.tg / bound, 100.0 * r.tg_paired);
         fflush(stdout);
         if (model_arg) break;

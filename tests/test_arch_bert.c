@@ -68,7 +68,7 @@ static void runner_embeds(const char *name) {
     model_ctx *c = NULL;
     runner *r = NULL;
     runner_config cfg = {.n_threads = 1, .n_parallel = N_PROMPTS, .batch_tokens = 64,
-                         .kv_budget_bytes = (size_t)16 << 20};
+                         .kv_budget_bytes = (size_t)16 << 20, .kv_type = "f32"};
     hl_err err = {0};
     if (model_ctx_create(m, 1, 0, &c, &err) || runner_create(m, &cfg, &r, &err)) {
         model_ctx_free(c);
@@ -166,7 +166,8 @@ TEST(runner_embed_decoder_chunked_beside_generation) {
     model_ctx *c = NULL;
     runner *r = NULL;
     hl_err err = {0};
-    runner_config cfg = {.n_threads = 1, .prefill_chunk = 4, .kv_budget_bytes = (size_t)16 << 20};
+    runner_config cfg = {.n_threads = 1, .prefill_chunk = 4, .kv_budget_bytes = (size_t)16 << 20,
+                         .kv_type = "f32"};
     hl_status st = model_load(p, NULL, &m, &err);
     if (!st) st = model_ctx_create(m, 1, 0, &c, &err);
     if (!st) st = runner_create(m, &cfg, &r, &err);
@@ -307,5 +308,7 @@ static void bert_http(srv_proc *p) {
 
 TEST(api_embed_bert_end_to_end) {
     if (!test_shared_path("testdata/arch/bert.gguf")) SKIP("testdata/arch/bert.gguf not found");
-    SP_WITH_SERVER("bert", NULL, NULL, bert_http);
+    /* f32 KV: the served vectors equal model_embed's */
+    const char *env[] = {"HEARTH_KV_CACHE_TYPE=f32", NULL};
+    SP_WITH_SERVER("bert", env, NULL, bert_http);
 }

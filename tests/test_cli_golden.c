@@ -57,7 +57,7 @@ TEST(cli_generate_top_logits) {
     const int32_t prompt[NP] = {1, 403, 407, 261};
     char args[1024];
     snprintf(args, sizeof args, "generate -m %s --prompt-ids 1,403,407,261 -n %d --temp 0 "
-             "--top-logits %d -t 1", p, NG, K);
+             "--top-logits %d -t 1 --kv-type f32", p, NG, K); /* f32 KV: bit-equal to model_eval */
     CHECK_MSG(run_bin(args) == 0, "stderr: %s", g_err);
 
     hl_err err = {0};

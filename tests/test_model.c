@@ -753,6 +753,7 @@ TEST(model_cli_generate_errors) {
         "generate -m x.gguf -n",                     /* missing value */
         "generate -m x.gguf --temp -1",              /* out of range */
         "generate -m x.gguf --bogus 1",              /* unknown option */
+        "generate -m x.gguf --kv-type q4_0",         /* not a KV cache type */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run_cli(cases[i], out, sizeof out, errout, sizeof errout);

@@ -3,6 +3,7 @@
  *
  *   hearth generate -m FILE.gguf -p TEXT [-n N] [--temp T] [--seed S] [--top-k K]
  *                   [--top-p P] [--min-p P] [-t THREADS] [-c CTX] [--tokens] [--mmap]
+ *                   [--kv-type f32|f16|q8_0]
  *   hearth generate -m model.bin --tokenizer tok.bin ...      (llama2.c checkpoints)
  *   hearth generate -m FILE.gguf --prompt-ids 1,2,3 -n N --temp 0 --top-logits K
  *
@@ -29,6 +30,7 @@
 
 #include "base/file.h"
 #include "cli/cli.h"
+#include "kv/layout.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "tok/tok.h"
@@ -48,6 +50,7 @@ typedef struct gen_opts {
     bool print_tokens;
     bool use_mmap;
     bool seed_set;
+    hl_type kv_type; /* of cached keys and values (default f16) */
     sampler_opts sp;
 } gen_opts;
 
@@ -71,7 +74,9 @@ static void gen_usage(FILE *out) {
             "  -t N             threads (default: the physical cores this process may use)\n"
             "  -c N             context size (default: the model's, at most %d)\n"
             "  --tokens         print token ids instead of text\n"
-            "  --mmap           map the model file instead of reading it into memory\n",
+            "  --mmap           map the model file instead of reading it into memory\n"
+            "  --kv-type T      KV cache element type: f32, f16 or q8_0 (default f16; q8_0\n"
+            "                   needs heads of a multiple of 32, else f16 is used)\n",
             GEN_DEFAULT_PREDICT, GEN_DEFAULT_CTX);
 }
 
@@ -105,7 +110,8 @@ static bool parse_u64(const char *s, uint64_t *out) {
 
 /* Returns 0 on success, 1 on a bad argument (message printed), -1 for --help. */
 static int parse_args(int argc, char **argv, gen_opts *o) {
-    *o = (gen_opts){.n_predict = GEN_DEFAULT_PREDICT, .sp = sampler_opts_defaults()};
+    *o = (gen_opts){.n_predict = GEN_DEFAULT_PREDICT, .kv_type = HL_TYPE_F16,
+                    .sp = sampler_opts_defaults()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return -1;
@@ -132,6 +138,7 @@ static int parse_args(int argc, char **argv, gen_opts *o) {
         else if (strcmp(a, "-n") == 0) ok = parse_long(v, 0, 1L << 30, &o->n_predict);
         else if (strcmp(a, "-t") == 0) ok = parse_long(v, 1, 512, &o->n_threads);
         else if (strcmp(a, "-c") == 0) ok = parse_long(v, 1, 1L << 24, &o->n_ctx);
+        else if (strcmp(a, "--kv-type") == 0) ok = kv_type_parse(v, &o->kv_type);
         else if (strcmp(a, "--temp") == 0) ok = parse_float(v, 0.0f, 100.0f, &o->sp.temperature);
         else if (strcmp(a, "--top-p") == 0) ok = parse_float(v, 0.0f, 1.0f, &o->sp.top_p);
         else if (strcmp(a, "--min-p") == 0) ok = parse_float(v, 0.0f, 1.0f, &o->sp.min_p);
@@ -308,7 +315,13 @@ int cli_generate(int argc, char **argv) {
                 n_prompt, n_ctx);
         return fail(&g, &err);
     }
-    if (model_kv_create(g.m, (int32_t)n_ctx, &g.kv, &err)) return fail(&g, &err);
+    if (model_kv_create_ex(g.m, (int32_t)n_ctx, o.kv_type, o.kv_type, &g.kv, &err)) {
+        if (o.kv_type != HL_TYPE_Q8_0) return fail(&g, &err);
+        /* q8_0 rows need heads of whole 32-element blocks */
+        fprintf(stderr, "hearth generate: q8_0 KV cache not possible (%s): using f16\n", err.msg);
+        if (model_kv_create_ex(g.m, (int32_t)n_ctx, HL_TYPE_F16, HL_TYPE_F16, &g.kv, &err))
+            return fail(&g, &err);
+    }
     if (model_ctx_create(g.m, (int)o.n_threads, 0, &g.ctx, &err)) return fail(&g, &err);
     if (sampler_create(hp->n_vocab, (int32_t)n_ctx, &g.smp, &err)) return fail(&g, &err);
     if (sampler_add(g.smp, 0, &o.sp, g.prompt, n_prompt, &err)) return fail(&g, &err);

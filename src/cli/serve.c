@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "server/options.h"
 #include "server/server.h"
 
 /* hearth keeps its own store unless told otherwise; when an Ollama store is around, say
@@ -43,6 +44,7 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    (void)opt_default_kv_type(true); /* an unknown $OLLAMA_KV_CACHE_TYPE: said once, here */
     hl_server *srv;
     hl_err err;
     if (server_start(&cfg, &srv, &err) != HL_OK) return cli_fail("%s", err.msg);

@@ -1585,6 +1585,111 @@ static void axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int
     }
 }
 
+/* ---- KV cache rows of f16 / q8_0 ------------------------------------------------- */
+
+/* Round to nearest even, as hl_fp32_to_fp16 (F16C). */
+static void to_f16(const float *x, hl_fp16 *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* dot_rows over f16 keys: the same passes, each key row converted by F16C as it loads. */
+static void dot_rows_f16(float *out, const float *q, const hl_fp16 *k, int64_t ldk, int64_t nk,
+                         int64_t d, float scale) {
+    if (d % 8 != 0) {
+        for (int64_t j = 0; j < nk; j++) out[j] = scale * dot_f16(d, k + j * ldk, q);
+        return;
+    }
+    int64_t j = 0;
+    for (; j + 8 <= nk; j += 8) {
+        const hl_fp16 *kr = k + j * ldk;
+        __m256 a[8];
+        UNROLL for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < d; i += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + i);
+            UNROLL for (int r = 0; r < 8; r++)
+                a[r] = _mm256_fmadd_ps(load_f16x8(kr + r * ldk + i), qv, a[r]);
+        }
+        UNROLL for (int g = 0; g < 2; g++) {
+            const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[4 * g], a[4 * g + 1]),
+                                            _mm256_hadd_ps(a[4 * g + 2], a[4 * g + 3]));
+            _mm_storeu_ps(out + j + 4 * g,
+                          _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(h),
+                                                _mm256_extractf128_ps(h, 1)),
+                                     _mm_set1_ps(scale)));
+        }
+    }
+    for (; j < nk; j += 4) {
+        const hl_fp16 *kr[4];
+        for (int r = 0; r < 4; r++) kr[r] = k + (j + r < nk ? j + r : j) * ldk;
+        __m256 a[4];
+        UNROLL for (int r = 0; r < 4; r++) a[r] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < d; i += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + i);
+            UNROLL for (int r = 0; r < 4; r++)
+                a[r] = _mm256_fmadd_ps(load_f16x8(kr[r] + i), qv, a[r]);
+        }
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+        const __m128 s = _mm_mul_ps(
+            _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), _mm_set1_ps(scale));
+        float tmp[4];
+        _mm_storeu_ps(tmp, s);
+        for (int64_t r = 0; r < 4 && j + r < nk; r++) out[j + r] = tmp[r];
+    }
+}
+
+/* axpy_rows over f16 values: the same bits as the reference (F16C conversion is exact). */
+static void axpy_rows_f16(float *y, const float *p, const hl_fp16 *v, int64_t ldv, int64_t nk,
+                          int64_t d) {
+    int64_t i = 0;
+    for (; i + 32 <= d; i += 32) {
+        __m256 acc[4];
+        UNROLL for (int r = 0; r < 4; r++) acc[r] = _mm256_loadu_ps(y + i + 8 * r);
+        for (int64_t j = 0; j < nk; j++) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            const hl_fp16 *vj = v + j * ldv + i;
+            UNROLL for (int r = 0; r < 4; r++)
+                acc[r] = _mm256_fmadd_ps(pj, load_f16x8(vj + 8 * r), acc[r]);
+        }
+        UNROLL for (int r = 0; r < 4; r++) _mm256_storeu_ps(y + i + 8 * r, acc[r]);
+    }
+    for (; i + 8 <= d; i += 8) {
+        __m256 y0 = _mm256_loadu_ps(y + i);
+        for (int64_t j = 0; j < nk; j++)
+            y0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), load_f16x8(v + j * ldv + i), y0);
+        _mm256_storeu_ps(y + i, y0);
+    }
+    for (; i < d; i++) {
+        float acc = y[i];
+        for (int64_t j = 0; j < nk; j++) acc = fmaf(p[j], fp16_to_f32(v[j * ldv + i]), acc);
+        y[i] = acc;
+    }
+}
+
+/* axpy_rows over q8_0 values: per 32 outputs, each key adds (p[j] * scale) * q with one
+ * fma per element, keys in order (the reference's bits). */
+static void axpy_rows_q8_0(float *y, const float *p, const void *v, size_t ldv, int64_t nk,
+                           int64_t d) {
+    for (int64_t ib = 0; ib < d / QK8_0; ib++) {
+        float *yb = y + ib * QK8_0;
+        __m256 acc[4];
+        UNROLL for (int r = 0; r < 4; r++) acc[r] = _mm256_loadu_ps(yb + 8 * r);
+        for (int64_t j = 0; j < nk; j++) {
+            const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)v + (size_t)j * ldv) + ib;
+            const __m256 s = _mm256_set1_ps(p[j] * fp16_to_f32(b->d));
+            UNROLL for (int r = 0; r < 4; r++) {
+                const __m256 qf = _mm256_cvtepi32_ps(
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * r))));
+                acc[r] = _mm256_fmadd_ps(s, qf, acc[r]);
+            }
+        }
+        UNROLL for (int r = 0; r < 4; r++) _mm256_storeu_ps(yb + 8 * r, acc[r]);
+    }
+}
+
 void kern_avx2_fill(kern_table *t) {
     t->name = "avx2";
     t->vec_dot[HL_TYPE_F32] = dot_f32;
@@ -1627,6 +1732,10 @@ void kern_avx2_fill(kern_table *t) {
     t->axpy = axpy;
     t->dot_rows = dot_rows;
     t->axpy_rows = axpy_rows;
+    t->to_f16 = to_f16;
+    t->dot_rows_f16 = dot_rows_f16;
+    t->axpy_rows_f16 = axpy_rows_f16;
+    t->axpy_rows_q8_0 = axpy_rows_q8_0;
 }
 
 void kern_avx_vnni_fill(kern_table *t) {

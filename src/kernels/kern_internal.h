@@ -54,6 +54,17 @@ typedef struct kern_table {
                      int64_t d, float scale);
     void (*axpy_rows)(float *y, const float *p, const float *v, int64_t ldv, int64_t nk,
                       int64_t d);
+    /* KV cache rows (kv/layout.h) of f16 and q8_0: the store's f32 -> f16 conversion
+     * (round to nearest even), scores over f16 keys (ldk in elements) and value sums over
+     * f16 (ldv in elements) or q8_0 rows (ldv in bytes). The value sums do one fmaf per
+     * key and element in key order (q8_0: weight p[j] * block scale), as axpy_rows. */
+    void (*to_f16)(const float *x, hl_fp16 *dst, int64_t n);
+    void (*dot_rows_f16)(float *out, const float *q, const hl_fp16 *k, int64_t ldk, int64_t nk,
+                         int64_t d, float scale);
+    void (*axpy_rows_f16)(float *y, const float *p, const hl_fp16 *v, int64_t ldv, int64_t nk,
+                          int64_t d);
+    void (*axpy_rows_q8_0)(float *y, const float *p, const void *v, size_t ldv, int64_t nk,
+                           int64_t d);
 } kern_table;
 
 const kern_table *kern_table_ref(void);

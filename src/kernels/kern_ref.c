@@ -311,6 +311,39 @@ static void axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int
     }
 }
 
+/* ---- KV cache rows of f16 / q8_0 (attention over a converted cache) ------------- */
+
+static void to_f16(const float *x, hl_fp16 *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = hl_fp32_to_fp16(x[i]);
+}
+
+static void dot_rows_f16(float *out, const float *q, const hl_fp16 *k, int64_t ldk, int64_t nk,
+                         int64_t d, float scale) {
+    for (int64_t j = 0; j < nk; j++) out[j] = scale * dot_f16(d, k + j * ldk, q);
+}
+
+static void axpy_rows_f16(float *y, const float *p, const hl_fp16 *v, int64_t ldv, int64_t nk,
+                          int64_t d) {
+    for (int64_t i = 0; i < d; i++) {
+        float acc = y[i];
+        for (int64_t j = 0; j < nk; j++) acc = fmaf(p[j], hl_fp16_to_fp32(v[j * ldv + i]), acc);
+        y[i] = acc;
+    }
+}
+
+/* per key and block one weight p[j] * d, then one fmaf per element, keys in order */
+static void axpy_rows_q8_0(float *y, const float *p, const void *v, size_t ldv, int64_t nk,
+                           int64_t d) {
+    for (int64_t j = 0; j < nk; j++) {
+        const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)v + (size_t)j * ldv);
+        for (int64_t ib = 0; ib < d / QK8_0; ib++) {
+            const float s = p[j] * hl_fp16_to_fp32(b[ib].d);
+            float *yb = y + ib * QK8_0;
+            for (int i = 0; i < QK8_0; i++) yb[i] = fmaf(s, (float)b[ib].qs[i], yb[i]);
+        }
+    }
+}
+
 static const kern_table g_ref = {
     .name = "ref",
     .vec_dot =
@@ -336,6 +369,10 @@ static const kern_table g_ref = {
     .axpy = axpy,
     .dot_rows = dot_rows,
     .axpy_rows = axpy_rows,
+    .to_f16 = to_f16,
+    .dot_rows_f16 = dot_rows_f16,
+    .axpy_rows_f16 = axpy_rows_f16,
+    .axpy_rows_q8_0 = axpy_rows_q8_0,
     .quantize =
         {
             [HL_TYPE_Q8_0] = quantize_q8_0,

@@ -403,3 +403,43 @@ void kern_axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64
 float kern_exp_shift_sum(float *x, int64_t n, float shift) {
     return n > 0 ? kern_table_active()->exp_shift_sum(x, n, shift) : 0.0f;
 }
+
+void kern_kv_store_row(hl_type type, const float *x, void *dst, int64_t n) {
+    if (n <= 0) return;
+    const kern_table *t = kern_table_active();
+    switch (type) {
+    case HL_TYPE_F16: t->to_f16(x, dst, n); break;
+    case HL_TYPE_Q8_0: t->quantize[HL_TYPE_Q8_0](x, dst, n); break;
+    default: memcpy(dst, x, (size_t)n * sizeof(float)); break;
+    }
+}
+
+void kern_dot_rows_kv(hl_type type, float *out, const void *q, const void *k, size_t ldk,
+                      int64_t nk, int64_t d, float scale) {
+    if (nk <= 0 || d <= 0) return;
+    const kern_table *t = kern_table_active();
+    switch (type) {
+    case HL_TYPE_F16:
+        t->dot_rows_f16(out, q, k, (int64_t)(ldk / sizeof(hl_fp16)), nk, d, scale);
+        break;
+    case HL_TYPE_Q8_0: {
+        /* the integer dot of a Q8_0 weight row with Q8_0 activations, key by key */
+        const kern_vec_dot_fn dot = t->vec_dot[HL_TYPE_Q8_0];
+        for (int64_t j = 0; j < nk; j++)
+            out[j] = scale * dot(d, (const uint8_t *)k + (size_t)j * ldk, q);
+        break;
+    }
+    default: t->dot_rows(out, q, k, (int64_t)(ldk / sizeof(float)), nk, d, scale); break;
+    }
+}
+
+void kern_axpy_rows_kv(hl_type type, float *y, const float *p, const void *v, size_t ldv,
+                       int64_t nk, int64_t d) {
+    if (nk <= 0 || d <= 0) return;
+    const kern_table *t = kern_table_active();
+    switch (type) {
+    case HL_TYPE_F16: t->axpy_rows_f16(y, p, v, (int64_t)(ldv / sizeof(hl_fp16)), nk, d); break;
+    case HL_TYPE_Q8_0: t->axpy_rows_q8_0(y, p, v, ldv, nk, d); break;
+    default: t->axpy_rows(y, p, v, (int64_t)(ldv / sizeof(float)), nk, d); break;
+    }
+}

@@ -69,6 +69,18 @@ void kern_dot_rows(float *out, const float *q, const float *k, int64_t ldk, int6
 /* y[i] += sum_j p[j] * v_j[i] with v_j = v + j*ldv: one fused multiply-add (fmaf) per key
  * and element, in key order, in every variant. */
 void kern_axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64_t nk, int64_t d);
+/* KV cache rows of another element type (kv/layout.h: f32, f16, q8_0), ld in bytes.
+ * kern_kv_store_row writes n floats as one row of `type`: a copy, f16 rounded to nearest
+ * even, or q8_0 blocks exactly as hl_quantize_row (llama.cpp's quantize_row_q8_0).
+ * kern_dot_rows_kv scores keys as a weight row of their type times q in that type's
+ * activation form (kern_vec_dot): q is f32 for f32 and f16 keys, and q8_0 blocks (made
+ * by kern_kv_store_row) for q8_0 keys, the integer dot llama.cpp's KQ matmul does.
+ * f32 rows go to kern_dot_rows / kern_axpy_rows unchanged. q8_0 needs d % 32 == 0. */
+void kern_kv_store_row(hl_type type, const float *x, void *dst, int64_t n);
+void kern_dot_rows_kv(hl_type type, float *out, const void *q, const void *k, size_t ldk,
+                      int64_t nk, int64_t d, float scale);
+void kern_axpy_rows_kv(hl_type type, float *y, const float *p, const void *v, size_t ldv,
+                       int64_t nk, int64_t d);
 /* x[i] = exp(x[i] - shift); returns the sum (attention's online softmax). */
 float kern_exp_shift_sum(float *x, int64_t n, float shift);
 

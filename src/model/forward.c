@@ -28,11 +28,17 @@ struct model_kv {
     const model *m;
     int32_t n_ctx; /* capacity */
     int32_t len;
-    void *data;   /* laid out by m->kv with B = n_ctx (NULL: the model keeps no KV rows) */
+    kv_geom geom; /* m->kv's shapes with the cache's element types (empty: no KV rows) */
+    void *data;   /* laid out by geom with B = n_ctx (NULL: the model keeps no KV rows) */
     float *state; /* recurrent state as of len (NULL: none) */
 };
 
 hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err *err) {
+    return model_kv_create_ex(m, n_ctx, HL_TYPE_F32, HL_TYPE_F32, out, err);
+}
+
+hl_status model_kv_create_ex(const model *m, int32_t n_ctx, hl_type k_type, hl_type v_type,
+                             model_kv **out, hl_err *err) {
     *out = NULL;
     if (n_ctx <= 0)
         return hl_fail(err, HL_ERR_INVALID, "context size must be positive, got %d", n_ctx);
@@ -40,10 +46,19 @@ hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err 
     if (!kv) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     kv->m = m;
     kv->n_ctx = n_ctx;
+    hl_status st = HL_OK;
+    if (m->n_kv_slots > 0) {
+        st = kv_geom_init(&kv->geom, m->kv.n_layer, m->kv.dims, k_type, v_type, err);
+        if (!st) st = model_check_kv_geom(m, &kv->geom, err);
+    }
+    if (st) {
+        model_kv_free(kv);
+        return st;
+    }
     size_t bytes;
     bool ok = true;
     if (m->n_kv_slots > 0)
-        ok = !__builtin_mul_overflow(m->kv.bytes_per_pos, (size_t)n_ctx, &bytes) &&
+        ok = !__builtin_mul_overflow(kv->geom.bytes_per_pos, (size_t)n_ctx, &bytes) &&
              (kv->data = calloc(1, bytes)) != NULL;
     if (ok && m->state_floats > 0)
         ok = (kv->state = calloc((size_t)m->state_floats, sizeof(float))) != NULL;
@@ -59,6 +74,7 @@ void model_kv_free(model_kv *kv) {
     if (!kv) return;
     free(kv->data);
     free(kv->state);
+    kv_geom_free(&kv->geom);
     free(kv);
 }
 
@@ -66,6 +82,7 @@ float *model_kv_state(model_kv *kv) { return kv->state; }
 
 int32_t model_kv_len(const model_kv *kv) { return kv->len; }
 int32_t model_kv_capacity(const model_kv *kv) { return kv->n_ctx; }
+size_t model_kv_bytes(const model_kv *kv) { return kv->geom.bytes_per_pos * (size_t)kv->n_ctx; }
 
 hl_status model_kv_truncate(model_kv *kv, int32_t n, hl_err *err) {
     if (n < 0 || n > kv->len)
@@ -259,20 +276,33 @@ static hl_status check_tokens(const model_ctx *c, const int32_t *tokens, int32_t
     return HL_OK;
 }
 
-/* The KV geometry a view uses must describe the layers `want` does. */
+/* The KV geometry a view uses must describe the layers `want` does, in element types the
+ * attention reads (kv_type_supported; q8_0 keys up to MODEL_KV_Q8_MAX_HEAD_DIM). */
 static hl_status check_geom(const kv_geom *want, const kv_geom *g, hl_err *err) {
     if (g == want) return HL_OK;
-    if (g->n_layer != want->n_layer || g->k_type != HL_TYPE_F32 || g->v_type != HL_TYPE_F32)
+    if (g->n_layer != want->n_layer)
         return hl_fail(err, HL_ERR_INVALID,
-                       "KV cache layout (%d layers, %s/%s) does not fit this model (%d layers, "
-                       "f32/f32)",
-                       g->n_layer, hl_type_name(g->k_type), hl_type_name(g->v_type),
-                       want->n_layer);
-    for (int32_t l = 0; l < g->n_layer; l++)
-        if (memcmp(&g->dims[l], &want->dims[l], sizeof g->dims[l]) != 0)
+                       "KV cache layout (%d layers) does not fit this model (%d layers)",
+                       g->n_layer, want->n_layer);
+    if (!kv_type_supported(g->k_type) || !kv_type_supported(g->v_type))
+        return hl_fail(err, HL_ERR_UNSUPPORTED, "KV cache type %s/%s is not supported",
+                       hl_type_name(g->k_type), hl_type_name(g->v_type));
+    for (int32_t l = 0; l < g->n_layer; l++) {
+        const kv_layer_dims *d = &g->dims[l];
+        if (memcmp(d, &want->dims[l], sizeof *d) != 0)
             return hl_fail(err, HL_ERR_INVALID, "KV cache layout of layer %d does not fit this "
                            "model", l);
+        if (d->n_head_kv > 0 && g->k_type == HL_TYPE_Q8_0 &&
+            d->head_dim_k > MODEL_KV_Q8_MAX_HEAD_DIM)
+            return hl_fail(err, HL_ERR_UNSUPPORTED,
+                           "q8_0 keys of %d elements per head are not supported (at most %d)",
+                           d->head_dim_k, MODEL_KV_Q8_MAX_HEAD_DIM);
+    }
     return HL_OK;
+}
+
+hl_status model_check_kv_geom(const model *m, const kv_geom *g, hl_err *err) {
+    return check_geom(&m->kv, g, err);
 }
 
 /* Positions must exist; non-causal models see a sequence's later tokens: it must come in
@@ -341,7 +371,7 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
                        kv->len, kv->n_ctx);
     void *const blocks[1] = {kv->data};
     c->n_ctx_eval = c->n_ctx_set ? c->n_ctx_set : kv->n_ctx;
-    model_seq_kv view = {.blocks = blocks, .B = kv->n_ctx, .len = kv->len, .geom = &c->m->kv};
+    model_seq_kv view = {.blocks = blocks, .B = kv->n_ctx, .len = kv->len, .geom = &kv->geom};
     eval_chunks(c, &view, kv->state, tokens, n, all_logits);
     kv->len = view.len;
     return HL_OK;

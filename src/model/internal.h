@@ -144,6 +144,9 @@ typedef struct model_rope_table {
     float *cos, *sin; /* [max_batch][max_rot/2] */
 } model_rope_table;
 
+/* The largest key head a q8_0 cache takes (attention quantizes q on the stack). */
+#define MODEL_KV_Q8_MAX_HEAD_DIM 1024
+
 /* The KV buffers of one sequence as the forward pass sees them. */
 typedef struct model_seq_kv {
     void *const *blocks;

@@ -42,6 +42,7 @@
 
 #include "base/status.h"
 #include "gguf/gguf.h"
+#include "tensor/types.h"
 #include "tok/tok.h"
 
 typedef enum model_rope_kind {
@@ -104,6 +105,8 @@ size_t model_weight_bytes(const model *m);
 /* The model's KV geometry with f32 keys and values (per-layer heads and head sizes; a
  * layer that reads another's cache stores nothing). Owned by the model. */
 const struct kv_geom *model_kv_geom(const model *m);
+/* OK when g has this model's per-layer KV shapes in types the forward pass reads. */
+hl_status model_check_kv_geom(const model *m, const struct kv_geom *g, hl_err *err);
 /* True when every token attends to its whole sequence (BERT): such a sequence must be
  * evaluated in one batch, and its cache cannot be extended. */
 bool model_is_causal(const model *m);
@@ -120,8 +123,14 @@ hl_status model_llama2c_vocab_load(const char *path, tok_vocab **out, hl_err *er
 /* ---- KV cache (one sequence) ---- */
 typedef struct model_kv model_kv;
 
-/* n_ctx: capacity in tokens (> 0). */
+/* n_ctx: capacity in tokens (> 0). Keys and values are f32. */
 hl_status model_kv_create(const model *m, int32_t n_ctx, model_kv **out, hl_err *err);
+/* With the element types of keys and values: f32, f16 or q8_0 (kv/layout.h; q8_0 needs
+ * head sizes that are multiples of 32: UNSUPPORTED/INVALID otherwise). */
+hl_status model_kv_create_ex(const model *m, int32_t n_ctx, hl_type k_type, hl_type v_type,
+                             model_kv **out, hl_err *err);
+/* Bytes of the cache's buffer (all n_ctx positions). */
+size_t model_kv_bytes(const model_kv *kv);
 void model_kv_free(model_kv *kv); /* accepts NULL */
 int32_t model_kv_len(const model_kv *kv);
 int32_t model_kv_capacity(const model_kv *kv);
@@ -163,7 +172,8 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
                      float *all_logits, hl_err *err);
 /* A block table: the runner's shared KV cache (kv/block.h). blocks[i] holds positions
  * [i*B, (i+1)*B) of every layer, laid out as kv/layout.h says for `geom` (NULL: the
- * model's own geometry with f32 keys and values, model_kv_geom()). The caller owns the
+ * model's own geometry with f32 keys and values, model_kv_geom()); the geometry may
+ * use any element types model_check_kv_geom accepts (f32, f16, q8_0). The caller owns the
  * blocks; they must be writable at positions len..len+n-1. */
 struct kv_geom;
 typedef struct model_kv_view {

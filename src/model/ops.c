@@ -257,28 +257,26 @@ void op_rope(model_ctx *c, const model_layer_hp *h, bool neox, float *x, int32_t
 
 /* ---- attention ---- */
 
-static const float *kv_k(const model_seq_kv *kv, int32_t layer, int32_t head, int32_t pos) {
-    return (const float *)kv_geom_k(kv->geom, kv->blocks[pos / kv->B], kv->B, layer, head,
-                                    pos % kv->B);
+static uint8_t *kv_k(const model_seq_kv *kv, int32_t layer, int32_t head, int32_t pos) {
+    return kv_geom_k(kv->geom, kv->blocks[pos / kv->B], kv->B, layer, head, pos % kv->B);
 }
 
-static const float *kv_v(const model_seq_kv *kv, int32_t layer, int32_t head, int32_t pos) {
-    return (const float *)kv_geom_v(kv->geom, kv->blocks[pos / kv->B], kv->B, layer, head,
-                                    pos % kv->B);
+static uint8_t *kv_v(const model_seq_kv *kv, int32_t layer, int32_t head, int32_t pos) {
+    return kv_geom_v(kv->geom, kv->blocks[pos / kv->B], kv->B, layer, head, pos % kv->B);
 }
 
 /* Writes the batch's (already rotated) keys and values into each token's sequence at its
- * position. */
+ * position, converted to the cache's element types (f32 copied, f16, q8_0). */
 static void kv_store(const model_ctx *c, const op_attn *a, int32_t n_tok) {
     const int32_t hdk = a->head_dim_k, hdv = a->head_dim_v;
     for (int32_t t = 0; t < n_tok; t++) {
         const model_seq_kv *kv = &c->seq_kv[c->tok_seq[t]].slot[c->m->layer_slot[a->layer]];
         const int32_t pos = c->tok_pos[t];
         for (int32_t h = 0; h < a->n_head_kv; h++) {
-            memcpy((void *)kv_k(kv, a->layer, h, pos), c->k + ((int64_t)t * a->n_head_kv + h) * hdk,
-                   (size_t)hdk * sizeof(float));
-            memcpy((void *)kv_v(kv, a->layer, h, pos), c->v + ((int64_t)t * a->n_head_kv + h) * hdv,
-                   (size_t)hdv * sizeof(float));
+            kern_kv_store_row(kv->geom->k_type, c->k + ((int64_t)t * a->n_head_kv + h) * hdk,
+                              kv_k(kv, a->layer, h, pos), hdk);
+            kern_kv_store_row(kv->geom->v_type, c->v + ((int64_t)t * a->n_head_kv + h) * hdv,
+                              kv_v(kv, a->layer, h, pos), hdv);
         }
     }
 }
@@ -312,6 +310,19 @@ static void attn_heads(const attn_job *j, int32_t t, int32_t h0, int32_t nh) {
     float score[ATTN_BLOCK];
     const float *q = c->q + ((int64_t)t * a->n_head + h0) * hdk;
     float *out = c->att + ((int64_t)t * a->n_head + h0) * hdv;
+    const hl_type kt = kv->geom->k_type, vt = kv->geom->v_type;
+    const size_t ldk = kv->geom->k_row[a->layer], ldv = kv->geom->v_row[a->layer];
+    /* q8_0 keys are scored against q in q8_0 (the integer dot): quantized once here */
+    block_q8_0 q8[ATTN_HEADS * (MODEL_KV_Q8_MAX_HEAD_DIM / QK8_0)];
+    const void *qk = q;
+    size_t q_stride = (size_t)hdk * sizeof(float);
+    if (kt == HL_TYPE_Q8_0) {
+        q_stride = (size_t)(hdk / QK8_0) * sizeof(block_q8_0);
+        for (int32_t i = 0; i < nh; i++)
+            kern_kv_store_row(HL_TYPE_Q8_0, q + (int64_t)i * hdk, (uint8_t *)q8 + i * q_stride,
+                              hdk);
+        qk = q8;
+    }
     for (int32_t i = 0; i < nh; i++) {
         /* a sink is one more logit in the denominator: exp(sink - max) starts the sum */
         run_max[i] = a->sinks ? a->sinks[h0 + i] : -INFINITY;
@@ -322,11 +333,12 @@ static void attn_heads(const attn_job *j, int32_t t, int32_t h0, int32_t nh) {
         /* a run of keys that is contiguous: inside one cache block */
         nb = k_end - k0 < ATTN_BLOCK ? k_end - k0 : ATTN_BLOCK;
         if (nb > kv->B - k0 % kv->B) nb = kv->B - k0 % kv->B;
-        const float *K = kv_k(kv, a->layer, kvh, k0);
-        const float *V = kv_v(kv, a->layer, kvh, k0);
+        const uint8_t *K = kv_k(kv, a->layer, kvh, k0);
+        const uint8_t *V = kv_v(kv, a->layer, kvh, k0);
         for (int32_t i = 0; i < nh; i++) {
             float *o = out + (int64_t)i * hdv;
-            kern_dot_rows(score, q + (int64_t)i * hdk, K, hdk, nb, hdk, a->scale);
+            kern_dot_rows_kv(kt, score, (const uint8_t *)qk + i * q_stride, K, ldk, nb, hdk,
+                             a->scale);
             if (a->softcap != 0.0f) op_softcap(score, nb, a->softcap);
             float block_max = -INFINITY;
             for (int32_t k = 0; k < nb; k++)
@@ -339,7 +351,7 @@ static void attn_heads(const attn_job *j, int32_t t, int32_t h0, int32_t nh) {
             }
             /* perf: vector exp over the block; the value sum with o held in registers */
             run_sum[i] += kern_exp_shift_sum(score, nb, run_max[i]);
-            kern_axpy_rows(o, score, V, hdv, nb, hdv);
+            kern_axpy_rows_kv(vt, o, score, V, ldv, nb, hdv);
         }
     }
     for (int32_t i = 0; i < nh; i++) {

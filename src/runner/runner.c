@@ -16,6 +16,7 @@
 #include "runner/runner.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,7 @@ typedef struct seq {
 
 struct runner {
     const model *m;
+    hl_type kv_type; /* of the pool's keys and values */
     model_ctx *ctx;
     kv_pool *pool;  /* slot 0 */
     kv_pool *wpool; /* slot 1, or NULL */
@@ -137,6 +139,28 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     if (r->batch_tokens < r->n_parallel) r->batch_tokens = r->n_parallel;
     r->ack_wait_ns = cfg->ack_wait_us < 0 ? -1
                      : (int64_t)(cfg->ack_wait_us ? cfg->ack_wait_us : RUNNER_ACK_WAIT_US) * 1000;
+    hl_type kv_type = HL_TYPE_F16;
+    if (cfg->kv_type && *cfg->kv_type && !kv_type_parse(cfg->kv_type, &kv_type)) {
+        free(r);
+        return hl_fail(err, HL_ERR_INVALID, "invalid KV cache type \"%s\" (f32, f16 or q8_0)",
+                       cfg->kv_type);
+    }
+    if (kv_type != HL_TYPE_F32 && model_has_kv(m)) {
+        /* q8_0 rows need heads of whole 32-element blocks: else f16, as llama.cpp would
+         * refuse the quantized cache */
+        kv_geom g;
+        hl_err gerr;
+        const kv_geom *mg = model_kv_geom(m);
+        hl_status gst = kv_geom_init(&g, mg->n_layer, mg->dims, kv_type, kv_type, &gerr);
+        if (!gst) gst = model_check_kv_geom(m, &g, &gerr);
+        kv_geom_free(&g);
+        if (gst && kv_type == HL_TYPE_Q8_0) {
+            fprintf(stderr, "runner: %s KV cache not possible for this model (%s): using f16\n",
+                    hl_type_name(kv_type), gerr.msg);
+            kv_type = HL_TYPE_F16;
+        }
+    }
+    r->kv_type = kv_type;
     /* One pool per cache slot, each laid out for its layers; the budget is shared in
      * proportion to what a position costs in each (what full caches would hold). */
     const int32_t n_slots = model_kv_slots(m);
@@ -147,7 +171,8 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
         .layout = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
                    .head_dim_k = hp->head_dim_k, .head_dim_v = hp->head_dim_v,
                    .block_tokens = cfg->block_tokens > 0 ? cfg->block_tokens : RUNNER_BLOCK_TOKENS,
-                   .layers = n_slots > 1 ? g0->dims : model_kv_geom(m)->dims},
+                   .layers = n_slots > 1 ? g0->dims : model_kv_geom(m)->dims,
+                   .k_type = kv_type, .v_type = kv_type},
         .budget_bytes = (size_t)((double)budget * (double)bpp0 / (double)(bpp0 + bpp1)),
         .spill_dir = cfg->spill_dir,
         .spill_max_bytes = cfg->spill_max_bytes,
@@ -276,6 +301,8 @@ void runner_destroy(runner *r) {
     free(r->logits);
     free(r);
 }
+
+hl_type runner_kv_type(const runner *r) { return r->kv_type; }
 
 int32_t runner_n_ctx(const runner *r) { return r->n_ctx; }
 int32_t runner_n_parallel(const runner *r) { return r->n_parallel; }

@@ -86,6 +86,10 @@ typedef struct runner_config {
     int32_t max_queue;       /* requests waiting for a slot; <= 0: $HEARTH_MAX_QUEUE, else 512 */
     int32_t batch_tokens;    /* tokens per forward pass; <= 0: RUNNER_BATCH_TOKENS */
     int32_t ack_wait_us;     /* 0: RUNNER_ACK_WAIT_US; < 0: wait for every callback (tests) */
+    /* element type of cached keys and values: "f32", "f16" or "q8_0" (kv/layout.h);
+     * NULL or "": f16 (Ollama's and llama.cpp's default). q8_0 on a model whose heads are
+     * not multiples of 32 elements falls back to f16 (logged). Another value: INVALID. */
+    const char *kv_type;
 } runner_config;
 
 #define RUNNER_BUSY_MESSAGE "server busy, please try again.  maximum pending requests exceeded"
@@ -147,6 +151,8 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
 void runner_destroy(runner *r); /* accepts NULL */
 
 int32_t runner_n_ctx(const runner *r);
+/* The element type the KV pool holds keys (and values) in. */
+hl_type runner_kv_type(const runner *r);
 
 /* Validates a request; *num_predict gets the effective token budget. */
 hl_status runner_prepare(const runner *r, const runner_request *req, int32_t *num_predict,

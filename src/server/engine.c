@@ -15,6 +15,7 @@
 
 #include "base/file.h"
 #include "gguf/gguf.h"
+#include "kv/layout.h"
 #include "model/model.h"
 #include "runner/runner.h"
 #include "server/engine_remote.h"
@@ -26,6 +27,7 @@ struct engine {
     engine_info info;
     _Atomic uint64_t mem_bytes; /* measured after load and after every request */
     char *chat_template;
+    engine_config cfg; /* as opened (its strings are the caller's, which outlive it) */
 };
 
 static void measure(engine *e) {
@@ -57,6 +59,7 @@ hl_status engine_open(const char *gguf_path, const engine_config *cfg, engine **
     if (!engine_use_subprocess()) return engine_open_local(gguf_path, cfg, out, err);
     engine *e = calloc(1, sizeof *e);
     if (!e) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    e->cfg = *cfg;
     hl_status st = eremote_open(gguf_path, cfg, &e->remote, err);
     if (st) {
         free(e);
@@ -70,6 +73,7 @@ hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, eng
                             hl_err *err) {
     engine *e = calloc(1, sizeof *e);
     if (!e) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    e->cfg = *cfg;
     const model_load_opts lo = {.use_mmap = cfg->use_mmap};
     hl_status st = model_load_ex(gguf_path, NULL, &lo, &e->m, err);
     if (st) goto fail;
@@ -82,7 +86,8 @@ hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, eng
     if (hp->n_ctx_train > 0 && n_ctx > hp->n_ctx_train) n_ctx = hp->n_ctx_train;
     if (n_ctx < 4) n_ctx = 4;
     runner_config rc = {.n_threads = cfg->n_threads, .n_ctx = n_ctx,
-                        .prefill_chunk = cfg->num_batch > 0 ? cfg->num_batch : 0};
+                        .prefill_chunk = cfg->num_batch > 0 ? cfg->num_batch : 0,
+                        .kv_type = cfg->kv_type};
     /* an encoder sees its whole input at once: any input that fits the context must fit
      * one forward pass */
     if (!model_is_causal(e->m) && n_ctx > RUNNER_BATCH_TOKENS) rc.batch_tokens = n_ctx;
@@ -116,6 +121,15 @@ void engine_close(engine *e) {
     model_free(e->m);
     free(e->chat_template);
     free(e);
+}
+
+hl_type engine_kv_type(const engine *e) {
+    if (e->remote || !e->run) {
+        hl_type t = HL_TYPE_F16;
+        if (e->cfg.kv_type && *e->cfg.kv_type) kv_type_parse(e->cfg.kv_type, &t);
+        return t;
+    }
+    return runner_kv_type(e->run);
 }
 
 const tok_vocab *engine_vocab(const engine *e) {

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "tensor/types.h"
 #include "sample/sampler.h"
 #include "tok/tok.h"
 
@@ -40,6 +41,9 @@ typedef struct engine_config {
     int32_t num_batch; /* prefill chunk (<= 0: 512) */
     int n_threads;     /* <= 0: all CPUs */
     bool use_mmap;     /* map the weights instead of reading them in (model_load_opts) */
+    /* element type of the KV cache: "f32", "f16" or "q8_0" (a static string; NULL: f16;
+     * runner_config.kv_type) */
+    const char *kv_type;
     /* may be NULL: when it turns true, a load waiting for its runner process fails
      * ("server shutting down"); not a load option (ignored when comparing configs) */
     const _Atomic bool *abort;
@@ -102,6 +106,9 @@ const tok_vocab *engine_vocab(const engine *e);
 void engine_get_info(const engine *e, engine_info *out);
 /* The GGUF's tokenizer.chat_template (NULL when none); owned by the engine. */
 const char *engine_chat_template(const engine *e);
+/* The element type of an in-process engine's KV cache (runner_kv_type); a runner
+ * process's engine reports the type it asked for (the process logs a fallback). */
+hl_type engine_kv_type(const engine *e);
 
 hl_status engine_generate(engine *e, const engine_request *req, engine_stats *stats,
                           hl_err *err);

@@ -263,7 +263,8 @@ static hl_status spawn(eremote *r, const char *path, const engine_config *cfg, i
     snprintf(sthr, sizeof sthr, "%d", cfg->n_threads);
     char *argv[] = {(char *)bin, "runner", "--model", (char *)path, "--port", sport, "--ctx",
                     sctx, "--batch", sbatch, "--threads", sthr, "--mmap",
-                    cfg->use_mmap ? "1" : "0", NULL};
+                    cfg->use_mmap ? "1" : "0", "--kv-type",
+                    (char *)(cfg->kv_type && *cfg->kv_type ? cfg->kv_type : "f16"), NULL};
     /* the environment plus the secret (built before fork: the child may not allocate) */
     extern char **environ;
     size_t n_env = 0;

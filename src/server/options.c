@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/layout.h"
 #include "server/internal.h"
 #include "server/sched.h"
 #include "store/modelfile.h"
@@ -22,6 +23,22 @@ int32_t opt_default_num_ctx(void) {
         if (!errno && !*end && n > 0 && n <= (1L << 24)) return (int32_t)n;
     }
     return 4096;
+}
+
+const char *opt_default_kv_type(bool warn) {
+    const char *names[] = {"HEARTH_KV_CACHE_TYPE", "OLLAMA_KV_CACHE_TYPE"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        if (!v || !*v) continue;
+        hl_type t;
+        if (kv_type_parse(v, &t)) return t == HL_TYPE_F32 ? "f32" : t == HL_TYPE_Q8_0 ? "q8_0" : "f16";
+        /* Ollama falls back to f16 on a type it does not know */
+        if (warn)
+            fprintf(stderr, "warning: %s=\"%s\" is not a KV cache type (f32, f16, q8_0): "
+                            "using f16\n", names[i], v);
+        return "f16";
+    }
+    return "f16";
 }
 
 void opt_free(infer_opts *o) {
@@ -101,6 +118,7 @@ hl_status opt_parse(const json_t *params, const json_t *options, bool quiet, inf
     out->sp = sampler_opts_defaults();
     out->load.num_ctx = opt_default_num_ctx();
     out->load.num_batch = 512;
+    out->load.kv_type = opt_default_kv_type(false);
     out->num_predict = -1;
     out->num_keep = 4;
     if (options && !json_is_null(options) && !json_is_object(options))

@@ -36,6 +36,10 @@ void opt_free(infer_opts *o);
 
 /* The default context: $HEARTH_CONTEXT_LENGTH / $OLLAMA_CONTEXT_LENGTH, else 4096. */
 int32_t opt_default_num_ctx(void);
+/* The KV cache type $HEARTH_KV_CACHE_TYPE (else $OLLAMA_KV_CACHE_TYPE) names: "f32",
+ * "f16" or "q8_0" (static strings); unset or unknown: "f16", with a warning on stderr when
+ * warn (the server says so once at startup). */
+const char *opt_default_kv_type(bool warn);
 
 /* Go's time.ParseDuration: "300ms", "-1.5h", "1h30m", "0". Errors read like Go's
  * (`time: invalid duration "x"`, `time: missing unit in duration "5"`). */

@@ -270,6 +270,7 @@ int runner_srv_main(int argc, char **argv) {
         else if (!strcmp(a, "--batch")) cfg.num_batch = atoi(v);
         else if (!strcmp(a, "--threads")) cfg.n_threads = atoi(v);
         else if (!strcmp(a, "--mmap")) cfg.use_mmap = atoi(v) != 0;
+        else if (!strcmp(a, "--kv-type")) cfg.kv_type = v;
         else return usage();
         i++;
     }
@@ -331,8 +332,10 @@ int runner_srv_main(int argc, char **argv) {
     /* what decides speed, for whoever reads the server log (the pool's default when
      * --threads is 0) */
     const int threads = cfg.n_threads > 0 ? cfg.n_threads : hl_cpu_default_threads();
-    fprintf(stderr, "runner: serving %s on 127.0.0.1:%d (pid %d, %d threads, %s kernels)\n",
-            model, port, (int)getpid(), threads, kern_variant());
+    fprintf(stderr,
+            "runner: serving %s on 127.0.0.1:%d (pid %d, %d threads, %s kernels, %s KV cache)\n",
+            model, port, (int)getpid(), threads, kern_variant(),
+            hl_type_name(engine_kv_type(g_eng)));
     fflush(stderr);
     int sig = 0;
     sigwait(&set, &sig);

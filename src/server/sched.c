@@ -219,9 +219,14 @@ void sched_destroy(sched *s) {
     free(s);
 }
 
+static const char *kv_type_or_default(const engine_config *c) {
+    return c->kv_type && *c->kv_type ? c->kv_type : "f16";
+}
+
 static bool same_cfg(const engine_config *a, const engine_config *b) {
     return a->num_ctx == b->num_ctx && a->num_batch == b->num_batch &&
-           a->n_threads == b->n_threads && a->use_mmap == b->use_mmap;
+           a->n_threads == b->n_threads && a->use_mmap == b->use_mmap &&
+           strcmp(kv_type_or_default(a), kv_type_or_default(b)) == 0;
 }
 
 /* Whether a request for sm with cfg may share m (lock held; m not loading). */
