@@ -32,7 +32,9 @@ CLI_SRC   := $(wildcard src/cli/*.c)
 TEST_SRC  := $(wildcard tests/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The web page (web/*.html|css|js) is embedded into the library as a generated C file.
+WEB_ASSETS := $(sort $(wildcard web/*.html web/*.css web/*.js))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/webui_assets.o
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
@@ -46,6 +48,18 @@ $(BUILD)/libhearth.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@
 	ar rcs $@ $^
+
+# A host tool, built without the sanitizers or fuzzer flags of the build it serves.
+$(BUILD)/tools/embed: web/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -Wall -Wextra -Werror -o $@ $<
+
+$(BUILD)/gen/webui_assets.c: $(BUILD)/tools/embed $(WEB_ASSETS)
+	@mkdir -p $(dir $@)
+	$(BUILD)/tools/embed $@.tmp $(WEB_ASSETS) && mv $@.tmp $@
+
+$(BUILD)/gen/webui_assets.o: $(BUILD)/gen/webui_assets.c
+	$(CC) $(CFLAGS_ALL) -c -o $@ $<
 
 $(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(LDLIBS)

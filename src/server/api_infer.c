@@ -317,8 +317,10 @@ static void add_metrics(json_t *o, const infer_ctx *c, uint64_t load_ns,
     json_object_set_new(o, "prompt_eval_duration", json_integer((json_int_t)st->prompt_eval_ns));
     json_object_set_new(o, "eval_count", json_integer(st->eval_count));
     json_object_set_new(o, "eval_duration", json_integer((json_int_t)st->eval_ns));
-    if (srv_stream_encoded(c->s)) /* for the compat layers' usage */
-        json_object_set_new(o, "_cached_tokens", json_integer(st->cached_tokens));
+    /* prompt tokens restored from the prefix cache: the compat layers' usage reads the
+     * private field; native replies carry it as a hearth extension (the web page shows it) */
+    json_object_set_new(o, srv_stream_encoded(c->s) ? "_cached_tokens" : "prompt_cached_count",
+                        json_integer(st->cached_tokens));
 }
 
 /* A response object with model, created_at and the text fields. Text is taken with

@@ -135,6 +135,8 @@ enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt
     __attribute__((format(printf, 3, 4)));
 enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *content_type,
                                const char *text);
+/* Queues a response built by the caller (takes it over; CORS added, sent after the body). */
+enum MHD_Result srv_reply_response(srv_request *r, unsigned status, struct MHD_Response *resp);
 
 /* Client-supplied text for the server log: control bytes, quotes, backslashes and bytes
  * past ASCII become \xNN, so that no request can forge or split log lines. Returns out. */

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "server/internal.h"
 #include "server/sched.h"
+#include "server/webui.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -139,6 +140,18 @@ static void load_origins(hl_server *srv) {
     free(copy);
 }
 
+/* The page served at / (webui.c) calls the API from its own origin, which is the Host it
+ * was loaded from: on a LAN address that origin is not in the list above. A same-origin
+ * request is allowed when that Host names this machine or a private network (as the
+ * DNS-rebinding guard checks), so a rebound public name still gets 403. */
+static bool same_origin_allowed(const char *origin, const char *host) {
+    if (!host || !*host) return false;
+    const char *rest = strncasecmp(origin, "http://", 7) == 0    ? origin + 7
+                       : strncasecmp(origin, "https://", 8) == 0 ? origin + 8
+                                                                 : NULL;
+    return rest && strcasecmp(rest, host) == 0 && host_allowed(host);
+}
+
 void srv_add_cors(const srv_request *r, struct MHD_Response *resp) {
     if (!r->cors_origin[0]) return;
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
@@ -153,6 +166,10 @@ static enum MHD_Result queue(srv_request *r, unsigned status, const char *ctype,
         MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     if (ctype) MHD_add_response_header(resp, "Content-Type", ctype);
+    return srv_reply_response(r, status, resp);
+}
+
+enum MHD_Result srv_reply_response(srv_request *r, unsigned status, struct MHD_Response *resp) {
     if (status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     srv_add_cors(r, resp);
     r->replied = true;
@@ -363,16 +380,13 @@ void srv_now(char *buf, size_t cap) {
 
 /* ---- routing ---- */
 
-static enum MHD_Result handle_root(srv_request *r) {
-    return srv_reply_text(r, 200, "text/plain; charset=utf-8", "Ollama is running");
-}
-
 static enum MHD_Result handle_version(srv_request *r) {
     return srv_reply_json(r, 200, json_pack("{s:s}", "version", HEARTH_VERSION));
 }
 
 static const srv_route k_routes[] = {
-    {"/", false, "GET HEAD", handle_root, false},
+    {"/", false, "GET HEAD", webui_handle_root, false},
+    {"/webui/", true, "GET HEAD", webui_handle_asset, false},
     {"/api/version", false, "GET HEAD", handle_version, false},
     {"/api/tags", false, "GET HEAD", srv_handle_tags, false},
     {"/api/ps", false, "GET", srv_handle_ps, false},
@@ -490,7 +504,9 @@ static bool first_call(srv_request *r, enum MHD_Result *ret) {
     }
     const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
     if (origin && *origin) {
-        if (!origin_allowed(r->srv, origin)) {
+        if (!origin_allowed(r->srv, origin) &&
+            !same_origin_allowed(origin,
+                                 MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host"))) {
             *ret = srv_reply_text(r, 403, NULL, "");
             return true;
         }
