@@ -433,7 +433,11 @@ static void derive_delete_race(srv_proc *p) {
     fprintf(stderr, "    derived %d, refused %d, copied %d of 200\n", derived, refused, copied);
 }
 
-TEST(server_derive_delete_race) { WITH_SERVER(derive_delete_race); }
+TEST(server_derive_delete_race) {
+    if (!test_shared_path("models/stories260K/stories260K.gguf"))
+        SKIP("models/stories260K/stories260K.gguf not found");
+    WITH_SERVER(derive_delete_race);
+}
 
 /* ---------------------------------------------------------------------------------- */
 
@@ -1134,6 +1138,8 @@ static void gc_second(srv_proc *p) {
 }
 
 TEST(server_startup_removes_unused_blobs) {
+    if (!test_shared_path("models/stories260K/stories260K.gguf"))
+        SKIP("models/stories260K/stories260K.gguf not found");
     SP_WITH_SERVER("gc", NULL, NULL, gc_first);
     char log[1200]; /* the next spawn must not read the last one's "Listening on" */
     snprintf(log, sizeof log, "%s/serve-gc.log", test_tmpdir());
