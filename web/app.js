@@ -150,7 +150,8 @@ function load(key, dflt) {
   try { const v = JSON.parse(localStorage.getItem(key)); return v ?? dflt } catch { return dflt }
 }
 function save(key, v) {
-  try { localStorage.setItem(key, JSON.stringify(v)) } catch (e) { console.warn('localStorage:', e) }
+  // _el: a message's element on the page, not state
+  try { localStorage.setItem(key, JSON.stringify(v, (k, x) => (k === '_el' ? undefined : x))) } catch (e) { console.warn('localStorage:', e) }
 }
 
 const state = {
