@@ -50,6 +50,9 @@ typedef struct model_layer {
      * [channels][kernel], dt bias, A (-exp(A_log)), the gated norm, the output */
     model_weight ssm_z, ssm_beta, ssm_alpha, ssm_out;
     const float *ssm_conv1d, *ssm_dt_b, *ssm_a, *ssm_norm;
+    /* mixture of experts: the router [n_expert][n_embd] and the experts' gate, up and
+     * down stacked (MT_EXPERTS: expert e's rows start at row e * ne[1]) */
+    model_weight ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
 } model_layer;
 
 /* What a layer's attention and feed-forward look like (most models: the same for all). */
@@ -93,6 +96,8 @@ typedef struct model_hp_ext {
     int32_t n_token_types;    /* BERT token types */
     /* {arch}.ssm.*: recurrent mixers (qwen35's Gated DeltaNet) */
     int32_t ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_dt_rank, ssm_n_group;
+    /* {arch}.expert_*: mixture-of-experts feed-forward (qwen3moe) */
+    int32_t n_expert, n_expert_used, n_ff_exp;
 } model_hp_ext;
 
 struct model_arch_desc;
@@ -235,6 +240,8 @@ enum {
     MD_SSM_INNER,   /* d_inner */
     MD_SSM_HEADS,   /* dt_rank (value heads) */
     MD_SSM_HEAD_V,  /* d_inner / dt_rank */
+    MD_EXPERTS,     /* x.n_expert */
+    MD_FF_EXP,      /* x.n_ff_exp */
 };
 
 enum {
@@ -243,6 +250,7 @@ enum {
     MT_VEC = 2,      /* f32 vector */
     MT_LAYER = 1 << 4, /* per layer: the name has "%d" for the layer index */
     MT_OPT = 1 << 5,   /* may be absent */
+    MT_EXPERTS = 1 << 6, /* a 3-D matmul weight {ne0, ne1, x.n_expert}: one matrix per expert */
 };
 
 typedef struct model_tensor_spec {
@@ -281,6 +289,7 @@ extern const model_arch_desc model_arch_gemma4;
 extern const model_arch_desc model_arch_bert, model_arch_nomic_bert;
 extern const model_arch_desc model_arch_phi3;
 extern const model_arch_desc model_arch_qwen35;
+extern const model_arch_desc model_arch_qwen3moe;
 
 /* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */
 hl_status model_add_mat(model *m, const model_weight *w, hl_err *err);

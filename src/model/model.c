@@ -25,6 +25,7 @@ static const model_arch_desc *const g_archs[] = {
     &model_arch_bert, &model_arch_nomic_bert,
     &model_arch_phi3,
     &model_arch_qwen35,
+    &model_arch_qwen3moe,
 };
 #define N_ARCHS (sizeof g_archs / sizeof g_archs[0])
 
@@ -422,13 +423,14 @@ static hl_status find_tensor(const model_loader *L, const char *name, uint32_t n
 
 enum { NEED_MATMUL = 1, NEED_DEQUANT = 2 };
 
+/* ne2 > 1: a 3-D tensor {n_cols, n_rows, ne2}, loaded as one matrix of n_rows * ne2 rows. */
 static hl_status get_weight(const model_loader *L, const char *name, int64_t n_cols,
-                            int64_t n_rows, bool required, int need, model_weight *out,
-                            hl_err *err) {
+                            int64_t n_rows, int64_t ne2, bool required, int need,
+                            model_weight *out, hl_err *err) {
     memset(out, 0, sizeof *out);
     const gguf_tensor *t;
-    int64_t ne[2] = {n_cols, n_rows};
-    hl_status st = find_tensor(L, name, 2, ne, required, &t, err);
+    int64_t ne[3] = {n_cols, n_rows, ne2};
+    hl_status st = find_tensor(L, name, ne2 > 1 ? 3 : 2, ne, required, &t, err);
     if (st || !t) return st;
     const hl_type_traits *tr = hl_type_traits_get(t->type);
     if (!tr)
@@ -441,12 +443,13 @@ static hl_status get_weight(const model_loader *L, const char *name, int64_t n_c
         return hl_fail(err, HL_ERR_UNSUPPORTED,
                        "tensor '%s' has type %s, which cannot be dequantized", name, tr->name);
     size_t row = hl_row_size(t->type, n_cols);
-    if (row == 0 || t->n_bytes / row != (uint64_t)n_rows || t->n_bytes % row != 0)
+    const int64_t all_rows = n_rows * ne2;
+    if (row == 0 || t->n_bytes / row != (uint64_t)all_rows || t->n_bytes % row != 0)
         return hl_fail(err, HL_ERR_FORMAT,
                        "tensor '%s' (%s) has %llu bytes, expected %lld rows of %zu", name, tr->name,
-                       (unsigned long long)t->n_bytes, (long long)n_rows, row);
-    *out = (model_weight){.type = t->type, .n_rows = n_rows, .n_cols = n_cols,
-                          .ne = {n_cols, n_rows, 1, 1}, .data = t->data};
+                       (unsigned long long)t->n_bytes, (long long)all_rows, row);
+    *out = (model_weight){.type = t->type, .n_rows = all_rows, .n_cols = n_cols,
+                          .ne = {n_cols, n_rows, ne2, 1}, .data = t->data};
     return HL_OK;
 }
 
@@ -501,6 +504,8 @@ static int64_t model_dim(const model *m, int32_t l, uint8_t code) {
     case MD_SSM_HEADS: return h->state_floats ? m->x.ssm_dt_rank : 0;
     case MD_SSM_HEAD_V:
         return h->state_floats && m->x.ssm_dt_rank ? m->x.ssm_d_inner / m->x.ssm_dt_rank : 0;
+    case MD_EXPERTS: return m->x.n_expert;
+    case MD_FF_EXP: return m->x.n_ff_exp;
     default: return -1;
     }
 }
@@ -539,8 +544,10 @@ static hl_status load_spec(model_loader *L, const model_tensor_spec *sp, int32_t
         return HL_OK;
     }
     model_weight *w = (model_weight *)(void *)(base + sp->off);
-    if ((st = get_weight(L, name, ne0, ne1, required, kind == MT_MAT ? NEED_MATMUL : NEED_DEQUANT,
-                         w, err)))
+    const int64_t ne2 = (sp->flags & MT_EXPERTS) ? m->x.n_expert : 1;
+    if (ne2 <= 0) return hl_fail(err, HL_ERR_FORMAT, "tensor '%s' needs an expert count", name);
+    if ((st = get_weight(L, name, ne0, ne1, ne2, required,
+                         kind == MT_MAT ? NEED_MATMUL : NEED_DEQUANT, w, err)))
         return st;
     if (!w->data) return HL_OK;
     m->tensor_bytes += hl_row_size(w->type, w->n_cols) * (size_t)w->n_rows;

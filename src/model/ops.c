@@ -385,3 +385,72 @@ void op_attention(model_ctx *c, const op_attn *a, int32_t n_tok) {
     attn_job job = {.c = c, .a = a, .n_tok = n_tok, .next_chunk = 0};
     hl_pool_run_any(c->pool, attn_worker, &job); /* perf: chunks claimed dynamically */
 }
+
+/* ---- mixture of experts ---- */
+
+int64_t op_moe_scratch_floats(int64_t n_embd, int32_t n_expert, int64_t n_ff_exp) {
+    /* per token: router probabilities / chosen weights, a token index, the gathered
+     * input, gate and up, an expert's output */
+    return n_expert + 1 + 2 * n_embd + 2 * n_ff_exp;
+}
+
+void op_moe(model_ctx *c, const model_weight *router, const model_weight *gate,
+            const model_weight *up, const model_weight *down, int32_t n_used, const float *x,
+            int32_t n_tok, float *out, float *scratch) {
+    const int32_t n_exp = (int32_t)router->n_rows;
+    const int64_t E = router->n_cols, F = gate->ne[1];
+    float *prob = scratch;                       /* [n_tok][n_exp]; -1: not chosen */
+    int32_t *idx = (int32_t *)(void *)(prob + (size_t)n_tok * n_exp); /* [n_tok] */
+    float *xin = (float *)(void *)(idx + n_tok); /* [n_tok][E] */
+    float *g = xin + (size_t)n_tok * E;          /* [n_tok][F] */
+    float *u = g + (size_t)n_tok * F;            /* [n_tok][F] */
+    float *y = u + (size_t)n_tok * F;            /* [n_tok][E] */
+
+    op_linear(c, router, NULL, x, n_tok, prob);
+    for (int32_t t = 0; t < n_tok; t++) {
+        float *p = prob + (size_t)t * n_exp;
+        float mx = p[0], sum = 0.0f;
+        for (int32_t e = 1; e < n_exp; e++) mx = p[e] > mx ? p[e] : mx;
+        for (int32_t e = 0; e < n_exp; e++) sum += p[e] = expf(p[e] - mx);
+        for (int32_t e = 0; e < n_exp; e++) p[e] /= sum;
+        /* top k by repeated argmax; chosen ones are marked by a weight >= 2 meanwhile */
+        float wsum = 0.0f;
+        for (int32_t j = 0; j < n_used; j++) {
+            int32_t best = -1;
+            for (int32_t e = 0; e < n_exp; e++)
+                if (p[e] < 2.0f && (best < 0 || p[e] > p[best])) best = e;
+            wsum += p[best];
+            p[best] += 2.0f;
+        }
+        for (int32_t e = 0; e < n_exp; e++) p[e] = p[e] >= 2.0f ? (p[e] - 2.0f) / wsum : -1.0f;
+    }
+    memset(out, 0, (size_t)n_tok * (size_t)E * sizeof *out);
+    const size_t gate_row = hl_row_size(gate->type, gate->n_cols);
+    const size_t up_row = hl_row_size(up->type, up->n_cols);
+    const size_t down_row = hl_row_size(down->type, down->n_cols);
+    for (int32_t e = 0; e < n_exp; e++) {
+        int32_t n = 0;
+        for (int32_t t = 0; t < n_tok; t++)
+            if (prob[(size_t)t * n_exp + e] >= 0.0f) {
+                idx[n] = t;
+                memcpy(xin + (size_t)n * E, x + (size_t)t * E, (size_t)E * sizeof *x);
+                n++;
+            }
+        if (n == 0) continue;
+        const kern_matmul_item items[2] = {
+            {(hl_type)gate->type, (const uint8_t *)gate->data + (size_t)e * F * gate_row, F, g},
+            {(hl_type)up->type, (const uint8_t *)up->data + (size_t)e * F * up_row, F, u}};
+        kern_matmul_many(c->pool, items, 2, E, xin, n, c->mm_scratch);
+        op_glu(g, u, (int64_t)n * F, OP_SILU);
+        kern_matmul(c->pool, (hl_type)down->type,
+                    (const uint8_t *)down->data + (size_t)e * E * down_row, E, F, g, n, y,
+                    c->mm_scratch);
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t t = idx[i];
+            const float w = prob[(size_t)t * n_exp + e];
+            float *o = out + (size_t)t * E;
+            const float *yi = y + (size_t)i * E;
+            for (int64_t d = 0; d < E; d++) o[d] += w * yi[d];
+        }
+    }
+}

@@ -70,6 +70,18 @@ typedef struct op_attn {
  * ([n_tok][n_head][head_dim_v]). */
 void op_attention(model_ctx *c, const op_attn *a, int32_t n_tok);
 
+/* Mixture-of-experts feed-forward (qwen3moe): per token, softmax over the n_expert logits
+ * of router @ x, the top k (ties: the lower expert), their weights renormalised to sum 1;
+ * out[t] = sum over the chosen e of w_e * down_e(silu(gate_e x) * up_e x). The experts are
+ * 3-D weights (MT_EXPERTS): expert e is rows [e * ne[1], (e + 1) * ne[1]). Tokens are
+ * grouped by expert (each expert's matmuls run once over its tokens), experts summed in
+ * index order, so a token's result is the same in any batch. scratch: n_tok *
+ * op_moe_scratch_floats(...) floats. */
+int64_t op_moe_scratch_floats(int64_t n_embd, int32_t n_expert, int64_t n_ff_exp);
+void op_moe(model_ctx *c, const model_weight *router, const model_weight *gate,
+            const model_weight *up, const model_weight *down, int32_t n_used, const float *x,
+            int32_t n_tok, float *out, float *scratch);
+
 /* The final norm / output / softcap steps the driver applies (forward.c) share these. */
 void op_softcap(float *x, int64_t n, float cap);
 

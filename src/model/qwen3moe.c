@@ -1,0 +1,91 @@
+/*
+ * qwen3moe.c - qwen3's attention with a mixture-of-experts feed-forward.
+ *
+ * Per layer, for a batch of tokens:
+ *   xb = rmsnorm(x) * attn_norm
+ *   q, k, v = xb Wq, xb Wk, xb Wv; q, k RMS-normed per head, then NEOX RoPE
+ *   x += attention Wo   (n_head * head_dim may differ from n_embd)
+ *   xb = rmsnorm(x) * ffn_norm;  x += moe(xb)   (ops.h: op_moe; router softmax, top
+ *   expert_used_count, weights renormalised to sum 1, each expert a SiLU GLU)
+ */
+#include "model/ops.h"
+
+#include <math.h>
+
+#define QWEN3MOE_MAX_EXPERTS 1024
+
+static void qwen3moe_forward(model_ctx *c, int32_t n_tok) {
+    const model *m = c->m;
+    const int64_t E = m->hp.n_embd;
+    const float eps = m->x.norm_eps;
+
+    op_embed(c, &m->tok_embd, n_tok, 0.0f, c->x);
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        const model_layer *ly = &m->layers[l];
+        const model_layer_hp *h = &m->lhp[l];
+
+        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+        op_linear_many(c, &ly->wq, c->q, &ly->wk, c->k, &ly->wv, c->v, c->xb, n_tok);
+        op_head_norm(c, c->q, ly->q_norm, n_tok, h->n_head, h->head_dim_k, eps);
+        op_head_norm(c, c->k, ly->k_norm, n_tok, h->n_head_kv, h->head_dim_k, eps);
+        op_rope(c, h, true, c->q, n_tok, h->n_head, h->head_dim_k);
+        op_rope(c, h, true, c->k, n_tok, h->n_head_kv, h->head_dim_k);
+        const op_attn a = {.layer = l, .store = true, .n_head = h->n_head,
+                           .n_head_kv = h->n_head_kv, .head_dim_k = h->head_dim_k,
+                           .head_dim_v = h->head_dim_v,
+                           .scale = 1.0f / sqrtf((float)h->head_dim_k), .causal = true};
+        op_attention(c, &a, n_tok);
+        op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
+        op_add(c->x, c->proj, n_tok * E);
+
+        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_moe(c, &ly->ffn_gate_inp, &ly->ffn_gate_exps, &ly->ffn_up_exps, &ly->ffn_down_exps,
+               m->x.n_expert_used, c->xb, n_tok, c->proj, c->extra);
+        op_add(c->x, c->proj, n_tok * E);
+    }
+}
+
+static const model_tensor_spec qwen3moe_tensors[] = {
+    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),
+    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),
+    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),
+    MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),
+    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q),
+    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),
+    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),
+    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD),
+    MT_L("blk.%d.attn_q_norm.weight", q_norm, MT_VEC, MD_HEAD_K, MD_ONE),
+    MT_L("blk.%d.attn_k_norm.weight", k_norm, MT_VEC, MD_HEAD_K, MD_ONE),
+    MT_L("blk.%d.ffn_norm.weight", ffn_norm, MT_VEC, MD_EMBD, MD_ONE),
+    MT_L("blk.%d.ffn_gate_inp.weight", ffn_gate_inp, MT_MAT, MD_EMBD, MD_EXPERTS),
+    MT_L("blk.%d.ffn_gate_exps.weight", ffn_gate_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP),
+    MT_L("blk.%d.ffn_up_exps.weight", ffn_up_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP),
+    MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP, MD_EMBD),
+};
+
+static hl_status qwen3moe_read_hparams(model_loader *L, hl_err *err) {
+    model_hp_ext *x = &L->m->x;
+    hl_status st;
+    if ((st = model_hp_int(L, "expert_count", true, 0, &x->n_expert, err)) ||
+        (st = model_hp_int(L, "expert_used_count", true, 0, &x->n_expert_used, err)) ||
+        (st = model_hp_int(L, "expert_feed_forward_length", true, 0, &x->n_ff_exp, err)))
+        return st;
+    if (x->n_expert < 1 || x->n_expert > QWEN3MOE_MAX_EXPERTS || x->n_expert_used < 1 ||
+        x->n_expert_used > x->n_expert || x->n_ff_exp < 1)
+        return hl_fail(err, HL_ERR_FORMAT,
+                       "%s: bad expert hyperparameters (expert_count %d, expert_used_count %d, "
+                       "expert_feed_forward_length %d)",
+                       L->prefix, x->n_expert, x->n_expert_used, x->n_ff_exp);
+    return HL_OK;
+}
+
+static int64_t qwen3moe_extra_floats(const model *m) {
+    return op_moe_scratch_floats(m->hp.n_embd, m->x.n_expert, m->x.n_ff_exp);
+}
+
+const model_arch_desc model_arch_qwen3moe = {
+    .name = "qwen3moe", .rope_kind = MODEL_ROPE_NEOX, .read_hparams = qwen3moe_read_hparams,
+    .tensors = qwen3moe_tensors, .n_tensors = (int32_t)(sizeof qwen3moe_tensors /
+                                                        sizeof qwen3moe_tensors[0]),
+    .extra_floats = qwen3moe_extra_floats, .forward = qwen3moe_forward,
+};
