@@ -14,6 +14,7 @@
 #include "arch_golden.h"
 #include "kv/block.h"
 #include "runner/runner.h"
+#include "runner_greedy.h"
 #include "test.h"
 
 TEST(arch_gemma4) { arch_golden_check("gemma4"); }
@@ -135,26 +136,6 @@ TEST(gemma4_block_pool_batch_matches_each_alone_and_model_eval) {
     model_free(m);
 }
 
-typedef struct collect {
-    int32_t toks[64];
-    int n;
-} collect;
-
-static bool on_event(void *user, const runner_event *ev) {
-    collect *c = user;
-    if (ev->kind == RUNNER_EV_TOKEN && c->n < 64) c->toks[c->n++] = ev->token;
-    return true;
-}
-
-static hl_status generate(runner *r, const int32_t *prompt, int n, int n_predict, collect *out,
-                          runner_stats *stats) {
-    out->n = 0;
-    runner_request req = {.tokens = prompt, .n_tokens = n, .num_predict = n_predict,
-                          .sampling = {.temperature = 0, .repeat_last_n = 0},
-                          .emit = on_event, .user = out};
-    return runner_generate(r, &req, stats, NULL);
-}
-
 /* Through the runner (the server's path): a conversation past the window, continued from
  * the prefix cache, gives the greedy tokens of model_eval. */
 TEST(gemma4_runner_greedy_matches_model_eval) {
@@ -172,11 +153,11 @@ TEST(gemma4_runner_greedy_matches_model_eval) {
     n = 24;
     collect c1, c2;
     runner_stats s1, s2;
-    CHECK_OK(generate(r, conv, n, 12, &c1, &s1), NULL);
+    CHECK_OK(runner_greedy(r, conv, n, 12, &c1, &s1), NULL);
     CHECK_EQ_INT(c1.n, 12);
     for (int i = 0; i < c1.n; i++) conv[n++] = c1.toks[i];
     for (int i = 0; i < 6; i++) conv[n++] = 40 + i;
-    CHECK_OK(generate(r, conv, n, 12, &c2, &s2), NULL);
+    CHECK_OK(runner_greedy(r, conv, n, 12, &c2, &s2), NULL);
     CHECK_MSG(s2.cached_tokens >= 30, "cached %d of %d", (int)s2.cached_tokens, n);
     CHECK_EQ_INT(c2.n, 12);
     model_ctx *ctx;

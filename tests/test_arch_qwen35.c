@@ -14,6 +14,7 @@
 
 #include "arch_golden.h"
 #include "runner/runner.h"
+#include "runner_greedy.h"
 #include "test.h"
 
 TEST(arch_qwen35) { arch_golden_check("qwen35"); }
@@ -136,26 +137,6 @@ TEST(arch_qwen35_chunked_prefill_equals_token_by_token) {
     model_free(m);
 }
 
-typedef struct collect {
-    int32_t toks[64];
-    int n;
-} collect;
-
-static bool on_event(void *user, const runner_event *ev) {
-    collect *c = user;
-    if (ev->kind == RUNNER_EV_TOKEN && c->n < 64) c->toks[c->n++] = ev->token;
-    return true;
-}
-
-static hl_status generate(runner *r, const int32_t *prompt, int n, int n_predict, collect *out,
-                          runner_stats *stats) {
-    out->n = 0;
-    runner_request req = {.tokens = prompt, .n_tokens = n, .num_predict = n_predict,
-                          .sampling = {.temperature = 0, .repeat_last_n = 0},
-                          .emit = on_event, .user = out};
-    return runner_generate(r, &req, stats, NULL);
-}
-
 static runner *new_runner(model *m) {
     runner_config cfg = {.n_threads = 1, .block_tokens = 8, .prefill_chunk = 16,
                          .kv_budget_bytes = (size_t)64 << 20, .n_parallel = 2,
@@ -178,14 +159,14 @@ TEST(arch_qwen35_runner_continues_from_the_cache) {
     CHECK(warm && fresh);
     collect c1, c2, cold;
     runner_stats s1, s2, s3;
-    CHECK_OK(generate(warm, conv, n, 16, &c1, &s1), NULL);
+    CHECK_OK(runner_greedy(warm, conv, n, 16, &c1, &s1), NULL);
     CHECK_EQ_INT(c1.n, 16);
     for (int i = 0; i < 16; i++) CHECK_EQ_INT(c1.toks[i], greedy[i]);
     for (int i = 0; i < c1.n; i++) conv[n++] = c1.toks[i];
     for (int i = 0; i < 10; i++) conv[n++] = 100 + i;
-    CHECK_OK(generate(warm, conv, n, 12, &c2, &s2), NULL);
+    CHECK_OK(runner_greedy(warm, conv, n, 12, &c2, &s2), NULL);
     CHECK_MSG(s2.cached_tokens > 0, "cached %d of %d", (int)s2.cached_tokens, n);
-    CHECK_OK(generate(fresh, conv, n, 12, &cold, &s3), NULL);
+    CHECK_OK(runner_greedy(fresh, conv, n, 12, &cold, &s3), NULL);
     CHECK_EQ_INT(s3.cached_tokens, 0);
     CHECK_EQ_INT(cold.n, c2.n);
     for (int i = 0; i < cold.n; i++) CHECK_EQ_INT(c2.toks[i], cold.toks[i]);

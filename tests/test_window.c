@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runner/runner.h"
+#include "runner_greedy.h"
 #include "test.h"
 
 static model *window_model(void) {
@@ -15,27 +16,6 @@ static model *window_model(void) {
     const char *p = test_shared_path("testdata/arch/gemma3.gguf");
     if (!m && p && model_load(p, NULL, &m, NULL) != HL_OK) m = NULL;
     return m;
-}
-
-typedef struct collect {
-    int32_t toks[256];
-    int n;
-} collect;
-
-static bool on_event(void *user, const runner_event *ev) {
-    collect *c = user;
-    if (ev->kind == RUNNER_EV_TOKEN && c->n < 256) c->toks[c->n++] = ev->token;
-    return true;
-}
-
-/* Greedy, no EOS stop that could cut one run shorter than the other. */
-static hl_status generate(runner *r, const int32_t *prompt, int n, int n_predict, collect *out,
-                          runner_stats *stats) {
-    out->n = 0;
-    runner_request req = {.tokens = prompt, .n_tokens = n, .num_predict = n_predict,
-                          .sampling = {.temperature = 0, .repeat_last_n = 0},
-                          .emit = on_event, .user = out};
-    return runner_generate(r, &req, stats, NULL);
 }
 
 static runner *new_runner(void) {
@@ -58,7 +38,7 @@ TEST(window_conversation_continues_from_the_cache_after_the_window_slid) {
     CHECK(warm);
     collect c1, c2, cold;
     runner_stats s1, s2, s3;
-    CHECK_OK(generate(warm, conv, n, 100, &c1, &s1), NULL);
+    CHECK_OK(runner_greedy(warm, conv, n, 100, &c1, &s1), NULL);
     CHECK_EQ_INT(c1.n, 100);
     /* the windowed layers keep about W + 2B positions live, and as much per snapshot (the
      * prompt's, at 26); the global ones all 130 */
@@ -72,12 +52,12 @@ TEST(window_conversation_continues_from_the_cache_after_the_window_slid) {
     for (int i = 0; i < c1.n; i++) conv[n++] = c1.toks[i];
     /* turn 2: the whole conversation plus a new question */
     for (int i = 0; i < 10; i++) conv[n++] = 100 + i;
-    CHECK_OK(generate(warm, conv, n, 20, &c2, &s2), NULL);
+    CHECK_OK(runner_greedy(warm, conv, n, 20, &c2, &s2), NULL);
     CHECK_MSG(s2.cached_tokens >= 129, "cached %d of %d", (int)s2.cached_tokens, n);
     /* the same conversation on a fresh runner computes everything */
     runner *fresh = new_runner();
     CHECK(fresh);
-    CHECK_OK(generate(fresh, conv, n, 20, &cold, &s3), NULL);
+    CHECK_OK(runner_greedy(fresh, conv, n, 20, &cold, &s3), NULL);
     CHECK_EQ_INT(s3.cached_tokens, 0);
     CHECK_EQ_INT(cold.n, c2.n);
     for (int i = 0; i < cold.n; i++) CHECK_EQ_INT(c2.toks[i], cold.toks[i]);
@@ -106,10 +86,10 @@ TEST(window_conversation_continues_from_the_cache_after_the_window_slid) {
     for (int i = 0; i < 6; i++) branch[24 + i] = 200 + i;
     collect b_warm, b_cold;
     runner_stats sb;
-    CHECK_OK(generate(warm, branch, 30, 12, &b_warm, &sb), NULL);
+    CHECK_OK(runner_greedy(warm, branch, 30, 12, &b_warm, &sb), NULL);
     runner *fresh2 = new_runner();
     CHECK(fresh2);
-    CHECK_OK(generate(fresh2, branch, 30, 12, &b_cold, &s3), NULL);
+    CHECK_OK(runner_greedy(fresh2, branch, 30, 12, &b_cold, &s3), NULL);
     CHECK_EQ_INT(b_warm.n, b_cold.n);
     for (int i = 0; i < b_cold.n; i++) CHECK_EQ_INT(b_warm.toks[i], b_cold.toks[i]);
     runner_destroy(warm);
