@@ -46,31 +46,6 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static int add_tensor(gguf_writer *w, const char *name, int64_t rows, int64_t cols, hl_type t,
-                      float scale, float offset) {
-    float *x = malloc(sizeof(float) * (size_t)(rows * cols));
-    size_t row_bytes = hl_row_size(t, cols);
-    uint8_t *q = malloc(row_bytes * (size_t)rows);
-    if (!x || !q) {
-        free(x);
-        free(q);
-        fprintf(stderr, "out of memory\n");
-        return 1;
-    }
-    for (int64_t i = 0; i < rows * cols; i++) x[i] = offset + bench_frand() * scale;
-    if (t == HL_TYPE_F32) memcpy(q, x, row_bytes * (size_t)rows);
-    else
-        for (int64_t r = 0; r < rows; r++) hl_quantize_row(t, x + r * cols, q + r * row_bytes, cols);
-    int64_t ne[2] = {cols, rows};
-    hl_err err;
-    int rc = gguf_writer_add_tensor(w, name, t, rows == 1 ? 1 : 2, ne, q, row_bytes * (size_t)rows,
-                                    &err);
-    if (rc) fprintf(stderr, "%s: %s\n", name, err.msg);
-    free(x);
-    free(q);
-    return rc;
-}
-
 static int write_qwen35(const char *path) {
     gguf_writer *w = gguf_writer_create();
     if (!w) return 1;
@@ -95,13 +70,13 @@ static int write_qwen35(const char *path) {
     synth_write_vocab(w, V);
     const float ws = 0.05f;
     const int CH = GV * DK + 2 * GK * DK;
-    int rc = add_tensor(w, "token_embd.weight", V, E, HL_TYPE_Q8_0, 1.0f, 0);
-    rc |= add_tensor(w, "output_norm.weight", 1, E, HL_TYPE_F32, 0.1f, 1.0f);
-    rc |= add_tensor(w, "output.weight", V, E, HL_TYPE_Q8_0, ws, 0);
+    int rc = bench_synth_add_tensor(w, "token_embd.weight", V, E, HL_TYPE_Q8_0, 1.0f, 0);
+    rc |= bench_synth_add_tensor(w, "output_norm.weight", 1, E, HL_TYPE_F32, 0.1f, 1.0f);
+    rc |= bench_synth_add_tensor(w, "output.weight", V, E, HL_TYPE_Q8_0, ws, 0);
     for (int l = 0; l < L && !rc; l++) {
         char n[64];
 #define T(name, rows, cols, type, s, o) \
-    (snprintf(n, sizeof n, "blk.%d.%s", l, name), add_tensor(w, n, rows, cols, type, s, o))
+    (snprintf(n, sizeof n, "blk.%d.%s", l, name), bench_synth_add_tensor(w, n, rows, cols, type, s, o))
         rc |= T("attn_norm.weight", 1, E, HL_TYPE_F32, 0.1f, 1.0f);
         rc |= T("post_attention_norm.weight", 1, E, HL_TYPE_F32, 0.1f, 1.0f);
         if ((l + 1) % 4 == 0) {

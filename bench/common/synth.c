@@ -18,12 +18,18 @@ float bench_frand(void) {
     return (float)((g_rng >> 11) * 0x1.0p-52) - 1.0f;
 }
 
-static int add_tensor(gguf_writer *w, const char *name, int64_t rows, int64_t cols, hl_type t,
-                      float scale) {
+int bench_synth_add_tensor(gguf_writer *w, const char *name, int64_t rows, int64_t cols,
+                           hl_type t, float scale, float offset) {
     float *x = malloc(sizeof(float) * (size_t)(rows * cols));
-    for (int64_t i = 0; i < rows * cols; i++) x[i] = bench_frand() * scale;
     size_t row_bytes = hl_row_size(t, cols);
     uint8_t *q = malloc(row_bytes * (size_t)rows);
+    if (!x || !q) {
+        free(x);
+        free(q);
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    for (int64_t i = 0; i < rows * cols; i++) x[i] = offset + bench_frand() * scale;
     if (t == HL_TYPE_F32) memcpy(q, x, row_bytes * (size_t)rows);
     else
         for (int64_t r = 0; r < rows; r++) hl_quantize_row(t, x + r * cols, q + r * row_bytes, cols);
@@ -52,13 +58,14 @@ int bench_synth_write_llama(const char *path, const bench_llama *c) {
 
     const int hd = c->n_embd / c->n_head, kd = c->n_head_kv * hd, E = c->n_embd;
     const float ws = 0.05f;
-    int rc = add_tensor(w, "token_embd.weight", c->n_vocab, E, HL_TYPE_Q8_0, 1.0f);
-    rc |= add_tensor(w, "output_norm.weight", 1, E, HL_TYPE_F32, 1.0f);
-    rc |= add_tensor(w, "output.weight", c->n_vocab, E, HL_TYPE_Q8_0, ws);
+    int rc = bench_synth_add_tensor(w, "token_embd.weight", c->n_vocab, E, HL_TYPE_Q8_0, 1.0f, 0);
+    rc |= bench_synth_add_tensor(w, "output_norm.weight", 1, E, HL_TYPE_F32, 1.0f, 0);
+    rc |= bench_synth_add_tensor(w, "output.weight", c->n_vocab, E, HL_TYPE_Q8_0, ws, 0);
     for (int l = 0; l < c->n_layer && !rc; l++) {
         char n[64];
-#define T(name, rows, cols, type, s) \
-    (snprintf(n, sizeof n, "blk.%d.%s", l, name), add_tensor(w, n, rows, cols, type, s))
+#define T(name, rows, cols, type, s)                                                      \
+    (snprintf(n, sizeof n, "blk.%d.%s", l, name),                                        \
+     bench_synth_add_tensor(w, n, rows, cols, type, s, 0))
         rc |= T("attn_norm.weight", 1, E, HL_TYPE_F32, 1.0f);
         rc |= T("attn_q.weight", E, E, HL_TYPE_Q8_0, ws);
         rc |= T("attn_k.weight", kd, E, HL_TYPE_Q8_0, ws);

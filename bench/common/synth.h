@@ -23,6 +23,10 @@ float bench_frand(void);
 
 /* 0 on success; prints what failed to stderr otherwise. */
 int bench_synth_write_llama(const char *path, const bench_llama *c);
+/* One tensor of rows x cols random values (offset + uniform * scale), quantized to t,
+ * added to w; 0 on success. */
+int bench_synth_add_tensor(gguf_writer *w, const char *name, int64_t rows, int64_t cols,
+                           hl_type t, float scale, float offset);
 
 /* The model of shape c, loaded; NULL (with a message on stderr) on failure. */
 model *bench_synth_llama(const bench_llama *c);
