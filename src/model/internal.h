@@ -291,6 +291,11 @@ extern const model_arch_desc model_arch_phi3;
 extern const model_arch_desc model_arch_qwen35;
 extern const model_arch_desc model_arch_qwen3moe;
 
+/* llama.c: the llama family's attention sublayer for layer l (x += attn(rmsnorm(x)) with
+ * optional q/k/v biases and per-head q/k norms, rope of the model's kind), for
+ * architectures that share it (qwen3moe). */
+void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok);
+
 /* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */
 hl_status model_add_mat(model *m, const model_weight *w, hl_err *err);
 /* Builds m->kv from m->lhp (after loading). */

@@ -13,34 +13,41 @@
 
 #include <math.h>
 
-static void llama_forward(model_ctx *c, int32_t n_tok) {
+void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok) {
     const model *m = c->m;
     const int64_t E = m->hp.n_embd;
     const float eps = m->x.norm_eps;
     const bool neox = m->hp.rope_kind == MODEL_ROPE_NEOX;
+    const model_layer *ly = &m->layers[l];
+    const model_layer_hp *h = &m->lhp[l];
+    op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+    op_linear_many(c, &ly->wq, c->q, &ly->wk, c->k, &ly->wv, c->v, c->xb, n_tok);
+    op_add_bias(c->q, ly->bq, n_tok, ly->wq.n_rows);
+    op_add_bias(c->k, ly->bk, n_tok, ly->wk.n_rows);
+    op_add_bias(c->v, ly->bv, n_tok, ly->wv.n_rows);
+    if (ly->q_norm) op_head_norm(c, c->q, ly->q_norm, n_tok, h->n_head, h->head_dim_k, eps);
+    if (ly->k_norm) op_head_norm(c, c->k, ly->k_norm, n_tok, h->n_head_kv, h->head_dim_k, eps);
+    op_rope(c, h, neox, c->q, n_tok, h->n_head, h->head_dim_k);
+    op_rope(c, h, neox, c->k, n_tok, h->n_head_kv, h->head_dim_k);
+    const op_attn a = {.layer = l, .store = true, .n_head = h->n_head,
+                       .n_head_kv = h->n_head_kv, .head_dim_k = h->head_dim_k,
+                       .head_dim_v = h->head_dim_v,
+                       .scale = 1.0f / sqrtf((float)h->head_dim_k), .causal = true};
+    op_attention(c, &a, n_tok);
+    op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
+    op_add(c->x, c->proj, n_tok * E);
+}
+
+static void llama_forward(model_ctx *c, int32_t n_tok) {
+    const model *m = c->m;
+    const int64_t E = m->hp.n_embd;
+    const float eps = m->x.norm_eps;
 
     op_embed(c, &m->tok_embd, n_tok, 0.0f, c->x);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *ly = &m->layers[l];
         const model_layer_hp *h = &m->lhp[l];
-
-        /* attention */
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
-        op_linear_many(c, &ly->wq, c->q, &ly->wk, c->k, &ly->wv, c->v, c->xb, n_tok);
-        op_add_bias(c->q, ly->bq, n_tok, ly->wq.n_rows);
-        op_add_bias(c->k, ly->bk, n_tok, ly->wk.n_rows);
-        op_add_bias(c->v, ly->bv, n_tok, ly->wv.n_rows);
-        if (ly->q_norm) op_head_norm(c, c->q, ly->q_norm, n_tok, h->n_head, h->head_dim_k, eps);
-        if (ly->k_norm) op_head_norm(c, c->k, ly->k_norm, n_tok, h->n_head_kv, h->head_dim_k, eps);
-        op_rope(c, h, neox, c->q, n_tok, h->n_head, h->head_dim_k);
-        op_rope(c, h, neox, c->k, n_tok, h->n_head_kv, h->head_dim_k);
-        const op_attn a = {.layer = l, .store = true, .n_head = h->n_head,
-                           .n_head_kv = h->n_head_kv, .head_dim_k = h->head_dim_k,
-                           .head_dim_v = h->head_dim_v,
-                           .scale = 1.0f / sqrtf((float)h->head_dim_k), .causal = true};
-        op_attention(c, &a, n_tok);
-        op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
-        op_add(c->x, c->proj, n_tok * E);
+        model_llama_attention(c, l, n_tok);
 
         /* feed-forward */
         op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);

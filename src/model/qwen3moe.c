@@ -22,21 +22,7 @@ static void qwen3moe_forward(model_ctx *c, int32_t n_tok) {
     op_embed(c, &m->tok_embd, n_tok, 0.0f, c->x);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *ly = &m->layers[l];
-        const model_layer_hp *h = &m->lhp[l];
-
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
-        op_linear_many(c, &ly->wq, c->q, &ly->wk, c->k, &ly->wv, c->v, c->xb, n_tok);
-        op_head_norm(c, c->q, ly->q_norm, n_tok, h->n_head, h->head_dim_k, eps);
-        op_head_norm(c, c->k, ly->k_norm, n_tok, h->n_head_kv, h->head_dim_k, eps);
-        op_rope(c, h, true, c->q, n_tok, h->n_head, h->head_dim_k);
-        op_rope(c, h, true, c->k, n_tok, h->n_head_kv, h->head_dim_k);
-        const op_attn a = {.layer = l, .store = true, .n_head = h->n_head,
-                           .n_head_kv = h->n_head_kv, .head_dim_k = h->head_dim_k,
-                           .head_dim_v = h->head_dim_v,
-                           .scale = 1.0f / sqrtf((float)h->head_dim_k), .causal = true};
-        op_attention(c, &a, n_tok);
-        op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
-        op_add(c->x, c->proj, n_tok * E);
+        model_llama_attention(c, l, n_tok); /* qwen3's: q/k norms present, neox */
 
         op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         op_moe(c, &ly->ffn_gate_inp, &ly->ffn_gate_exps, &ly->ffn_up_exps, &ly->ffn_down_exps,
