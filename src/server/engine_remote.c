@@ -553,9 +553,15 @@ static json_t *request_json(const engine_request *req, long long id) {
                           "frequency_penalty", (double)sp->frequency_penalty, "seed",
                           (json_int_t)sp->seed, "logprobs", sp->logprobs, "top_logprobs",
                           sp->top_logprobs, "order", (int)sp->order);
-    return json_pack("{s:o, s:I, s:o, s:b, s:I}", "prompt", toks, "num_predict",
-                     (json_int_t)req->num_predict, "options", o, "format_json", req->format_json,
-                     "id", (json_int_t)id);
+    json_t *body = json_pack("{s:o, s:I, s:o, s:I}", "prompt", toks, "num_predict",
+                             (json_int_t)req->num_predict, "options", o, "id", (json_int_t)id);
+    if (req->format) { /* the runner masks: the logits never come back here */
+        json_object_set_new(body, "format", json_string(req->format));
+        if (req->think_open) json_object_set_new(body, "think_open", json_string(req->think_open));
+        if (req->think_close) json_object_set_new(body, "think_close", json_string(req->think_close));
+        json_object_set_new(body, "in_think", json_boolean(req->in_think));
+    }
+    return body;
 }
 
 /* Every read from the runner waits in slices (net_http_set_waiter): between them the
