@@ -101,5 +101,12 @@ bool gram_state_feed(const gram_schema *s, const gram_think *think, const gstate
 bool gram_state_accepting(const gram_schema *s, const gstate *st);
 bool gram_state_complete(const gram_schema *s, const gstate *st);
 void gram_state_copy(gstate *dst, const gstate *src);
+/* Characters in s when every byte is plain string content (no quote, backslash or control
+ * byte; whole UTF-8 sequences only), else -1. */
+int gram_plain_chars(const char *s, size_t n);
+/* Whether the state is one thread inside a string whose content is free (no enum or
+ * property names to follow); room: characters it may still take (UINT32_MAX: any). Then
+ * a plain token's effect is only its character count. */
+bool gram_state_free_string(const gram_schema *s, const gstate *st, uint32_t *room);
 
 #endif

@@ -591,3 +591,33 @@ bool gram_state_complete(const gram_schema *s, const gstate *st) {
         if (st->t[i].depth != 1 || st->t[i].f[0].st != R_DONE) return false;
     return true;
 }
+
+int gram_plain_chars(const char *s, size_t n) {
+    gframe f;
+    memset(&f, 0, sizeof f);
+    int chars = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = (uint8_t)s[i];
+        int nc;
+        if (c == '\\' || lex(&f, c, &nc) != LEX_CONTENT) return -1;
+        chars += nc;
+    }
+    return in_body(&f) && chars > 0 ? chars : -1;
+}
+
+bool gram_state_free_string(const gram_schema *s, const gstate *st, uint32_t *room) {
+    if (st->gate != GATE_JSON || st->n != 1) return false;
+    const gthread *t = &st->t[0];
+    const gframe *f = &t->f[t->depth - 1];
+    if (!in_body(f)) return false;
+    const gram_node *n = &s->nodes[f->node];
+    if (f->kind == FR_STR) {
+        *room = n->max == UINT32_MAX ? UINT32_MAX : n->max - f->a;
+        return true;
+    }
+    if (f->kind == FR_KEY && n->n == 0 && n->additional >= 0) {
+        *room = UINT32_MAX;
+        return true;
+    }
+    return false;
+}
