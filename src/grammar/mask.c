@@ -17,6 +17,8 @@
 
 #include "grammar/gram_internal.h"
 
+#define PLAIN_BUCKETS 16
+
 typedef struct trie {
     uint32_t n_nodes;
     uint8_t *nbyte;
@@ -38,6 +40,11 @@ struct gram_vocab {
     trie special;        /* the tokens that are not plain string content */
     uint8_t *plain;      /* characters of a plain token (0: not plain) */
     uint64_t *plain_bits;
+    /* plain_le[k - 1]: the plain tokens of at most k characters (k <= PLAIN_BUCKETS); the
+     * longer ones in long_ids, by character count */
+    uint64_t *plain_le[PLAIN_BUCKETS];
+    int32_t *long_ids;
+    int32_t n_long;
     uint64_t *piece_bits; /* tokens with bytes (not end-of-generation) */
 };
 
@@ -62,6 +69,8 @@ void gram_vocab_free(gram_vocab *gv) {
     free(gv->plain);
     free(gv->plain_bits);
     free(gv->piece_bits);
+    for (int k = 0; k < PLAIN_BUCKETS; k++) free(gv->plain_le[k]);
+    free(gv->long_ids);
     free(gv);
 }
 
@@ -185,6 +194,25 @@ hl_status gram_vocab_create(const tok_vocab *v, gram_vocab **out, hl_err *err) {
             g->plain_bits[i >> 6] |= 1ull << (i & 63);
         }
     }
+    for (int b = 0; b < PLAIN_BUCKETS; b++)
+        if (!(g->plain_le[b] = calloc(words, sizeof *g->plain_le[b]))) {
+            free(ids);
+            goto oom;
+        }
+    g->long_ids = malloc(((size_t)n + 1) * sizeof *g->long_ids);
+    if (!g->long_ids) {
+        free(ids);
+        goto oom;
+    }
+    int32_t start[257] = {0}; /* counting sort of the long ones by character count */
+    for (int32_t i = 0; i < n; i++)
+        if (g->plain[i] > PLAIN_BUCKETS) start[g->plain[i] + 1]++;
+    for (int c = 1; c < 257; c++) start[c] += start[c - 1];
+    for (int32_t i = 0; i < n; i++)
+        if (g->plain[i] > PLAIN_BUCKETS) g->long_ids[start[g->plain[i]]++] = i, g->n_long++;
+    for (int32_t i = 0; i < n; i++)
+        for (int b = g->plain[i] - 1; g->plain[i] && b < PLAIN_BUCKETS; b++)
+            g->plain_le[b][i >> 6] |= 1ull << (i & 63);
     bool ok = trie_build(g, ids, k, &g->all);
     for (int32_t i = 0; i < k; i++)
         if (!g->plain[ids[i]]) ids[ks++] = ids[i];
@@ -331,12 +359,14 @@ void gram_matcher_mask(gram_matcher *m, float *logits, int32_t n_vocab) {
     } else if (gram_state_free_string(m->s, m->cur, &room)) {
         if (room == UINT32_MAX) {
             for (size_t w = 0; w < words; w++) any |= (al[w] = gv->plain_bits[w]) != 0;
-        } else {
-            for (int32_t i = 0; i < gv->n_tokens; i++)
-                if (gv->plain[i] && gv->plain[i] <= room) {
-                    al[i >> 6] |= 1ull << (i & 63);
-                    any = true;
-                }
+        } else if (room > 0) {
+            const uint64_t *le = gv->plain_le[(room < PLAIN_BUCKETS ? room : PLAIN_BUCKETS) - 1];
+            for (size_t w = 0; w < words; w++) any |= (al[w] = le[w]) != 0;
+            for (int32_t k = 0; k < gv->n_long && gv->plain[gv->long_ids[k]] <= room; k++) {
+                int32_t id = gv->long_ids[k];
+                al[id >> 6] |= 1ull << (id & 63);
+                any = true;
+            }
         }
         gram_state_copy(&m->stack[0], m->cur);
         any |= walk(m, &gv->special, al);
@@ -362,7 +392,12 @@ void gram_matcher_mask(gram_matcher *m, float *logits, int32_t n_vocab) {
         }
     if (!any) return;
     int32_t n = n_vocab < gv->n_tokens ? n_vocab : gv->n_tokens;
-    for (int32_t i = 0; i < n; i++)
-        if (!(al[i >> 6] >> (i & 63) & 1)) logits[i] = -INFINITY;
+    for (int32_t w = 0; w * 64 < n; w++) { /* whole words of allowed or banned tokens at once */
+        uint64_t bits = al[w];
+        int32_t lo = w * 64, hi = lo + 64 < n ? lo + 64 : n;
+        if (bits == ~0ull && hi - lo == 64) continue;
+        for (int32_t i = lo; i < hi; i++)
+            if (!(bits >> (i - lo) & 1)) logits[i] = -INFINITY;
+    }
     for (int32_t i = n; i < n_vocab; i++) logits[i] = -INFINITY;
 }
