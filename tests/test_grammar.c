@@ -262,3 +262,72 @@ TEST(grammar_think_gate) {
     gram_matcher_free(m);
     gram_schema_free(s);
 }
+
+/* The trie walk and its fast paths (free strings, the thinking part) give exactly the
+ * tokens that feeding each token's bytes allows, on SPM and byte-level BPE vocabularies. */
+TEST(grammar_mask_equals_token_by_token) {
+    static const char *const vocabs[] = {"models/ggml-vocab/ggml-vocab-llama-spm.gguf",
+                                         "models/ggml-vocab/ggml-vocab-gpt-2.gguf"};
+    static const struct {
+        const char *schema, *prefix;
+        bool think;
+    } cases[] = {
+        {"\"json\"", "", false},
+        {"\"json\"", "{\"ab", false},                /* a free key */
+        {"\"json\"", "{\"a\": \"x\\u00e9", false},   /* a free string */
+        {"\"json\"", "{\"a\": \"x\xc3", false},      /* in a UTF-8 sequence */
+        {"\"json\"", "{\"a\": 12", false},
+        {"\"json\"", "{\"a\": [tr", false},
+        {"\"json\"", "{\"a\": {}} ", false},         /* rejected prefix: left as is */
+        {k_test_schemas[0], "{\"name\": \"Li", false}, /* maxLength 12 */
+        {k_test_schemas[0], "{\"name\": \"Lily Lily Li", false}, /* 1 left */
+        {k_test_schemas[0], "{\"na", false},
+        {k_test_schemas[3], "{\"color\": \"", false},
+        {k_test_schemas[3], "{\"color\": \"red\", \"size\": 1", false},
+        {k_test_schemas[14], "-", false},
+        {k_test_schemas[9], "{\"shape\": {", false},
+        {k_test_schemas[10], "{\"code\": \"ab", false},
+        {"\"json\"", "", true},
+        {"\"json\"", "<think>some thoughts <", true},
+        {"\"json\"", "<think>a</think>", true},
+    };
+    int ran = 0;
+    for (size_t vi = 0; vi < 2; vi++) {
+        gguf_file *gf = NULL;
+        tok_vocab *v = load_vocab(vocabs[vi], &gf);
+        if (!v) continue;
+        ran++;
+        hl_err err;
+        gram_vocab *gv = NULL;
+        CHECK(gram_vocab_create(v, &gv, &err) == HL_OK);
+        int32_t nv = tok_vocab_n_tokens(v);
+        float *logits = malloc((size_t)nv * sizeof *logits);
+        CHECK(logits);
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases && !test_failed(); ci++) {
+            gram_schema *s = compile_str(cases[ci].schema, &err);
+            CHECK(s);
+            gram_think th = {.open = "<think>", .close = "</think>"};
+            gram_matcher *m = NULL;
+            CHECK(gram_matcher_create(s, gv, cases[ci].think ? &th : NULL, &m, &err) == HL_OK);
+            bool fed = gram_matcher_feed(m, cases[ci].prefix, strlen(cases[ci].prefix));
+            for (int32_t i = 0; i < nv; i++) logits[i] = 0;
+            gram_matcher_mask(m, logits, nv);
+            int32_t n_ok = 0;
+            for (int32_t i = 0; i < nv && !test_failed(); i++) {
+                bool want = gram_matcher_allows(m, i);
+                n_ok += want;
+                CHECK_MSG((logits[i] == 0) == want, "vocab %zu case %zu (%s): token %d: mask %d, "
+                          "bytes %d", vi, ci, cases[ci].prefix, i, logits[i] == 0, want);
+            }
+            /* every case but the rejected prefix leaves some tokens and bans others */
+            if (fed) CHECK_MSG(n_ok > 0 && n_ok < nv, "case %zu: %d allowed", ci, n_ok);
+            gram_matcher_free(m);
+            gram_schema_free(s);
+        }
+        free(logits);
+        gram_vocab_free(gv);
+        tok_vocab_destroy(v);
+        gguf_close(gf);
+    }
+    if (!ran) SKIP("vocabularies not found under the shared data");
+}

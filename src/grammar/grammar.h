@@ -74,6 +74,9 @@ void gram_matcher_mask(gram_matcher *m, float *logits, int32_t n_vocab);
 /* Advances by a sampled token; false when the token does not fit (the state is then
  * unchanged; an end-of-generation token is accepted only where the text may end). */
 bool gram_matcher_accept(gram_matcher *m, int32_t token);
+/* Whether token could be accepted now (the state is unchanged): the mask's answer for
+ * one token, computed by feeding its bytes. */
+bool gram_matcher_allows(gram_matcher *m, int32_t token);
 bool gram_matcher_accepting(const gram_matcher *m); /* the text so far is a complete value */
 bool gram_matcher_complete(const gram_matcher *m);  /* ... and nothing may follow */
 

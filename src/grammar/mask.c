@@ -257,7 +257,7 @@ hl_status gram_matcher_create(const gram_schema *s, const gram_vocab *gv, const 
         if (!m->close || (think->open && !m->open)) goto oom;
         m->think = (gram_think){.open = m->open, .close = m->close, .in_think = think->in_think};
     }
-    m->n_stack = (gv ? gv->max_len : 0) + 2;
+    m->n_stack = (gv ? gv->max_len : 0) + 3;
     m->cur = malloc(sizeof *m->cur);
     m->stack = malloc(m->n_stack * sizeof *m->stack);
     if (gv) m->allowed = calloc(((size_t)gv->n_tokens + 63) / 64 + 1, sizeof *m->allowed);
@@ -312,6 +312,14 @@ bool gram_matcher_feed(gram_matcher *m, const char *bytes, size_t n) {
     if (!feed_into(m, bytes, n, &tmp)) return false;
     gram_state_copy(m->cur, &tmp);
     return true;
+}
+
+bool gram_matcher_allows(gram_matcher *m, int32_t token) {
+    const gram_vocab *gv = m->gv;
+    if (token < 0 || token >= gv->n_tokens) return false;
+    if (gv->eog[token]) return gram_state_accepting(m->s, m->cur);
+    uint32_t a = gv->off[token], b = gv->off[token + 1];
+    return a < b && feed_into(m, gv->bytes + a, b - a, &m->stack[2]);
 }
 
 bool gram_matcher_accepting(const gram_matcher *m) { return gram_state_accepting(m->s, m->cur); }
