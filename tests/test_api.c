@@ -1242,6 +1242,25 @@ static void chat_api(srv_proc *p) {
                      "\"stream\":false,\"options\":{\"temperature\":0,\"num_predict\":6}}"), 200);
     CHECK(strlen(jstr(g_json, "thinking")) > 0);
     CHECK_STR(jstr(g_json, "response"), "");
+    /* a format applies after the thinking part: the thinking is what it is without one */
+    const char *think_body = "{\"model\":\"thinker\",\"stream\":false,%s\"messages\":[{\"role\":"
+                             "\"user\",\"content\":\"Once upon a time\"}],\"options\":{\"temperature\":0,"
+                             "\"num_predict\":12}}";
+    char tb[512];
+    snprintf(tb, sizeof tb, think_body, "");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", tb), 200);
+    char *free_thinking = strdup(jstr(json_object_get(g_json, "message"), "thinking"));
+    snprintf(tb, sizeof tb, think_body, "\"format\":{\"type\":\"object\"},");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", tb), 200);
+    bool same = free_thinking && strlen(free_thinking) > 0 &&
+                !strcmp(free_thinking, jstr(json_object_get(g_json, "message"), "thinking"));
+    free(free_thinking);
+    CHECK(same);
+    /* without thinking the answer is constrained from its first token */
+    snprintf(tb, sizeof tb, think_body, "\"think\":false,\"format\":\"json\",");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", tb), 200);
+    const char *answer = jstr(json_object_get(g_json, "message"), "content");
+    CHECK_MSG(json_object_prefix(answer, strlen(answer), NULL) == 1 && strchr(answer, '{'), "%s", answer);
 }
 
 TEST(api_chat_templates_tools_thinking) { WITH_SERVER(chat_api); }

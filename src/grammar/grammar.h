@@ -19,8 +19,9 @@
  *                text is a complete value, and are the only tokens allowed once nothing can
  *                follow (gram_matcher_complete).
  *
- * What is accepted: JSON with whitespace runs capped at GRAM_WS_MAX bytes (none after the
- * root value), numbers of at most 18 integer (an int64 for every parser), 20 fraction and 3 exponent digits, strings
+ * What is accepted: JSON whose whitespace between tokens is, as in llama.cpp's JSON
+ * grammars, one space or a newline and up to GRAM_WS_MAX spaces/tabs of indentation (so
+ * a model cannot loop on blanks; none after the root value), numbers of at most 18 integer (an int64 for every parser), 20 fraction and 3 exponent digits, strings
  * of valid UTF-8 without surrogate escapes. Object properties may come in any order;
  * additionalProperties absent means none (as llama.cpp's converter: fewer hallucinated
  * keys, and still valid under the schema); oneOf is enforced as anyOf (branches should
@@ -40,7 +41,7 @@
 #include "base/status.h"
 #include "tok/tok.h"
 
-#define GRAM_WS_MAX 20 /* longest whitespace run between tokens of the JSON text */
+#define GRAM_WS_MAX 20 /* most blanks of indentation after a newline */
 
 typedef struct gram_schema gram_schema;
 typedef struct gram_vocab gram_vocab;

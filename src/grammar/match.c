@@ -435,11 +435,14 @@ static void step(mctx *m, gthread *t, uint8_t c) {
     case FR_LIT: lit_step(m, t, c); return;
     default: break;
     }
-    /* between tokens of a container: whitespace, capped */
+    /* between tokens of a container: whitespace as llama.cpp's JSON grammars allow it,
+     * one space or a newline and at most GRAM_WS_MAX blanks of indentation (ws: 0 none
+     * yet, 1 a space, 2 + k a newline and k blanks) */
     if (f->kind == FR_ROOT && f->st == R_DONE) return;
     if (is_ws(c)) {
-        if (f->ws >= GRAM_WS_MAX) return;
-        f->ws++;
+        if (f->ws == 0 && (c == ' ' || c == '\n')) f->ws = c == ' ' ? 1 : 2;
+        else if (f->ws >= 2 && (c == ' ' || c == '\t') && f->ws - 2 < GRAM_WS_MAX) f->ws++;
+        else return;
         commit(m, t);
         return;
     }
