@@ -199,6 +199,47 @@ static void errors_api(srv_proc *p) {
     }
 }
 
+/* Anthropic's structured outputs (output_format, or output_config.format). */
+static void anthropic_api(srv_proc *p) {
+    CHECK(sp_create_model(p, "s260", stories(), ""));
+    for (int i = 0; i < 4; i++) {
+        const char *schema = k_test_schemas[i == 0 ? 0 : i == 1 ? 9 : i == 2 ? 16 : 19];
+        char body[2048];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"s260\",\"max_tokens\":3000,\"temperature\":1,\"messages\":[{\"role\":"
+                 "\"user\",\"content\":\"Once upon a time\"}],%s%s}}%s",
+                 i % 2 ? "\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":"
+                       : "\"output_format\":{\"type\":\"json_schema\",\"schema\":",
+                 schema, i % 2 ? "}" : "");
+        json_t *r = NULL;
+        CHECK_EQ_INT(sp_req(p, "POST", "/v1/messages", body, &r), 200);
+        const char *text = json_string_value(
+            json_object_get(json_array_get(json_object_get(r, "content"), 0), "text"));
+        json_t *sj = json_loads(schema, 0, NULL), *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+        char why[512] = "not JSON";
+        bool ok = v && schema_check(v, sj, sj, why, sizeof why);
+        CHECK_MSG(ok, "%s: %s", why, text ? text : "(no text)");
+        CHECK_MSG(!strcmp(json_string_value(json_object_get(r, "stop_reason")), "end_turn"), "%s",
+                  json_string_value(json_object_get(r, "stop_reason")));
+        json_decref(v);
+        json_decref(sj);
+        json_decref(r);
+    }
+    json_t *r = NULL;
+    CHECK_EQ_INT(sp_req(p, "POST", "/v1/messages",
+                        "{\"model\":\"s260\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+                        "\"content\":\"a\"}],\"output_format\":{\"type\":\"json_schema\",\"schema\":"
+                        "{\"type\":\"string\",\"pattern\":\"a\"}}}", &r), 400);
+    const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+    CHECK_MSG(msg && strstr(msg, "\"pattern\""), "%s", msg ? msg : "(none)");
+    json_decref(r);
+}
+
+TEST(api_schema_anthropic_output_format) {
+    if (!stories()) SKIP("models/stories260K/stories260K.gguf not found");
+    SP_WITH_SERVER("schema_anth", NULL, NULL, anthropic_api);
+}
+
 TEST(api_schema_unsupported_keyword_400) {
     if (!stories()) SKIP("models/stories260K/stories260K.gguf not found");
     SP_WITH_SERVER("schema_err", NULL, NULL, errors_api);
