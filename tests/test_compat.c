@@ -664,9 +664,36 @@ static void oai_completions(srv_proc *p) {
     CHECK_EQ_INT(pint(lp, "text_offset.0"), 0);
     CHECK_EQ_INT(pint(lp, "text_offset.1"), (long long)strlen(pstr(lp, "tokens.0")));
 
-    /* prompt must be a string; stop items must be strings */
-    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":[1,2]}"), 400);
+    /* prompt as a one-string list is that prompt; several prompts or token ids are a
+     * clear 400; stop items must be strings */
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":"
+                     "[\"Once upon a time\"],\"temperature\":0,\"max_tokens\":8}"), 200);
+    CHECK_STR(pstr(g_json, "choices.0.text"), text);
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":[\"a\",\"b\"]}"), 400);
     CHECK_STR(pstr(g_json, "error.type"), "invalid_request_error");
+    CHECK_STR(pstr(g_json, "error.message"), "'prompt' as a list must hold exactly one string "
+                                             "(got 2): send one request per prompt");
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":[]}"), 400);
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":[[1,2]]}"), 400);
+    CHECK(strstr(pstr(g_json, "error.message"), "token ids are not supported") != NULL);
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":{}}"), 400);
+    CHECK_STR(pstr(g_json, "error.type"), "invalid_request_error");
+    /* OpenAI requests have no context field: as Ollama documents, the model's
+     * PARAMETER num_ctx (or OLLAMA_CONTEXT_LENGTH, test_compat's responses test) sets it */
+    CHECK(sp_create_model(p, "ctx64", stories(), "\"parameters\":{\"num_ctx\":64}"));
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"ctx64\",\"prompt\":\"Once\","
+                     "\"max_tokens\":2}"), 200);
+    CHECK_EQ_INT(req(p, "GET", "/api/ps", NULL), 200);
+    bool found = false;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(g_json, "models"), i, m) {
+        if (!strncmp(jstr(m, "name"), "ctx64", 5)) {
+            found = true;
+            CHECK_EQ_INT(jint(m, "context_length"), 64);
+        }
+    }
+    CHECK(found);
     CHECK_EQ_INT(req(p, "POST", "/v1/completions",
                      "{\"model\":\"s260\",\"prompt\":\"x\",\"stop\":[\"a\",3]}"), 400);
     CHECK_STR(pstr(g_json, "error.message"), "invalid type for 'stop' field: number");
