@@ -309,6 +309,147 @@ TEST(compat_encoders_tool_calls_and_thinking) {
     json_decref(j);
 }
 
+/* The Responses encoder in-process: the event sequence for reasoning, text and a tool
+ * call, the one-reply object, and errors before and after the first frame. */
+static enum MHD_Result route_resp_stream(srv_request *r) {
+    if (!compat_attach_openai_responses(r)) return MHD_NO;
+    return srv_stream_run(r, true, think_text_tools, NULL, NULL);
+}
+static enum MHD_Result route_resp_reply(srv_request *r) {
+    if (!compat_attach_openai_responses(r)) return MHD_NO;
+    return srv_stream_run(r, false, all_at_once, NULL, NULL);
+}
+static enum MHD_Result route_resp_mid(srv_request *r) {
+    if (!compat_attach_openai_responses(r)) return MHD_NO;
+    return srv_stream_run(r, true, chunk_then_fail, NULL, NULL);
+}
+static enum MHD_Result route_resp_early(srv_request *r) {
+    if (!compat_attach_openai_responses(r)) return MHD_NO;
+    return srv_stream_run(r, true, fail_at_once, NULL, NULL);
+}
+
+static const srv_route k_resp_routes[] = {
+    {"/t/resp", false, "GET", route_resp_stream, false},
+    {"/t/resp-ns", false, "GET", route_resp_reply, false},
+    {"/t/resp-mid", false, "GET", route_resp_mid, false},
+    {"/t/resp-early", false, "GET", route_resp_early, false},
+};
+
+TEST(compat_responses_encoder_events_and_object) {
+    server_config cfg = {.extra_routes = k_resp_routes, .n_extra_routes = 4, .quiet = 1};
+    hl_server *srv;
+    srv_proc p;
+    hl_err err;
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    const net_host h = p.host;
+    static char b1[32768], b2[8192], b3[8192], b4[2048];
+    int st1 = get_body(&h, "/t/resp", b1, sizeof b1);
+    int st2 = get_body(&h, "/t/resp-ns", b2, sizeof b2);
+    int st3 = get_body(&h, "/t/resp-mid", b3, sizeof b3);
+    int st4 = get_body(&h, "/t/resp-early", b4, sizeof b4);
+    server_stop(srv);
+    CHECK(st1 == 200 && st2 == 200 && st3 == 200);
+
+    /* the stream: every event named as its type, sequence numbers 0, 1, 2, ... */
+    json_t *ev = sse_parse(b1);
+    static const char *const names[] = {
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added",
+        "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done",
+        "response.output_item.added", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done", "response.output_item.done",
+        "response.completed"};
+    size_t n_names = sizeof names / sizeof names[0];
+    CHECK_EQ_INT((int)json_array_size(ev), (int)n_names);
+    for (size_t i = 0; i < n_names && i < json_array_size(ev); i++) {
+        CHECK_STR(jstr(json_array_get(ev, i), "event"), names[i]);
+        CHECK_STR(pstr(json_array_get(ev, i), "data.type"), names[i]);
+        CHECK_EQ_INT(pint(json_array_get(ev, i), "data.sequence_number"), (long long)i);
+    }
+    const char *resp_id = pstr(ev, "0.data.response.id");
+    CHECK(!strncmp(resp_id, "resp_", 5));
+    CHECK_STR(pstr(ev, "0.data.response.object"), "response");
+    CHECK_STR(pstr(ev, "0.data.response.status"), "in_progress");
+    CHECK_STR(pstr(ev, "16.data.response.id"), resp_id);
+    /* reasoning item 0, message item 1, function call item 2 */
+    CHECK_STR(pstr(ev, "2.data.item.type"), "reasoning");
+    CHECK_EQ_INT(pint(ev, "2.data.output_index"), 0);
+    CHECK_STR(pstr(ev, "3.data.delta"), "hmm");
+    CHECK_STR(pstr(ev, "4.data.text"), "hmm");
+    CHECK_STR(pstr(ev, "6.data.item.type"), "message");
+    CHECK_STR(pstr(ev, "6.data.item.status"), "in_progress");
+    CHECK_EQ_INT(pint(ev, "6.data.output_index"), 1);
+    CHECK_STR(pstr(ev, "7.data.part.type"), "output_text");
+    CHECK_STR(pstr(ev, "8.data.delta"), "Hi");
+    CHECK_STR(pstr(ev, "8.data.item_id"), pstr(ev, "6.data.item.id"));
+    CHECK_EQ_INT(pint(ev, "8.data.content_index"), 0);
+    CHECK_STR(pstr(ev, "9.data.text"), "Hi");
+    CHECK_STR(pstr(ev, "11.data.item.content.0.text"), "Hi");
+    CHECK_STR(pstr(ev, "11.data.item.status"), "completed");
+    CHECK_STR(pstr(ev, "12.data.item.type"), "function_call");
+    CHECK_STR(pstr(ev, "12.data.item.status"), "in_progress");
+    CHECK_STR(pstr(ev, "12.data.item.call_id"), "call_abc");
+    CHECK_STR(pstr(ev, "12.data.item.name"), "get_weather");
+    CHECK_STR(pstr(ev, "12.data.item.arguments"), "");
+    CHECK_EQ_INT(pint(ev, "12.data.output_index"), 2);
+    CHECK_STR(pstr(ev, "13.data.delta"), "{\"city\":\"Paris\"}");
+    CHECK_STR(pstr(ev, "14.data.arguments"), "{\"city\":\"Paris\"}");
+    CHECK_STR(pstr(ev, "15.data.item.status"), "completed");
+    /* the completed response holds the three items and the usage */
+    json_t *fin = jpath(ev, "16.data.response");
+    CHECK_STR(jstr(fin, "status"), "completed");
+    CHECK(pint(fin, "completed_at") > 1600000000);
+    CHECK_EQ_INT((int)json_array_size(json_object_get(fin, "output")), 3);
+    CHECK_STR(pstr(fin, "output.0.summary.0.text"), "hmm");
+    CHECK_STR(pstr(fin, "output.1.content.0.text"), "Hi");
+    CHECK_STR(pstr(fin, "output.2.call_id"), "call_abc");
+    CHECK_EQ_INT(pint(fin, "usage.input_tokens"), 10);
+    CHECK_EQ_INT(pint(fin, "usage.output_tokens"), 3);
+    CHECK_EQ_INT(pint(fin, "usage.total_tokens"), 13);
+    CHECK_EQ_INT(pint(fin, "usage.input_tokens_details.cached_tokens"), 4);
+    json_decref(ev);
+
+    /* one reply: the same items and usage */
+    json_t *j = json_loads(b2, 0, NULL);
+    CHECK(j != NULL);
+    CHECK(!strncmp(jstr(j, "id"), "resp_", 5));
+    CHECK_STR(jstr(j, "object"), "response");
+    CHECK_STR(jstr(j, "status"), "completed");
+    CHECK(pint(j, "created_at") > 1600000000);
+    CHECK_STR(pstr(j, "output.0.type"), "reasoning");
+    CHECK_STR(pstr(j, "output.1.type"), "message");
+    CHECK_STR(pstr(j, "output.1.role"), "assistant");
+    CHECK_STR(pstr(j, "output.1.content.0.type"), "output_text");
+    CHECK_STR(pstr(j, "output.1.content.0.text"), "Hi");
+    CHECK_STR(pstr(j, "output.2.type"), "function_call");
+    CHECK_STR(pstr(j, "output.2.call_id"), "call_abc");
+    CHECK_STR(pstr(j, "output.2.name"), "get_weather");
+    CHECK_STR(pstr(j, "output.2.arguments"), "{\"city\":\"Paris\"}");
+    CHECK_EQ_INT(pint(j, "usage.input_tokens"), 10);
+    CHECK_EQ_INT(pint(j, "usage.output_tokens"), 3);
+    CHECK_EQ_INT(pint(j, "usage.total_tokens"), 13);
+    CHECK_EQ_INT(pint(j, "usage.input_tokens_details.cached_tokens"), 4);
+    CHECK_EQ_INT(pint(j, "usage.output_tokens_details.reasoning_tokens"), 0);
+    json_decref(j);
+
+    /* an error after the first frame: response.failed carrying it, nothing after */
+    ev = sse_parse(b3);
+    size_t n = json_array_size(ev);
+    CHECK(n >= 3);
+    CHECK_STR(pstr(json_array_get(ev, n - 1), "event"), "response.failed");
+    CHECK_STR(pstr(json_array_get(ev, n - 1), "data.response.status"), "failed");
+    CHECK_STR(pstr(json_array_get(ev, n - 1), "data.response.error.message"), "boom");
+    CHECK_EQ_INT(pint(json_array_get(ev, n - 1), "data.sequence_number"), (long long)n - 1);
+    json_decref(ev);
+    /* before it: the HTTP status with OpenAI's error object */
+    CHECK_EQ_INT(st4, 503);
+    CHECK_STR(b4, "{\"error\":{\"message\":\"busy\",\"type\":\"api_error\",\"param\":null,"
+                  "\"code\":null}}");
+}
+
 /* ---------------- the server process ---------------- */
 
 static const char *stories(void) { return test_shared_path("models/stories260K/stories260K.gguf"); }
