@@ -1520,6 +1520,22 @@ static void npm_sdks(srv_proc *p) {
     free(text);
 }
 
+/* responses.create / responses.stream, and a function-call round trip with toolbot */
+static void npm_responses(srv_proc *p) {
+    CHECK(create_toolbot(p));
+    char *text = NULL;
+    bool ok = sp_run_node(p, "tests/npm/responses_client.mjs", "chat", "toolbot", &text);
+    CHECK_MSG(ok, "node openai responses client: %s", text ? text : "(no output)");
+    free(text);
+}
+
+TEST(compat_npm_openai_responses) {
+    if (!sp_node_available()) SKIP("node is not installed (the SDK client test needs Node.js)");
+    if (access("tests/npm/node_modules/openai/package.json", R_OK) != 0)
+        SKIP("tests/npm/node_modules lacks openai: run `npm ci` in tests/npm (.ci/run does)");
+    WITH_SERVER(npm_responses);
+}
+
 TEST(compat_npm_openai_anthropic_sdks) {
     if (!sp_node_available()) SKIP("node is not installed (the SDK client test needs Node.js)");
     if (access("tests/npm/node_modules/openai/package.json", R_OK) != 0 ||
