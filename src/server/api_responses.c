@@ -365,6 +365,7 @@ bool compat_attach_openai_responses(srv_request *r) { return attach(r) != NULL; 
  * go to *images. where: the path for errors ("input[2]"). */
 static bool content_parts(srv_err *x, const json_t *content, const char *where, outbuf *text,
                           json_t *images) {
+    if (!content || json_is_null(content)) return true; /* no content: empty, as in Ollama */
     if (json_is_string(content)) {
         outbuf_add(text, json_string_value(content), json_string_length(content));
         return true;
@@ -485,7 +486,7 @@ static bool translate_item(srv_err *x, const json_t *item, size_t i, json_t *nat
         outbuf text = {0};
         json_t *images = json_array();
         json_t *out = json_object_get(item, "output");
-        bool ok = !out || json_is_null(out) || content_parts(x, out, where, &text, images);
+        bool ok = content_parts(x, out, where, &text, images);
         json_t *m = ok && !text.oom ? new_text_msg("tool", &text) : NULL;
         outbuf_free(&text);
         if (!m) {
