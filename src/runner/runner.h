@@ -143,6 +143,12 @@ typedef struct runner_request {
      * change it (e.g. set tokens a response format forbids to -inf). */
     void (*logits_hook)(void *user, float *logits, int32_t n_vocab);
     void *user;                   /* passed to emit, progress and logits_hook */
+    /* May be NULL. Prompt offsets later requests are expected to share (a chat's system
+     * prompt ends there): a model with a recurrent state snapshots its caches at each, so
+     * a conversation that diverges after one restores from it instead of recomputing from
+     * the start. KV alone rewinds to any token: ignored for models without a state. */
+    const int32_t *snapshot_at;
+    int32_t n_snapshot_at;
 } runner_request;
 
 typedef struct runner runner;
