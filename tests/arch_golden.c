@@ -355,15 +355,17 @@ static void check_embed(run_state *s, report *r, const arch_golden_tol *tol, int
              json_array_size(embs), min_cos, tol->cos_min);
 }
 
-/* The golden's state_check (recurrent and hybrid models): after the prompt the state is
- * saved and n_after greedy tokens are fed; a second model_kv that evaluated the same prompt
- * (its KV rows below the prompt's length are then the same: only the state differs), its
- * state overwritten with the later one so that only the restore can make it right, gets
- * the saved state and the same tokens: every logit must be bitwise that of the first pass. */
+/* The golden's state_check: after the prompt the sequence's state is saved and n_after
+ * greedy tokens are fed; then the state is restored and the same tokens fed again: every
+ * logit must be bitwise that of the first pass. A model with a recurrent state: a second
+ * model_kv that evaluated the same prompt (its KV rows below the prompt's length are then
+ * the same: only the state differs), its state overwritten with the later one so that only
+ * the restore can make it right, gets the saved state. A KV-only model: the restore is the
+ * rewind to the prompt's length (model_kv_truncate). */
 static void check_state(run_state *s, report *r, int n_threads, char *summary, size_t cap) {
     json_t *sc = json_object_get(s->root, "state_check");
     const size_t S = model_state_floats(s->m);
-    if (!sc || S == 0) return;
+    if (!sc) return;
     hl_err err = {0};
     size_t n_prompt, n_greedy;
     int32_t *prompt = NULL, *greedy = NULL;
@@ -371,7 +373,8 @@ static void check_state(run_state *s, report *r, int n_threads, char *summary, s
     const int32_t V = model_get_hparams(s->m)->n_vocab;
     model_ctx *c = NULL;
     model_kv *a = NULL, *b = NULL;
-    float *saved = malloc(S * sizeof(float)), *later = malloc(S * sizeof(float));
+    float *saved = malloc((S ? S : 1) * sizeof(float));
+    float *later = malloc((S ? S : 1) * sizeof(float));
     float *first = malloc(sizeof(float) * (size_t)V * (size_t)(n_after > 0 ? n_after : 1));
     int n_diff = 0;
     if (!ids_of(json_object_get(s->root, "prompt_ids"), &prompt, &n_prompt) ||
@@ -382,11 +385,20 @@ static void check_state(run_state *s, report *r, int n_threads, char *summary, s
     }
     if (!saved || !later || !first || model_ctx_create(s->m, n_threads, 0, &c, &err) ||
         model_kv_create(s->m, (int32_t)(n_prompt + n_greedy), &a, &err) ||
-        model_kv_create(s->m, (int32_t)(n_prompt + n_greedy), &b, &err)) {
+        (S > 0 && model_kv_create(s->m, (int32_t)(n_prompt + n_greedy), &b, &err))) {
         bad(r, "state check setup: %s", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }
     if (model_eval(c, a, prompt, (int32_t)n_prompt, NULL, &err)) goto eval_fail;
+    if (S == 0) { /* KV only: the rewind is the restore */
+        for (int i = 0; i < n_after; i++) {
+            if (model_eval(c, a, &greedy[i], 1, NULL, &err)) goto eval_fail;
+            memcpy(first + (size_t)i * V, model_ctx_logits(c), sizeof(float) * (size_t)V);
+        }
+        if (model_kv_truncate(a, (int32_t)n_prompt, &err)) goto eval_fail;
+        b = a, a = NULL;
+        goto replay;
+    }
     memcpy(saved, model_kv_state(a), S * sizeof(float));
     for (int i = 0; i < n_after; i++) {
         if (model_eval(c, a, &greedy[i], 1, NULL, &err)) goto eval_fail;
@@ -400,6 +412,7 @@ static void check_state(run_state *s, report *r, int n_threads, char *summary, s
     if (model_eval(c, b, prompt, (int32_t)n_prompt, NULL, &err)) goto eval_fail;
     memcpy(model_kv_state(b), later, S * sizeof(float));
     memcpy(model_kv_state(b), saved, S * sizeof(float)); /* the restore */
+replay:
     for (int i = 0; i < n_after; i++) {
         if (model_eval(c, b, &greedy[i], 1, NULL, &err)) goto eval_fail;
         if (memcmp(first + (size_t)i * V, model_ctx_logits(c), sizeof(float) * (size_t)V) != 0 &&
@@ -408,8 +421,12 @@ static void check_state(run_state *s, report *r, int n_threads, char *summary, s
     }
     if (n_diff == 0) {
         size_t o = strlen(summary);
-        snprintf(summary + o, cap - o, "; state restore: %d tokens bitwise equal (%zu floats)",
-                 n_after, S);
+        if (S)
+            snprintf(summary + o, cap - o, "; state restore: %d tokens bitwise equal (%zu floats)",
+                     n_after, S);
+        else
+            snprintf(summary + o, cap - o, "; state restore (KV rewind): %d tokens bitwise equal",
+                     n_after);
     }
     goto done;
 eval_fail:
