@@ -78,16 +78,26 @@ static void m2_scan(void *ctx, int ith, int nth) {
         float *S = jb->S + h * d->hd * d->ds;
         for (int32_t t = 0; t < jb->n; t++) {
             const float *row = jb->xbc + (int64_t)t * d->ch;
-            const float *x = row + h * d->hd, *B = row + d->inner + g * d->ds,
-                        *C = row + d->inner + d->ng * d->ds + g * d->ds;
+            const float *x = row + h * d->hd;
+            const float *restrict B = row + d->inner + g * d->ds;
+            const float *restrict C = row + d->inner + d->ng * d->ds + g * d->ds;
             const float dt = jb->dt[(int64_t)t * jb->dt_stride + h];
             const float dA = expf(dt * jb->A[h]);
             float *y = jb->y + (int64_t)t * d->inner + h * d->hd;
             for (int64_t i = 0; i < d->hd; i++) {
-                float *s = S + i * d->ds;
+                float *restrict s = S + i * d->ds; /* the state never aliases B, C */
                 const float xdt = x[i] * dt;
-                float acc = 0;
-                for (int64_t j = 0; j < d->ds; j++) {
+                /* eight partial sums: one running sum is a chain of dependent adds the
+                 * compiler may not reorder (and so cannot vectorize) */
+                float p[8] = {0};
+                int64_t j = 0;
+                for (; j + 8 <= d->ds; j += 8)
+                    for (int k = 0; k < 8; k++) {
+                        s[j + k] = s[j + k] * dA + B[j + k] * xdt;
+                        p[k] += s[j + k] * C[j + k];
+                    }
+                float acc = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+                for (; j < d->ds; j++) {
                     s[j] = s[j] * dA + B[j] * xdt;
                     acc += s[j] * C[j];
                 }
