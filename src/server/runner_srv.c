@@ -41,6 +41,8 @@ typedef struct comp_ctx {
     atomic_bool stop;
     int32_t *prompt;
     size_t n_prompt;
+    int32_t *snapshot_at; /* engine_request.snapshot_at */
+    size_t n_snapshot_at;
     int64_t num_predict;
     sampler_opts sp;
     char *format, *think_open, *think_close; /* engine_request's constraint, or NULL */
@@ -56,6 +58,7 @@ static void comp_free(void *p) {
     free(c->format);
     free(c->think_open);
     free(c->think_close);
+    free(c->snapshot_at);
     free(c);
 }
 
@@ -105,7 +108,8 @@ static void comp_run(srv_stream *s, void *ctx) {
                           .num_predict = c->num_predict, .on_token = comp_token,
                           .cancelled = comp_cancelled, .format = c->format,
                           .think_open = c->think_open, .think_close = c->think_close,
-                          .in_think = c->in_think, .ud = c};
+                          .in_think = c->in_think, .ud = c, .snapshot_at = c->snapshot_at,
+                          .n_snapshot_at = c->n_snapshot_at};
     hl_status st = engine_generate(g_eng, &req, &stats, &err);
     pthread_mutex_lock(&g_active_mu);
     for (comp_ctx **pp = &g_active; *pp; pp = &(*pp)->next)
@@ -154,6 +158,7 @@ static enum MHD_Result handle_completion(srv_request *r) {
         return srv_reply_error(r, 500, "out of memory");
     }
     c->prompt = token_array(json_object_get(req, "prompt"), &c->n_prompt);
+    c->snapshot_at = token_array(json_object_get(req, "snapshot_at"), &c->n_snapshot_at);
     c->num_predict = (int64_t)num(req, "num_predict", 0);
     const char *const strs[] = {"format", "think_open", "think_close"};
     char **dst[] = {&c->format, &c->think_open, &c->think_close};
@@ -179,7 +184,7 @@ static enum MHD_Result handle_completion(srv_request *r) {
     sp->top_logprobs = (int32_t)num(o, "top_logprobs", 0);
     sp->order = (sampler_order)num(o, "order", 0);
     json_decref(req);
-    if (!c->prompt || oom) {
+    if (!c->prompt || !c->snapshot_at || oom) {
         comp_free(c);
         return srv_reply_error(r, 500, "out of memory");
     }
