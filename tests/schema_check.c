@@ -1,6 +1,9 @@
 /* schema_check.c - the tests' JSON schema validator (schema_check.h). */
 #include "schema_check.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +121,19 @@ bool schema_check(const json_t *v, const json_t *s, const json_t *root, char *wh
             return no(why, cap, "string too short", v);
         if ((x = json_object_get(s, "maxLength")) && n > (size_t)json_integer_value(x))
             return no(why, cap, "string too long", v);
+        if ((x = json_object_get(s, "pattern"))) { /* PCRE2: close to ECMA-262 for these */
+            int ec;
+            PCRE2_SIZE eo;
+            pcre2_code *re = pcre2_compile((PCRE2_SPTR)json_string_value(x), PCRE2_ZERO_TERMINATED,
+                                           PCRE2_UTF, &ec, &eo, NULL);
+            if (!re) return no(why, cap, "pattern does not compile", x);
+            pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+            int rc = pcre2_match(re, (PCRE2_SPTR)json_string_value(v), json_string_length(v), 0, 0, md,
+                                 NULL);
+            pcre2_match_data_free(md);
+            pcre2_code_free(re);
+            if (rc < 0) return no(why, cap, "does not match the pattern", v);
+        }
     }
     if (json_is_number(v)) {
         double d = json_number_value(v);

@@ -3,6 +3,7 @@
  * constrained decoding (src/grammar): it checks a value against the keywords the
  * grammar enforces (type, properties, required, additionalProperties, items, minItems,
  * maxItems, enum, const, anyOf, oneOf (exactly one), allOf, $ref, minLength, maxLength,
+ * pattern (with PCRE2),
  * minimum, maximum, exclusiveMinimum, exclusiveMaximum, nullable), written from the
  * JSON Schema specification rather than from the grammar's code.
  */

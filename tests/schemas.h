@@ -92,6 +92,12 @@ static const char *const k_test_schemas[] = {
     /* 24 keys needing escapes, non-ASCII enum values */
     "{\"type\":\"object\",\"properties\":{\"a\\\"b\":{\"type\":\"boolean\"},\"caf\\u00e9\":{\"enum\":"
     "[\"\\u00fcber\",\"na\\u00efve\"]}},\"required\":[\"a\\\"b\",\"caf\\u00e9\"]}",
+    /* 25 patterns (anchored, bounded) */
+    "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"pattern\":"
+    "\"^[A-Z]{2}-[0-9]{3}$\"},\"mail\":{\"type\":\"string\",\"pattern\":"
+    "\"^[a-z]{1,8}@[a-z]{1,6}\\\\.(com|org)$\"}},\"required\":[\"id\",\"mail\"]}",
+    /* 26 a root string pattern with an optional part */
+    "{\"type\":\"string\",\"pattern\":\"^(yes|no)!?$\"}",
 };
 
 #define N_TEST_SCHEMAS (sizeof k_test_schemas / sizeof *k_test_schemas)

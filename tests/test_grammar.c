@@ -106,6 +106,22 @@ TEST(grammar_recognizer_accepts_and_rejects) {
          "{\"type\":\"string\"}}}", "{\"a\":1}", 0},
         {"{\"type\":\"object\",\"additionalProperties\":true}", "{\"\\u0041\":[{}]}", 1},
         {"{\"type\":\"string\",\"format\":\"date\"}", "\"x\"", 1},
+        {k_test_schemas[26], "\"yes!\"", 1},
+        {k_test_schemas[26], "\"no\"", 1},
+        {k_test_schemas[26], "\"nope\"", 0},
+        {k_test_schemas[25], "{\"id\":\"AB-123\",\"mail\":\"ann@ex.org\"}", 1},
+        {k_test_schemas[25], "{\"id\":\"AB-12\",\"mail\":\"ann@ex.org\"}", 0},
+        {k_test_schemas[25], "{\"id\":\"ab-123\",\"mail\":\"ann@ex.org\"}", 0},
+        {k_test_schemas[25], "{\"id\":\"AB-123\",\"mail\":\"ann@ex.net\"}", 0},
+        {"{\"type\":\"string\",\"pattern\":\"ab\"}", "\"xxabyy\"", 1}, /* a search */
+        {"{\"type\":\"string\",\"pattern\":\"ab\"}", "\"xaxb\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^a.b$\"}", "\"a-b\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^a.b$\"}", "\"a\\u0041b\"", 0}, /* no escapes */
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\d{2,}\\\\w?$\"}", "\"123_\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\\d{2,}\\\\w?$\"}", "\"1x\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^[^0-9]+$\"}", "\"abc\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^[^0-9]+$\"}", "\"a1\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^cafÃ©$\"}", "\"cafÃ©\"", 1},
         {"true", "[1,{\"a\":null}]", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -119,7 +135,10 @@ TEST(grammar_rejects_unsupported_keywords) {
     static const struct {
         const char *schema, *needle;
     } cases[] = {
-        {"{\"type\":\"string\",\"pattern\":\"^a+$\"}", "\"pattern\""},
+        {"{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", "\"pattern\" (only (?: ) groups"},
+        {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "\"pattern\" (unsupported escape"},
+        {"{\"type\":\"string\",\"pattern\":\"^a|b$\"}", "top-level |"},
+        {"{\"type\":\"string\",\"pattern\":\"^\\\"$\"}", "no JSON string without escapes"},
         {"{\"type\":\"object\",\"properties\":{\"x\":{\"not\":{\"type\":\"null\"}}}}", "\"not\" at #/properties/x"},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "\"uniqueItems\""},
         {"{\"type\":\"number\",\"multipleOf\":3}", "\"multipleOf\""},

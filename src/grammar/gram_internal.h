@@ -48,7 +48,22 @@ typedef struct gram_node {
     uint64_t required;       /* OBJ: bit i = props[first + i] required */
     int32_t items;           /* ARR: node of the items */
     uint32_t min, max;       /* ARR: items; STR: characters */
+    int32_t pattern;         /* STR: index into regexes, -1 none */
 } gram_node;
+
+/* A `pattern` (regex.c): bit k of a state set = byte state k; GRAM_RE_ACCEPT: the string
+ * may end. next[k]: the set after a byte in cls[k]. */
+#define GRAM_RE_ACCEPT (1ull << 63)
+typedef struct gram_regex {
+    uint8_t n;
+    uint64_t start;
+    uint64_t next[63];
+    uint64_t cls[63][4];
+} gram_regex;
+
+/* false with a reason in why when the pattern is outside the supported subset */
+bool gram_regex_compile(const char *pat, size_t len, gram_regex *re, char *why, size_t cap);
+uint64_t gram_regex_step(const gram_regex *re, uint64_t set, uint8_t c);
 
 struct gram_schema {
     gram_node *nodes;
@@ -57,6 +72,8 @@ struct gram_schema {
     uint32_t n_lits, cap_lits;
     int32_t *alts;
     uint32_t n_alts, cap_alts;
+    gram_regex *regexes;
+    uint32_t n_regexes, cap_regexes;
     char **strs; /* owned literal texts */
     uint32_t n_strs, cap_strs;
     int32_t root;

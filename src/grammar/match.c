@@ -302,18 +302,24 @@ static int lex(gframe *f, uint8_t c, int *nchar) {
 
 static bool in_body(const gframe *f) { return f->st == L_BODY && (f->ws & 3) == 0; }
 
+/* b: the pattern's state set (regex.c), strings under a pattern have no escapes */
 static void str_step(mctx *m, gthread *t, uint8_t c) {
     gframe *f = &t->f[t->depth - 1];
     const gram_node *n = &m->s->nodes[f->node];
+    const gram_regex *re = n->pattern >= 0 ? &m->s->regexes[n->pattern] : NULL;
     int nc;
+    if (re && c == '\\') return;
     int r = lex(f, c, &nc);
     if (r == LEX_REJECT) return;
     if (r == LEX_QUOTE) {
-        if (f->a < n->min) return;
+        if (f->a < n->min || (re && !(f->b & GRAM_RE_ACCEPT))) return;
         value_done(m->s, t);
-    } else if (nc) {
-        if (f->a >= n->max) return;
-        f->a++;
+    } else {
+        if (nc) {
+            if (f->a >= n->max) return;
+            f->a++;
+        }
+        if (re && !(f->b = gram_regex_step(re, f->b, c))) return;
     }
     commit(m, t);
 }
@@ -396,9 +402,12 @@ static void start_value(mctx *m, gthread *t, int32_t node, uint8_t c, int nest) 
         if (!push(t, FR_ARR, node)) return;
         break;
     }
-    case GK_STR:
-        if (c != '"' || !push(t, FR_STR, node)) return;
+    case GK_STR: {
+        gframe *f = c == '"' ? push(t, FR_STR, node) : NULL;
+        if (!f) return;
+        if (n->pattern >= 0) f->b = s->regexes[n->pattern].start;
         break;
+    }
     case GK_NUM:
         if (!push(t, FR_NUM, node)) return;
         num_step(m, t, c);
@@ -614,7 +623,7 @@ bool gram_state_free_string(const gram_schema *s, const gstate *st, uint32_t *ro
     const gframe *f = &t->f[t->depth - 1];
     if (!in_body(f)) return false;
     const gram_node *n = &s->nodes[f->node];
-    if (f->kind == FR_STR) {
+    if (f->kind == FR_STR && n->pattern < 0) {
         *room = n->max == UINT32_MAX ? UINT32_MAX : n->max - f->a;
         return true;
     }

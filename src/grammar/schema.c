@@ -57,6 +57,7 @@ static int32_t new_node(cctx *c, uint8_t kind) {
     n->additional = -1;
     n->items = GRAM_NODE_ANY;
     n->max = UINT32_MAX;
+    n->pattern = -1;
     return (int32_t)s->n_nodes++;
 }
 
@@ -121,7 +122,7 @@ static int32_t lit_words(cctx *c, const char *const *words, size_t n) {
 static const char *const k_unsupported[] = {
     "not", "if", "then", "else", "patternProperties", "propertyNames", "dependentRequired",
     "dependentSchemas", "dependencies", "contains", "minContains", "maxContains", "prefixItems",
-    "multipleOf", "pattern", "$dynamicRef", "$recursiveRef", "minProperties", "maxProperties",
+    "multipleOf", "$dynamicRef", "$recursiveRef", "minProperties", "maxProperties",
     "uniqueItems",
 };
 
@@ -344,10 +345,27 @@ static int32_t compile_typed(cctx *c, const json_t *sch, const char *type, const
         if (mn > mx)
             return fail(c, HL_ERR_INVALID, "invalid JSON schema: %s", "minLength > maxLength",
                         path);
+        const json_t *pat = json_object_get(sch, "pattern");
+        if (pat && !json_is_string(pat))
+            return fail(c, HL_ERR_INVALID, "invalid JSON schema: \"%s\" must be a string",
+                        "pattern", path);
         int32_t id = new_node(c, GK_STR);
         if (id < 0) return -1;
         c->s->nodes[id].min = mn;
         c->s->nodes[id].max = mx;
+        if (pat) {
+            gram_schema *s = c->s;
+            if (!grow((void **)&s->regexes, &s->cap_regexes, s->n_regexes + 1, sizeof *s->regexes))
+                return fail(c, HL_ERR_NOMEM, "%s", "out of memory", path);
+            char why[200];
+            if (!gram_regex_compile(json_string_value(pat), json_string_length(pat),
+                                    &s->regexes[s->n_regexes], why, sizeof why)) {
+                char msg[300];
+                snprintf(msg, sizeof msg, "unsupported JSON schema keyword \"pattern\" (%s)", why);
+                return fail(c, HL_ERR_UNSUPPORTED, "%s", msg, path);
+            }
+            s->nodes[id].pattern = (int32_t)s->n_regexes++;
+        }
         return id;
     }
     if (!strcmp(type, "number")) return compile_number(c, sch, false, path);
@@ -481,12 +499,12 @@ static int32_t compile_body(cctx *c, const json_t *sch, const char *path) {
                           "type", path);
     static const char *const okeys[] = {"properties", "required", "additionalProperties"};
     static const char *const akeys[] = {"items", "minItems", "maxItems"};
-    static const char *const skeys[] = {"minLength", "maxLength"};
+    static const char *const skeys[] = {"minLength", "maxLength", "pattern"};
     static const char *const nkeys[] = {"minimum", "maximum", "exclusiveMinimum",
                                         "exclusiveMaximum"};
     if (has_any(sch, okeys, 3)) return compile_typed(c, sch, "object", path);
     if (has_any(sch, akeys, 3)) return compile_typed(c, sch, "array", path);
-    if (has_any(sch, skeys, 2)) return compile_typed(c, sch, "string", path);
+    if (has_any(sch, skeys, 3)) return compile_typed(c, sch, "string", path);
     if (has_any(sch, nkeys, 4)) return compile_typed(c, sch, "number", path);
     return GRAM_NODE_ANY;
 }
@@ -545,6 +563,7 @@ void gram_schema_free(gram_schema *s) {
     free(s->nodes);
     free(s->lits);
     free(s->alts);
+    free(s->regexes);
     free(s);
 }
 
