@@ -109,7 +109,7 @@ static int32_t lit_node(cctx *c, const json_t *const *vals, size_t n, const char
 }
 
 static int32_t lit_words(cctx *c, const char *const *words, size_t n) {
-    json_t *vals[3];
+    json_t *vals[3] = {NULL, NULL, NULL};
     for (size_t i = 0; i < n; i++) vals[i] = json_loads(words[i], JSON_DECODE_ANY, NULL);
     int32_t id = lit_node(c, (const json_t *const *)vals, n, "#");
     for (size_t i = 0; i < n; i++) json_decref(vals[i]);
