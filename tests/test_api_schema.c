@@ -1,5 +1,6 @@
 /* test_api_schema.c - constrained decoding end to end (src/grammar through the server):
- * JSON schemas in Ollama's `format` and OpenAI's `response_format` on stories260K and
+ * JSON schemas in Ollama's `format`, OpenAI's `response_format` and the Responses API's
+ * `text.format` on stories260K and
  * llama-2-tiny-random, sampled at temperature 1, several requests in one batch with
  * different schemas; the official npm clients' structured-output helpers; 400s naming
  * an unsupported keyword. */
@@ -18,7 +19,7 @@
 static const char *stories(void) { return test_shared_path("models/stories260K/stories260K.gguf"); }
 static const char *tiny(void) { return test_shared_path("models/llama-2-tiny-random.gguf"); }
 
-enum { EP_GENERATE, EP_CHAT, EP_OAI_CHAT, EP_OAI_COMPLETION, EP_COUNT };
+enum { EP_GENERATE, EP_CHAT, EP_OAI_CHAT, EP_OAI_COMPLETION, EP_RESPONSES, EP_COUNT };
 
 typedef struct job {
     const char *model;
@@ -51,6 +52,12 @@ static json_t *request_body(const job *j, const json_t *schema) {
                          "messages", msgs, "response_format", "type", "json_schema", "json_schema",
                          "name", "x", "schema", schema, "strict", 1, "temperature", 1.0, "seed",
                          j->seed, "max_tokens", 3000);
+    case EP_RESPONSES: /* no seed in the Responses API: a fresh draw each run */
+        json_decref(msgs);
+        return json_pack("{s:s, s:s, s:{s:{s:s, s:s, s:O, s:b}}, s:f, s:i}", "model", j->model,
+                         "input", "Once upon a time", "text", "format", "type", "json_schema",
+                         "name", "x", "schema", schema, "strict", 1, "temperature", 1.0,
+                         "max_output_tokens", 3000);
     default:
         json_decref(msgs);
         return json_pack("{s:s, s:s, s:{s:s, s:{s:s, s:O}}, s:f, s:i, s:i}", "model", j->model,
@@ -61,7 +68,7 @@ static json_t *request_body(const job *j, const json_t *schema) {
 }
 
 static const char *const k_paths[EP_COUNT] = {"/api/generate", "/api/chat", "/v1/chat/completions",
-                                              "/v1/completions"};
+                                              "/v1/completions", "/v1/responses"};
 
 /* The generated text and how the run ended, per endpoint. */
 static void answer(int ep, const json_t *r, const char **text, const char **why) {
@@ -79,6 +86,19 @@ static void answer(int ep, const json_t *r, const char **text, const char **why)
         *text = json_string_value(json_object_get(json_object_get(c0, "message"), "content"));
         *why = json_string_value(json_object_get(c0, "finish_reason"));
         break;
+    case EP_RESPONSES: {
+        size_t i;
+        json_t *item;
+        json_array_foreach(json_object_get(r, "output"), i, item) {
+            const char *type = json_string_value(json_object_get(item, "type"));
+            if (!type || strcmp(type, "message")) continue;
+            *text = json_string_value(
+                json_object_get(json_array_get(json_object_get(item, "content"), 0), "text"));
+        }
+        const char *st = json_string_value(json_object_get(r, "status"));
+        *why = st && !strcmp(st, "completed") ? "stop" : st;
+        break;
+    }
     default:
         *text = json_string_value(json_object_get(c0, "text"));
         *why = json_string_value(json_object_get(c0, "finish_reason"));
@@ -138,7 +158,7 @@ static void *worker(void *arg) {
     }
 }
 
-/* Every schema, two seeds, on both models, spread over the four endpoints; four
+/* Every schema, two seeds, on both models, spread over the five endpoints; four
  * requests at a time so that sequences with different schemas share batches. */
 static void samples_api(srv_proc *p) {
     CHECK(sp_create_model(p, "s260", stories(), ""));
