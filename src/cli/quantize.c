@@ -58,7 +58,8 @@ int cli_quantize(int argc, char **argv) {
         }
     }
     if (n_pos != 3) {
-        quantize_usage(stderr);
+        fprintf(stderr, "hearth quantize: usage: hearth quantize IN.gguf OUT.gguf TYPE [-t THREADS]\n"
+                        "  TYPE: %s\n", quant_ftype_names());
         return 2;
     }
     quant_ftype ftype;
