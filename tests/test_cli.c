@@ -164,6 +164,27 @@ static void with_server(srv_proc *p) {
     CHECK_EQ_INT(cli(NULL, "-v", NULL), 0);
     CHECK_STR(g_out, "hearth version is " HEARTH_VERSION "\n");
 
+    /* --verbose: Ollama's lines, durations as Go prints them; no spinner in a pipe */
+    CHECK_EQ_INT(cli(NULL, "run", "s260", "--verbose", "Once", NULL), 0);
+    CHECK_MSG(strchr(g_err, '\033') == NULL && strchr(g_err, '\r') == NULL, "%s", g_err);
+    static const char *const dur[] = {"total duration:       ", "load duration:        ",
+                                      "prompt eval duration: ", "eval duration:        "};
+    for (size_t k = 0; k < 4; k++) {
+        const char *line = strstr(g_err, dur[k]);
+        CHECK_MSG(line != NULL, "no '%s' in %s", dur[k], g_err);
+        const char *v = line + strlen(dur[k]);
+        char *end;
+        double x = strtod(v, &end);
+        size_t unit = strcspn(end, "\n");
+        /* "55.275ms", "1.2s": a plain-seconds value is >= 1, else a smaller unit is used */
+        bool go = x > 0 && unit >= 1 && unit <= 3 &&
+                  (!strncmp(end, "ms\n", 3) || !strncmp(end, "\xc2\xb5s\n", 4) ||
+                   !strncmp(end, "ns\n", 3) || (!strncmp(end, "s\n", 2) && x >= 1) ||
+                   end[0] == 'm' || end[0] == 'h');
+        CHECK_MSG(go, "not Go's format: %.*s", (int)(strcspn(line, "\n")), line);
+    }
+    CHECK(strstr(g_err, "eval rate:            ") && strstr(g_err, " tokens/s\n"));
+
     /* create -q q8_0 from an F32 GGUF */
     char dir[1100], link_path[1200], mf[1200], abs[4096];
     snprintf(dir, sizeof dir, "%s/q", test_tmpdir());
