@@ -21,8 +21,9 @@
  *
  * What is accepted: JSON whose whitespace between tokens is, as in llama.cpp's JSON
  * grammars, one space or a newline and up to GRAM_WS_MAX spaces/tabs of indentation (so
- * a model cannot loop on blanks; none after the root value), numbers of at most 18 integer (an int64 for every parser), 20 fraction and 3 exponent digits, strings
- * of valid UTF-8 without surrogate escapes; strings under a `pattern` (regex.c's subset)
+ * a model cannot loop on blanks; none after the root value); numbers of at most 18
+ * integer digits (an int64 for every parser), 20 fraction and 3 exponent digits; strings
+ * of valid UTF-8 without surrogate escapes, and under a `pattern` (regex.c's subset)
  * without any escape. Object properties may come in any order;
  * additionalProperties absent means none (as llama.cpp's converter: fewer hallucinated
  * keys, and still valid under the schema); oneOf is enforced as anyOf (branches should

@@ -276,7 +276,8 @@ static int lex(gframe *f, uint8_t c, int *nchar) {
     }
     uint8_t pend = f->ws & 3, rng = f->ws >> 2;
     if (pend) {
-        static const uint8_t lo[] = {0x80, 0xA0, 0x80, 0x90, 0x80}, hi[] = {0xBF, 0xBF, 0x9F, 0xBF, 0x8F};
+        static const uint8_t lo[] = {0x80, 0xA0, 0x80, 0x90, 0x80};
+        static const uint8_t hi[] = {0xBF, 0xBF, 0x9F, 0xBF, 0x8F};
         if (c < lo[rng] || c > hi[rng]) return LEX_REJECT;
         f->ws = (uint8_t)(pend - 1);
         return LEX_CONTENT;

@@ -94,7 +94,9 @@ static void class_escape(uint64_t *c, char e, bool *ok) {
     *ok = true;
     switch (e) {
     case 'd': set_range(c, '0', '9'); break;
-    case 'w': set_range(c, '0', '9'), set_range(c, 'a', 'z'), set_range(c, 'A', 'Z'), set_bit(c, '_'); break;
+    case 'w':
+        set_range(c, '0', '9'), set_range(c, 'a', 'z'), set_range(c, 'A', 'Z'), set_bit(c, '_');
+        break;
     case 's': set_bit(c, ' '); break; /* the only blank a string holds without escapes */
     case 'n': case 'r': case 't': case 'f': case 'v': break; /* control bytes: never */
     default:
@@ -248,8 +250,17 @@ static frag parse_repeat(rparse *r) {
             r->p = atom_end;
         }
         if (r->bad) break;
-        if (hi < 0 && i == copies - 1) c = lo > 0 ? concat(r, c, star(r, (r->p = atom_at, parse_atom(r)))) : star(r, c);
-        else if (i >= lo) c = optional(r, c);
+        if (hi < 0 && i == copies - 1) { /* the last copy, then any number more */
+            if (lo > 0) {
+                r->p = atom_at;
+                frag more = parse_atom(r);
+                c = concat(r, c, star(r, more));
+            } else {
+                c = star(r, c);
+            }
+        } else if (i >= lo) {
+            c = optional(r, c);
+        }
         out = concat(r, out, c);
     }
     r->p = after;
@@ -289,7 +300,8 @@ static frag parse_alt(rparse *r) {
 }
 
 /* Epsilon closure of node i into the set of char nodes (and match). */
-static void closure(const rparse *r, int i, uint64_t *seen, uint64_t *set, const int *cidx, int match) {
+static void closure(const rparse *r, int i, uint64_t *seen, uint64_t *set, const int *cidx,
+                    int match) {
     if (i < 0 || (seen[i >> 6] >> (i & 63) & 1)) return;
     seen[i >> 6] |= 1ull << (i & 63);
     const rnode *n = &r->n[i];
@@ -339,7 +351,8 @@ bool gram_regex_compile(const char *pat, size_t len, gram_regex *re, char *why, 
     if (!head) f = star(&r, char_frag(&r, any)); /* search: anything may come first */
     f = concat(&r, f, parse_alt(&r));
     if (!r.bad && tail) r.p++;
-    if (!r.bad && r.p != r.end) err(&r, r.p < r.end && *r.p == ')' ? "unbalanced )" : "unexpected text");
+    if (!r.bad && r.p != r.end)
+        err(&r, r.p < r.end && *r.p == ')' ? "unbalanced )" : "unexpected text");
     if (!r.bad && !tail) f = concat(&r, f, star(&r, char_frag(&r, any)));
     int match = r.bad ? -1 : node(&r, N_MATCH);
     if (r.bad || f.start < 0) return false;

@@ -317,8 +317,8 @@ static int32_t compile_typed(cctx *c, const json_t *sch, const char *type, const
     if (!strcmp(type, "array")) {
         const json_t *items = json_object_get(sch, "items");
         if (json_is_array(items))
-            return fail(c, HL_ERR_UNSUPPORTED, "unsupported JSON schema keyword \"%s\" (as an array)",
-                        "items", path);
+            return fail(c, HL_ERR_UNSUPPORTED,
+                        "unsupported JSON schema keyword \"%s\" (as an array)", "items", path);
         int32_t it = GRAM_NODE_ANY;
         if (items) {
             char sub[512];
@@ -475,7 +475,8 @@ static int32_t compile_body(cctx *c, const json_t *sch, const char *path) {
         if (na == 1 && json_is_string(json_array_get(type, 0)))
             return compile_typed(c, sch, json_string_value(json_array_get(type, 0)), path);
         int32_t ids[8];
-        if (na > 8) return fail(c, HL_ERR_INVALID, "invalid JSON schema: %s", "too many types", path);
+        if (na > 8)
+            return fail(c, HL_ERR_INVALID, "invalid JSON schema: %s", "too many types", path);
         for (size_t i = 0; i < na; i++) {
             const json_t *t = json_array_get(type, i);
             if (!json_is_string(t))
@@ -495,8 +496,9 @@ static int32_t compile_body(cctx *c, const json_t *sch, const char *path) {
         s->n_alts += (uint32_t)na;
         return id;
     }
-    if (type) return fail(c, HL_ERR_INVALID, "invalid JSON schema: \"%s\" must be a string or array",
-                          "type", path);
+    if (type)
+        return fail(c, HL_ERR_INVALID, "invalid JSON schema: \"%s\" must be a string or array",
+                    "type", path);
     static const char *const okeys[] = {"properties", "required", "additionalProperties"};
     static const char *const akeys[] = {"items", "minItems", "maxItems"};
     static const char *const skeys[] = {"minLength", "maxLength", "pattern"};
@@ -586,11 +588,13 @@ hl_status gram_compile(const char *format, size_t len, gram_schema **out, hl_err
     new_node(&c, GK_STR);
     new_node(&c, GK_NUM);
     lit_words(&c, (const char *const[]){"true", "false", "null"}, 3);
-    if (c.st == HL_OK && s->n_nodes != GRAM_NODE_FIXED) fail(&c, HL_ERR_NOMEM, "%s", "out of memory", "#");
+    if (c.st == HL_OK && s->n_nodes != GRAM_NODE_FIXED)
+        fail(&c, HL_ERR_NOMEM, "%s", "out of memory", "#");
     if (c.st == HL_OK) {
         if (json_is_string(doc)) {
             if (strcmp(json_string_value(doc), "json"))
-                fail(&c, HL_ERR_INVALID, "invalid format: \"%s\"; expected \"json\" or a JSON schema",
+                fail(&c, HL_ERR_INVALID,
+                     "invalid format: \"%s\"; expected \"json\" or a JSON schema",
                      json_string_value(doc), "#");
             s->root = GRAM_NODE_ANY_OBJ; /* Ollama's "json": one object */
         } else {

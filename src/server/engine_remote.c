@@ -562,7 +562,8 @@ static json_t *request_json(const engine_request *req, long long id) {
     if (req->format) { /* the runner masks: the logits never come back here */
         json_object_set_new(body, "format", json_string(req->format));
         if (req->think_open) json_object_set_new(body, "think_open", json_string(req->think_open));
-        if (req->think_close) json_object_set_new(body, "think_close", json_string(req->think_close));
+        if (req->think_close)
+            json_object_set_new(body, "think_close", json_string(req->think_close));
         json_object_set_new(body, "in_think", json_boolean(req->in_think));
     }
     return body;
