@@ -517,6 +517,12 @@ static hl_status table_grow(kv_table *t, int32_t n_blocks, hl_err *err) {
     return HL_OK;
 }
 
+kv_block *kv_block_new_full(kv_pool *p) {
+    kv_block *b = block_new(p);
+    if (b) b->n_valid = p->layout.block_tokens;
+    return b;
+}
+
 /* A private copy of rows [0, rows) of b. */
 static kv_block *block_copy_prefix(kv_pool *p, kv_block *b, int32_t rows) {
     kv_block *c = block_new(p);

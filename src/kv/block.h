@@ -120,6 +120,11 @@ int32_t kv_block_valid(const kv_block *b); /* rows written from the block start 
 kv_tier kv_block_tier(const kv_block *b);
 /* The resident data (NULL when paged out). */
 void *kv_block_data(const kv_block *b);
+/* A new resident block with all block_tokens rows valid (one reference, held by no
+ * table), for data from outside the pool (kv/store.h): the caller fills
+ * kv_block_data() and installs it with kv_table_set, or drops it with kv_block_unref.
+ * NULL when out of memory. */
+kv_block *kv_block_new_full(kv_pool *p);
 /* Brings a block back to RAM (decompress / read the spill file). */
 hl_status kv_block_make_resident(kv_pool *p, kv_block *b, hl_err *err);
 
