@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "kv/store.h"
 #include "model_synth.h"
 #include "redisproc.h"
@@ -415,4 +416,203 @@ TEST(kvstore_runners_share_blocks_through_redis_and_survive_its_loss) {
 out:
     redis_stop(&rp);
     model_free(m);
+}
+
+/* ---- `hearth serve` end to end ---- */
+
+#include "srvproc.h"
+
+static const char *stories(void) { return test_shared_path("models/stories260K/stories260K.gguf"); }
+
+/* about 150 tokens of raw prompt: four full blocks and more */
+#define LONG_PROMPT                                                                             \
+    "Once upon a time there was a little dog named Max. Max liked to run in the park with his " \
+    "friend Lily. One day they found a big red ball under a tree. Lily said, let us play with "  \
+    "the ball. Max was very happy and wagged his tail. They played all day until the sun went "  \
+    "down. Then Lily took Max home and gave him a bowl of warm milk. Max slept next to the fire " \
+    "and dreamed of the ball. The next morning"
+
+typedef struct gen_out {
+    char text[2048];
+    long long cached, prompt;
+} gen_out;
+
+static bool gen(const srv_proc *p, const char *prompt, gen_out *o) {
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"model\":\"s\",\"prompt\":\"%s\",\"raw\":true,\"stream\":false,"
+             "\"options\":{\"temperature\":0,\"num_predict\":12}}",
+             prompt);
+    json_t *j = NULL;
+    int code = sp_req(p, "POST", "/api/generate", body, &j);
+    bool ok = code == 200 && j;
+    if (ok) {
+        const char *t = json_string_value(json_object_get(j, "response"));
+        snprintf(o->text, sizeof o->text, "%s", t ? t : "");
+        o->cached = (long long)json_integer_value(json_object_get(j, "prompt_cached_count"));
+        o->prompt = (long long)json_integer_value(json_object_get(j, "prompt_eval_count"));
+    } else {
+        fprintf(stderr, "generate: HTTP %d\n", code);
+    }
+    json_decref(j);
+    return ok;
+}
+
+/* The model's block directory under a server's store (the only one in kvcache/). */
+static bool kv_dir(const srv_proc *p, char *out, size_t n) {
+    char base[1200];
+    snprintf(base, sizeof base, "%s/kvcache", p->models);
+    DIR *d = opendir(base);
+    if (!d) return false;
+    struct dirent *de;
+    bool found = false;
+    while (!found && (de = readdir(d)))
+        if (strncmp(de->d_name, "sha256-", 7) == 0) {
+            snprintf(out, n, "%s/%s", base, de->d_name);
+            found = true;
+        }
+    closedir(d);
+    return found;
+}
+
+/* Waits (up to 10 s) until the directory holds `want` block files. */
+static bool wait_files(const char *dir, int want) {
+    for (int i = 0; i < 200; i++) {
+        if (count_files(dir, ".kvb") == want) return true;
+        sp_sleep_ms(50);
+    }
+    return false;
+}
+
+static bool read_all(const char *path, char **buf, size_t *len) {
+    return hl_file_read(path, buf, len, NULL) == HL_OK;
+}
+
+TEST(kvstore_serve_restart_is_a_cache_hit_and_a_corrupt_block_is_recomputed) {
+    if (!stories()) SKIP("models/stories260K/stories260K.gguf not found");
+    gen_out cold = {0}, warm = {0};
+    char dir[1200] = "";
+    int n_blocks = 0;
+    {
+        srv_proc p;
+        int rc = sp_spawn(&p, "kvrestart", NULL);
+        if (rc == 1) SKIP("HEARTH_BIN not set (run through make test)");
+        CHECK_MSG(rc == 0, "server did not start");
+        CHECK(sp_create_model(&p, "s", stories(), ""));
+        CHECK(gen(&p, LONG_PROMPT, &cold));
+        CHECK_EQ_INT(cold.cached, 0);
+        n_blocks = (int)((cold.prompt - 1) / 32);
+        CHECK(n_blocks >= 4);
+        CHECK(kv_dir(&p, dir, sizeof dir));
+        CHECK_MSG(wait_files(dir, n_blocks), "%d block files in %s", count_files(dir, ".kvb"), dir);
+        if (test_failed()) sp_dump_log(&p);
+        CHECK_EQ_INT(sp_stop(&p), 0);
+    }
+    if (test_failed()) return;
+    {   /* a restart: a fresh trie, the blocks come from disk */
+        srv_proc p;
+        CHECK_MSG(sp_spawn(&p, "kvrestart", NULL) == 0, "server did not restart");
+        CHECK(gen(&p, LONG_PROMPT, &warm));
+        CHECK_EQ_INT(warm.cached, n_blocks * 32);
+        CHECK_STR(warm.text, cold.text);
+        /* the server log says where the cached tokens came from */
+        char *log = NULL, want[128];
+        size_t log_len = 0;
+        snprintf(want, sizeof want, "cached %d (ram 0, disk %d, remote 0)", n_blocks * 32,
+                 n_blocks * 32);
+        CHECK(read_all(p.log, &log, &log_len));
+        CHECK_MSG(log && strstr(log, want), "no \"%s\" in the server log", want);
+        free(log);
+        if (test_failed()) sp_dump_log(&p);
+        CHECK_EQ_INT(sp_stop(&p), 0);
+    }
+    /* damage one block file: the next server detects it, recomputes, writes it again */
+    char victim[1400], *orig = NULL, *now = NULL;
+    size_t orig_len = 0, now_len = 0;
+    CHECK(first_file(dir, victim, sizeof victim));
+    CHECK(read_all(victim, &orig, &orig_len));
+    CHECK(flip_byte(victim, (off_t)orig_len - 10));
+    {
+        srv_proc p;
+        CHECK_MSG(sp_spawn(&p, "kvrestart", NULL) == 0, "server did not restart");
+        CHECK(gen(&p, LONG_PROMPT, &warm));
+        CHECK(warm.cached < n_blocks * 32);
+        CHECK_STR(warm.text, cold.text);
+        CHECK(wait_files(dir, n_blocks));
+        for (int i = 0; i < 100; i++) { /* rewritten behind the response */
+            free(now);
+            now = NULL;
+            if (read_all(victim, &now, &now_len) && now_len == orig_len &&
+                memcmp(now, orig, orig_len) == 0)
+                break;
+            sp_sleep_ms(50);
+        }
+        CHECK(now && now_len == orig_len && memcmp(now, orig, orig_len) == 0);
+        if (test_failed()) sp_dump_log(&p);
+        CHECK_EQ_INT(sp_stop(&p), 0);
+    }
+    free(orig);
+    free(now);
+}
+
+static bool wait_keys(const redis_proc *r, long want) {
+    for (int i = 0; i < 200; i++) {
+        if (redis_count_kv_keys(r) == want) return true;
+        sp_sleep_ms(50);
+    }
+    return false;
+}
+
+TEST(kvstore_two_servers_share_a_prefix_through_redis) {
+    if (!stories()) SKIP("models/stories260K/stories260K.gguf not found");
+    if (!getenv("HEARTH_BIN")) SKIP("HEARTH_BIN not set (run through make test)");
+    if (!redis_available()) SKIP(REDIS_BIN " not found (apt-get install redis-server)");
+    redis_proc rp;
+    CHECK_MSG(redis_start(&rp, "serve"), "redis-server did not start");
+    if (test_failed()) return;
+    static char env_redis[128];
+    snprintf(env_redis, sizeof env_redis, "HEARTH_KV_REDIS=%s", rp.url);
+    const char *env[] = {env_redis, NULL};
+    srv_proc a, b;
+    int ra = sp_spawn(&a, "kvredis-a", env), rb = sp_spawn(&b, "kvredis-b", env);
+    CHECK_MSG(ra == 0 && rb == 0, "servers did not start");
+    gen_out ga = {0}, gb = {0};
+    if (!test_failed()) {
+        CHECK(sp_create_model(&a, "s", stories(), ""));
+        CHECK(sp_create_model(&b, "s", stories(), ""));
+        CHECK(gen(&a, LONG_PROMPT, &ga));
+        CHECK_EQ_INT(ga.cached, 0);
+        long n_blocks = (long)((ga.prompt - 1) / 32);
+        CHECK_MSG(wait_keys(&rp, n_blocks), "%ld keys in Redis", redis_count_kv_keys(&rp));
+        /* B never saw this prompt: its first request is served from Redis */
+        CHECK(gen(&b, LONG_PROMPT, &gb));
+        CHECK_EQ_INT(gb.cached, n_blocks * 32);
+        CHECK_STR(gb.text, ga.text);
+        char *log = NULL, want[128];
+        size_t log_len = 0;
+        snprintf(want, sizeof want, "(ram 0, disk 0, remote %ld)", n_blocks * 32);
+        CHECK(read_all(b.log, &log, &log_len));
+        CHECK_MSG(log && strstr(log, want), "no \"%s\" in server B's log", want);
+        free(log);
+
+        /* Redis goes away mid-test: both keep answering, recomputing */
+        redis_stop(&rp);
+        const char *other = "A little bird sat on a branch and sang a song about the sea and "
+                            "the sky and the green hills far away, and all the animals came to "
+                            "listen to the song of the little bird in the tall old tree";
+        gen_out oa = {0}, ob = {0};
+        CHECK(gen(&b, other, &ob));
+        CHECK(gen(&a, other, &oa));
+        CHECK(oa.cached < 32); /* at most the BOS token it shares with the first prompt */
+        CHECK_STR(oa.text, ob.text);
+        CHECK(gen(&a, LONG_PROMPT, &ga)); /* still served from its own RAM */
+        CHECK_STR(ga.text, gb.text);
+    }
+    if (test_failed()) {
+        sp_dump_log(&a);
+        sp_dump_log(&b);
+    }
+    CHECK_EQ_INT(sp_stop(&a), 0);
+    CHECK_EQ_INT(sp_stop(&b), 0);
+    redis_stop(&rp);
 }
