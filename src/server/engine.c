@@ -233,6 +233,8 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
     stats->prompt_eval_count = rs.prompt_eval_count;
     stats->prompt_eval_ns = (uint64_t)(rs.prompt_eval_duration_ns > 0 ? rs.prompt_eval_duration_ns : 0);
     stats->cached_tokens = rs.cached_tokens;
+    stats->cached_disk = rs.cached_disk;
+    stats->cached_remote = rs.cached_remote;
     stats->eval_count = rs.eval_count;
     stats->eval_ns = (uint64_t)(rs.eval_duration_ns > 0 ? rs.eval_duration_ns : 0);
     stats->done = rs.done_reason == RUNNER_DONE_LENGTH ? ENGINE_DONE_LENGTH : ENGINE_DONE_STOP;
