@@ -8,6 +8,7 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -359,6 +360,30 @@ out:
     model_free(m);
 }
 
+TEST(kvstore_runner_serves_without_tiers_when_the_directory_cannot_be_made) {
+    model *m = load_synth();
+    CHECK(m != NULL);
+    if (!m) return;
+    char file[1024], dir[1100];
+    snprintf(file, sizeof file, "%s/kvs-not-a-dir", test_tmpdir());
+    FILE *f = fopen(file, "w");
+    if (f) fclose(f);
+    snprintf(dir, sizeof dir, "%s/sub", file);
+    runner *r = tier_runner(m, dir, NULL);
+    CHECK(r != NULL);
+    if (r) {
+        CHECK(!runner_get_cache_stats(r).store_on);
+        int32_t prompt[PROMPT];
+        prompt_of(prompt, PROMPT, 8);
+        collect got;
+        runner_stats st;
+        CHECK_OK(runner_greedy(r, prompt, PROMPT, 4, &got, &st), NULL);
+        CHECK_EQ_INT(got.n, 4);
+        runner_destroy(r);
+    }
+    model_free(m);
+}
+
 TEST(kvstore_runners_share_blocks_through_redis_and_survive_its_loss) {
     if (!redis_available()) SKIP(REDIS_BIN " not found (apt-get install redis-server)");
     redis_proc rp;
@@ -398,6 +423,23 @@ TEST(kvstore_runners_share_blocks_through_redis_and_survive_its_loss) {
     runner_kv_flush(b); /* remote hits are kept on its disk too */
     CHECK_EQ_INT(count_files(db, ".kvb"), 6);
     runner_destroy(b);
+
+    /* Redis hangs (stopped, not gone: every call runs into its timeout): a new server
+     * recomputes, no request fails */
+    char dd[1024];
+    snprintf(dd, sizeof dd, "%s/kvs-d", test_tmpdir());
+    kill(rp.pid, SIGSTOP);
+    runner *d = tier_runner(m, dd, rp.url);
+    CHECK(d != NULL);
+    if (d) {
+        CHECK_OK(runner_greedy(d, prompt, PROMPT, 12, &got, &st), NULL);
+        CHECK_EQ_INT(st.cached_tokens, 0);
+        CHECK(memcmp(got.toks, cold.toks, (size_t)cold.n * sizeof(int32_t)) == 0);
+        runner_kv_flush(d);
+        CHECK(runner_get_cache_stats(d).store.remote_errors >= 1);
+        runner_destroy(d);
+    }
+    kill(rp.pid, SIGCONT);
 
     /* Redis goes away: a third server recomputes, no request fails */
     redis_stop(&rp);

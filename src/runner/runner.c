@@ -144,8 +144,12 @@ static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
     kv_store_config sc = {.dir = cfg->kv_store_dir, .disk_max = cfg->kv_disk_max,
                           .redis_url = cfg->kv_redis, .ns = cfg->kv_model_id,
                           .block_bytes = kv_layout_block_bytes(l)};
-    hl_status st = kv_store_open(&sc, &r->store, err);
-    if (st) return st;
+    hl_err se;
+    if (kv_store_open(&sc, &r->store, &se) != HL_OK) { /* the model still serves, from RAM */
+        fprintf(stderr, "runner: KV disk/shared tiers off: %s\n", se.msg);
+        r->store = NULL;
+        return HL_OK;
+    }
     const int32_t n_keys = r->n_ctx / l->block_tokens + 1;
     for (int32_t i = 0; i < r->n_parallel; i++) {
         r->seqs[i].hashes = malloc((size_t)n_keys * sizeof(kv_hash));
