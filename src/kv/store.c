@@ -56,6 +56,7 @@ struct kv_store {
     size_t cap, n_used;
     item *q_head, *q_tail;
     bool writing; /* the writer holds an item outside the queue */
+    bool remote_down; /* Redis failed and is backing off: nothing is published meanwhile */
     bool stop;
     pthread_t writer;
     bool writer_started;
@@ -391,10 +392,14 @@ static redisContext *redis_conn(kv_store *s) {
         s->down_until = mono_ns() + (uint64_t)KV_STORE_REDIS_BACKOFF_MS * 1000000u;
         pthread_mutex_lock(&s->mu);
         s->st.remote_errors++;
+        s->remote_down = true;
         pthread_mutex_unlock(&s->mu);
         return NULL;
     }
     s->rc = c;
+    pthread_mutex_lock(&s->mu);
+    s->remote_down = false;
+    pthread_mutex_unlock(&s->mu);
     return c;
 }
 
@@ -405,6 +410,7 @@ static void redis_fail(kv_store *s) {
     s->down_until = mono_ns() + (uint64_t)KV_STORE_REDIS_BACKOFF_MS * 1000000u;
     pthread_mutex_lock(&s->mu);
     s->st.remote_errors++;
+    s->remote_down = true;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -641,9 +647,11 @@ bool kv_store_has_remote(const kv_store *s) { return s->redis_host != NULL; }
 
 static bool known_locked(kv_store *s, kv_hash key) {
     entry *e = idx_find(s, key, false);
-    if (!e) return false;
+    if (!e) return !s->dir && s->redis_host && s->remote_down;
     if (e->flags & F_QUEUED) return true;
-    return (!s->dir || (e->flags & F_DISK)) && (!s->redis_host || (e->flags & F_REMOTE));
+    /* while Redis is down, blocks are not copied and compressed only to fail there */
+    return (!s->dir || (e->flags & F_DISK)) &&
+           (!s->redis_host || (e->flags & F_REMOTE) || s->remote_down);
 }
 
 bool kv_store_known(kv_store *s, kv_hash key) {

@@ -143,6 +143,7 @@ static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
     free(id);
     kv_store_config sc = {.dir = cfg->kv_store_dir, .disk_max = cfg->kv_disk_max,
                           .redis_url = cfg->kv_redis, .ns = cfg->kv_model_id,
+                          .redis_ttl_s = cfg->kv_redis_ttl_s,
                           .block_bytes = kv_layout_block_bytes(l)};
     hl_err se;
     if (kv_store_open(&sc, &r->store, &se) != HL_OK) { /* the model still serves, from RAM */

@@ -101,6 +101,7 @@ typedef struct runner_config {
     const char *kv_store_dir; /* this model's block directory; NULL: no disk tier */
     size_t kv_disk_max;       /* 0: KV_STORE_DISK_MAX_DEFAULT */
     const char *kv_redis;     /* "redis://host:port"; NULL or "": no shared tier */
+    int kv_redis_ttl_s;       /* expiry of published blocks; <= 0: KV_STORE_REDIS_TTL_DEFAULT */
 } runner_config;
 
 #define RUNNER_BUSY_MESSAGE "server busy, please try again.  maximum pending requests exceeded"

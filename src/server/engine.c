@@ -72,7 +72,7 @@ hl_status engine_open(const char *gguf_path, const engine_config *cfg, engine **
 /* The prefix cache beyond the process (runner_config.kv_*): a model stored as a blob
  * (<models>/blobs/sha256-<hex>) keeps its blocks under <models>/kvcache/sha256-<hex>/
  * (HEARTH_KV_DISK_MAX caps them, 0 turns the disk tier off) and shares them through
- * HEARTH_KV_REDIS; a model file outside a store has no stable identity: both stay off. */
+ * HEARTH_KV_REDIS (for HEARTH_KV_REDIS_TTL seconds); a model file outside a store has no stable identity: both stay off. */
 static void kv_tiers(const char *gguf_path, runner_config *rc, char *dir, size_t dir_cap,
                      char *id, size_t id_cap) {
     const char *slash = strrchr(gguf_path, '/');
@@ -83,6 +83,8 @@ static void kv_tiers(const char *gguf_path, runner_config *rc, char *dir, size_t
     snprintf(id, id_cap, "%s", name);
     rc->kv_model_id = id;
     rc->kv_redis = getenv("HEARTH_KV_REDIS");
+    const char *ttl = getenv("HEARTH_KV_REDIS_TTL"); /* seconds */
+    if (ttl && *ttl) rc->kv_redis_ttl_s = atoi(ttl);
     const char *max = getenv("HEARTH_KV_DISK_MAX");
     size_t cap = 0;
     if (max && *max && !kv_store_parse_size(max, &cap)) {
