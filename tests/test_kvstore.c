@@ -360,6 +360,45 @@ out:
     model_free(m);
 }
 
+TEST(kvstore_runner_keeps_generated_blocks_for_the_next_turn) {
+    model *m = load_synth();
+    CHECK(m != NULL);
+    if (!m) return;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/kvs-turns", test_tmpdir());
+    int32_t turn[PROMPT + 20 + 5];
+    prompt_of(turn, PROMPT, 4);
+    collect out, cold, warm;
+    runner_stats st;
+    runner *r = tier_runner(m, dir, NULL);
+    CHECK(r != NULL);
+    if (!r) goto out;
+    CHECK_OK(runner_greedy(r, turn, PROMPT, 20, &out, &st), NULL);
+    CHECK_EQ_INT(out.n, 20);
+    runner_destroy(r); /* drains the writes */
+    /* the next turn: the reply, then the user's next message */
+    memcpy(turn + PROMPT, out.toks, 20 * sizeof(int32_t));
+    prompt_of(turn + PROMPT + 20, 5, 40);
+    const int n = PROMPT + 20 + 5;
+    r = tier_runner(m, NULL, NULL);
+    CHECK(r != NULL);
+    if (!r) goto out;
+    CHECK_OK(runner_greedy(r, turn, n, 8, &cold, &st), NULL);
+    runner_destroy(r);
+    r = tier_runner(m, dir, NULL); /* after a restart */
+    CHECK(r != NULL);
+    if (!r) goto out;
+    CHECK_OK(runner_greedy(r, turn, n, 8, &warm, &st), NULL);
+    /* 119 positions were computed (100 + 19 generated): 7 full blocks, the 7th holding
+     * the reply's first tokens */
+    CHECK_EQ_INT(st.cached_disk, 112);
+    CHECK_EQ_INT(warm.n, cold.n);
+    CHECK(memcmp(warm.toks, cold.toks, (size_t)cold.n * sizeof(int32_t)) == 0);
+    runner_destroy(r);
+out:
+    model_free(m);
+}
+
 TEST(kvstore_runner_serves_without_tiers_when_the_directory_cannot_be_made) {
     model *m = load_synth();
     CHECK(m != NULL);

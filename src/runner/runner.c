@@ -193,8 +193,17 @@ static void store_extend(runner *r, seq *s) {
     }
 }
 
-/* After prefill: queues the prompt's full blocks the tiers lack (written behind). */
+/* Queues the sequence's full blocks the tiers lack (written behind): after prefill the
+ * prompt's, at the end also those its generated tokens filled (a conversation's next
+ * turn sends them back as prompt). */
 static void store_publish(runner *r, seq *s) {
+    const int32_t B = kv_pool_layout(r->pool)->block_tokens;
+    int32_t n_full = s->table.len < s->sess.n_stored ? s->table.len / B : s->sess.n_stored / B;
+    if (n_full > r->n_ctx / B + 1) n_full = r->n_ctx / B + 1; /* the keys' capacity */
+    kv_hash h = s->n_hashes > 0 ? s->hashes[s->n_hashes - 1] : r->kv_seed;
+    for (int32_t k = s->n_hashes; k < n_full; k++)
+        s->hashes[k] = h = kv_hash_next(h, s->sess.stored + (size_t)k * B, B);
+    if (n_full > s->n_hashes) s->n_hashes = n_full;
     for (int32_t k = 0; k < s->n_hashes && k < s->table.n_blocks; k++)
         if (s->table.data[k] && !kv_store_known(r->store, s->hashes[k]))
             kv_store_put(r->store, s->hashes[k], s->table.data[k]);
@@ -505,6 +514,7 @@ static void seq_finish(runner *r, seq *s, hl_status st, const hl_err *e) {
     if (s->job->hidden) {
         caches_clear(r, s); /* an embedding's KV is not kept */
     } else {
+        if (r->store && s->sess.open) store_publish(r, s);
         /* the trie must record what the cache holds, whatever happened */
         hl_err ce;
         hl_status cs = kv_session_close(&s->sess, &ce);
