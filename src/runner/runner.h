@@ -9,7 +9,9 @@
  *      context length (M tokens)"; num_predict <= 0 or past the context end is clamped
  *      to the room left, so generation stops there with done reason "length";
  *   2. matches the longest cached prefix in the trie and restores it (a fully cached
- *      prompt still re-evaluates its last token to seed generation);
+ *      prompt still re-evaluates its last token to seed generation), then continues it
+ *      with consecutive blocks found by key on disk or Redis (kv_store_dir / kv_redis,
+ *      kv/store.h; stats say how many tokens came from each tier);
  *   3. prefills the rest in chunks of prefill_chunk (2048) tokens, cut at the snapshot
  *      offsets (every 8192 tokens and at len-4) so later requests can resume there;
  *   4. decodes with its own slot of the slot sampler, streaming each token (RUNNER_EV_TOKEN);
