@@ -242,6 +242,47 @@ TEST(kvstore_redis_down_is_a_miss_not_an_error) {
     CHECK(strstr(e.msg, "invalid Redis address") != NULL);
 }
 
+TEST(kvstore_run_reads_disk_first_then_redis_pipelined) {
+    if (!redis_available()) SKIP(REDIS_BIN " not found (apt-get install redis-server)");
+    redis_proc rp;
+    CHECK_MSG(redis_start(&rp, "run"), "redis-server did not start");
+    if (test_failed()) return;
+    char da[1024], db[1024];
+    snprintf(da, sizeof da, "%s/kvs-run-a", test_tmpdir());
+    snprintf(db, sizeof db, "%s/kvs-run-b", test_tmpdir());
+    static uint8_t data[6][BB], back[6][BB];
+    kv_hash keys[6];
+    for (int i = 0; i < 6; i++) {
+        keys[i] = key_of(100 + i);
+        fill(data[i], BB, (uint32_t)(100 + i));
+    }
+    kv_store *a = open_store(da, 0, rp.url), *b = open_store(db, 0, rp.url);
+    CHECK(a && b);
+    if (a && b) {
+        for (int i = 0; i < 4; i++) CHECK(kv_store_put(a, keys[i], data[i]));
+        kv_store_flush(a);
+        CHECK_EQ_INT((int)kv_store_get_stats(a).remote_writes, 4);
+        CHECK(kv_store_put(b, keys[0], data[0])); /* b has the first block on its disk */
+        kv_store_flush(b);
+        void *dst[6];
+        kv_source src[6];
+        for (int i = 0; i < 6; i++) dst[i] = back[i];
+        /* 0 from disk, 1..3 from Redis, 4 missing: the run stops there (5 is never used) */
+        CHECK_EQ_INT(kv_store_get_run(b, keys, 6, dst, src), 4);
+        CHECK_EQ_INT(src[0], KV_SRC_DISK);
+        for (int i = 1; i < 4; i++) CHECK_EQ_INT(src[i], KV_SRC_REMOTE);
+        for (int i = 0; i < 4; i++) CHECK(memcmp(back[i], data[i], BB) == 0);
+        kv_store_flush(b); /* the remote hits are now on b's disk */
+        CHECK_EQ_INT(count_files(db, ".kvb"), 4);
+        kv_store_stats st = kv_store_get_stats(b);
+        CHECK_EQ_INT((int)st.remote_hits, 3);
+        CHECK_EQ_INT((int)st.remote_misses, 1);
+    }
+    kv_store_close(a);
+    kv_store_close(b);
+    redis_stop(&rp);
+}
+
 /* ---- the runner end to end ---- */
 
 #define V 64

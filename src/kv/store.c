@@ -430,30 +430,6 @@ static bool redis_set(kv_store *s, kv_hash key, const uint8_t *rec, size_t len) 
     return ok;
 }
 
-/* A malloc'd copy of the value, or NULL (missing, or Redis unreachable). */
-static uint8_t *redis_get(kv_store *s, kv_hash key, size_t *len) {
-    char k[128];
-    redis_key(s, key, k, sizeof k);
-    uint8_t *out = NULL;
-    pthread_mutex_lock(&s->rmu);
-    redisContext *c = redis_conn(s);
-    if (c) {
-        redisReply *r = redisCommand(c, "GET %s", k);
-        if (!r) {
-            redis_fail(s);
-        } else if (r->type == REDIS_REPLY_STRING && r->len > 0) {
-            out = malloc(r->len);
-            if (out) {
-                memcpy(out, r->str, r->len);
-                *len = r->len;
-            }
-        }
-        if (r) freeReplyObject(r);
-    }
-    pthread_mutex_unlock(&s->rmu);
-    return out;
-}
-
 static bool parse_redis_url(const char *url, char **host, int *port) {
     if (strncmp(url, "redis://", 8) == 0) url += 8;
     const char *colon = strrchr(url, ':');
@@ -728,32 +704,77 @@ static kv_source get_disk(kv_store *s, kv_hash key, void *data, uint8_t *scratch
     return ok ? KV_SRC_DISK : KV_SRC_NONE;
 }
 
-kv_source kv_store_get(kv_store *s, kv_hash key, void *data) {
+/* GETs keys[0..n) in one pipelined round trip; recs[i] gets a malloc'd copy of each value
+ * (NULL: missing, or Redis unreachable). */
+static void redis_get_many(kv_store *s, const kv_hash *keys, int32_t n, uint8_t **recs,
+                           size_t *lens) {
+    pthread_mutex_lock(&s->rmu);
+    redisContext *c = redis_conn(s);
+    bool ok = c != NULL;
+    char k[128];
+    for (int32_t i = 0; i < n && ok; i++) {
+        redis_key(s, keys[i], k, sizeof k);
+        ok = redisAppendCommand(c, "GET %s", k) == REDIS_OK;
+    }
+    for (int32_t i = 0; i < n && ok; i++) { /* every reply, to keep the connection in step */
+        redisReply *r = NULL;
+        ok = redisGetReply(c, (void **)&r) == REDIS_OK && r;
+        if (ok && r->type == REDIS_REPLY_STRING && r->len > 0 && (recs[i] = malloc(r->len))) {
+            memcpy(recs[i], r->str, r->len);
+            lens[i] = r->len;
+        }
+        if (r) freeReplyObject(r);
+    }
+    if (c && !ok) redis_fail(s);
+    pthread_mutex_unlock(&s->rmu);
+}
+
+int32_t kv_store_get_run(kv_store *s, const kv_hash *keys, int32_t n, void *const *data,
+                         kv_source *src) {
     uint8_t *scratch = malloc(s->block_bytes);
-    if (!scratch) return KV_SRC_NONE;
-    kv_source src = s->dir ? get_disk(s, key, data, scratch) : KV_SRC_NONE;
-    if (!src && s->redis_host) {
-        size_t len = 0;
-        uint8_t *rec = redis_get(s, key, &len);
-        bool ok = rec && record_decode(s, key, rec, len, data, scratch);
-        free(rec);
-        pthread_mutex_lock(&s->mu);
-        if (ok) {
-            s->st.remote_hits++;
-            entry *e = idx_find(s, key, true);
-            if (e) e->flags |= F_REMOTE;
-        } else {
-            s->st.remote_misses++;
-            if (rec) s->st.corrupt++;
+    if (!scratch) return 0;
+    int32_t i = 0;
+    if (s->dir)
+        while (i < n && get_disk(s, keys[i], data[i], scratch)) src[i++] = KV_SRC_DISK;
+    if (i < n && s->redis_host) {
+        const int32_t m = n - i;
+        uint8_t **recs = calloc((size_t)m, sizeof *recs);
+        size_t *lens = calloc((size_t)m, sizeof *lens);
+        int32_t j = 0;
+        if (recs && lens) {
+            redis_get_many(s, keys + i, m, recs, lens);
+            for (; j < m; j++) {
+                const bool ok =
+                    recs[j] && record_decode(s, keys[i + j], recs[j], lens[j], data[i + j], scratch);
+                pthread_mutex_lock(&s->mu);
+                if (ok) {
+                    s->st.remote_hits++;
+                    entry *e = idx_find(s, keys[i + j], true);
+                    if (e) e->flags |= F_REMOTE;
+                } else {
+                    s->st.remote_misses++;
+                    if (recs[j]) s->st.corrupt++;
+                }
+                pthread_mutex_unlock(&s->mu);
+                if (!ok) break;
+                src[i + j] = KV_SRC_REMOTE;
+            }
+            for (int32_t k = 0; k < m; k++) free(recs[k]);
         }
-        pthread_mutex_unlock(&s->mu);
-        if (ok) {
-            src = KV_SRC_REMOTE;
-            if (s->dir) kv_store_put(s, key, data); /* keep a local copy */
-        }
+        free(recs);
+        free(lens);
+        if (s->dir) /* keep local copies */
+            for (int32_t k = 0; k < j; k++) kv_store_put(s, keys[i + k], data[i + k]);
+        i += j;
     }
     free(scratch);
-    return src;
+    return i;
+}
+
+kv_source kv_store_get(kv_store *s, kv_hash key, void *data) {
+    kv_source src = KV_SRC_NONE;
+    void *d[1] = {data};
+    return kv_store_get_run(s, &key, 1, d, &src) == 1 ? src : KV_SRC_NONE;
 }
 
 kv_store_stats kv_store_get_stats(kv_store *s) {

@@ -107,6 +107,12 @@ bool kv_store_has_remote(const kv_store *s);
  * any error: corrupt records are deleted and counted). */
 kv_source kv_store_get(kv_store *s, kv_hash key, void *data);
 
+/* Reads the longest run of consecutive blocks keys[0..k) into data[0..k) (block_bytes
+ * each): from disk while it has them, then the rest from Redis in one pipelined round
+ * trip; src[i] says where block i came from. Returns k (0..n). */
+int32_t kv_store_get_run(kv_store *s, const kv_hash *keys, int32_t n, void *const *data,
+                         kv_source *src);
+
 /* Whether every configured tier holds (or has queued) key: no need to put it. */
 bool kv_store_known(kv_store *s, kv_hash key);
 

@@ -173,17 +173,34 @@ static void store_extend(runner *r, seq *s) {
     const int32_t prefix = s->sess.prefix;
     int32_t end = prefix;
     hl_err e;
-    for (int32_t k = prefix / B; k < n_full; k++) {
-        kv_block *b = kv_block_new_full(r->pool);
-        if (!b) break;
-        kv_source src = kv_store_get(r->store, s->hashes[k], kv_block_data(b));
-        hl_status st = src ? kv_table_set(&s->table, k, b, &e) : HL_ERR_NOT_FOUND;
-        kv_block_unref(r->pool, b);
-        if (st) break;
-        const int32_t from = k * B > prefix ? k * B : prefix;
-        if (src == KV_SRC_DISK) s->rs.cached_disk += (k + 1) * B - from;
-        else s->rs.cached_remote += (k + 1) * B - from;
-        end = (k + 1) * B;
+    enum { CHUNK = 16 }; /* blocks per look-up: one Redis round trip each */
+    kv_block *blk[CHUNK];
+    void *data[CHUNK];
+    kv_source src[CHUNK];
+    bool more = true;
+    for (int32_t k0 = prefix / B; more && k0 < n_full; k0 += CHUNK) {
+        int32_t n = n_full - k0 < CHUNK ? n_full - k0 : CHUNK, got = 0;
+        for (int32_t i = 0; i < n; i++) {
+            if (!(blk[i] = kv_block_new_full(r->pool))) {
+                n = i;
+                break;
+            }
+            data[i] = kv_block_data(blk[i]);
+        }
+        if (n > 0) got = kv_store_get_run(r->store, s->hashes + k0, n, data, src);
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t k = k0 + i;
+            if (i < got && more && kv_table_set(&s->table, k, blk[i], &e) == HL_OK) {
+                const int32_t from = k * B > prefix ? k * B : prefix;
+                if (src[i] == KV_SRC_DISK) s->rs.cached_disk += (k + 1) * B - from;
+                else s->rs.cached_remote += (k + 1) * B - from;
+                end = (k + 1) * B;
+            } else {
+                more = false;
+            }
+            kv_block_unref(r->pool, blk[i]);
+        }
+        if (got < CHUNK) more = false;
     }
     if (end > prefix && (kv_table_set_len(&s->table, end, &e) || kv_session_advance(&s->sess, &e))) {
         /* cannot happen with whole blocks; stay with what the trie gave */
