@@ -670,6 +670,9 @@ TEST(kvstore_serve_restart_is_a_cache_hit_and_a_corrupt_block_is_recomputed) {
             sp_sleep_ms(50);
         }
         CHECK(now && now_len == orig_len && memcmp(now, orig, orig_len) == 0);
+        /* deleting the model deletes its blocks */
+        CHECK_EQ_INT(sp_req(&p, "DELETE", "/api/delete", "{\"model\":\"s\"}", NULL), 200);
+        CHECK(access(dir, F_OK) != 0);
         if (test_failed()) sp_dump_log(&p);
         CHECK_EQ_INT(sp_stop(&p), 0);
     }
