@@ -1693,6 +1693,7 @@ static int run_pty(const char *input, const char *const *args, char *out, size_t
         char hostv[64];
         snprintf(hostv, sizeof hostv, "127.0.0.1:%d", g_port);
         setenv("HEARTH_HOST", hostv, 1);
+        setenv("HOME", test_tmpdir(), 1); /* the REPL's history file goes there */
         const char *argv[16];
         int n = 0;
         argv[n++] = bin;
