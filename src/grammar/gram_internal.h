@@ -105,6 +105,7 @@ typedef struct gstate {
     uint8_t gate_k; /* bytes of the open/close tag matched */
     uint8_t gate_ws;
     uint8_t n;      /* threads */
+    bool bare;      /* GATE_CALL: no trigger_end, the output may end with the value */
     gthread t[GRAM_MAX_THREADS];
 } gstate;
 

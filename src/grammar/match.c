@@ -520,6 +520,7 @@ void gram_state_copy(gstate *dst, const gstate *src) {
     dst->gate = src->gate;
     dst->gate_k = src->gate_k;
     dst->gate_ws = src->gate_ws;
+    dst->bare = src->bare;
     dst->n = src->n;
     for (uint8_t i = 0; i < src->n; i++) copy_thread(&dst->t[i], &src->t[i]);
 }
@@ -570,6 +571,7 @@ static void free_step(const gram_think *think, gstate *dst, uint8_t c) {
         dst->gate = GATE_CALL;
         dst->gate_k = 0;
         dst->gate_ws = 0;
+        dst->bare = !think->trigger_end || !*think->trigger_end;
         reset_threads(dst);
     }
 }
@@ -608,6 +610,7 @@ bool gram_state_feed(const gram_schema *s, const gram_think *think, const gstate
     dst->gate = src->gate;
     dst->gate_k = src->gate_k;
     dst->gate_ws = src->gate_ws;
+    dst->bare = src->bare;
     switch (src->gate) {
     case GATE_JSON: return feed_threads(s, src, c, dst);
     case GATE_FREE:
@@ -698,7 +701,8 @@ static bool value_complete(const gstate *st) {
 
 bool gram_state_accepting(const gram_schema *s, const gstate *st) {
     if (st->gate == GATE_FREE) return true;
-    return st->gate == GATE_JSON && value_accepting(s, st);
+    return (st->gate == GATE_JSON || (st->gate == GATE_CALL && st->bare)) &&
+           value_accepting(s, st);
 }
 
 bool gram_state_complete(const gram_schema *s, const gstate *st) {
