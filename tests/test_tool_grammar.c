@@ -246,6 +246,9 @@ static const json_t *tool_params(const json_t *tools, const char *name) {
     return NULL;
 }
 
+static const char *const k_names[3] = {"get_weather", "add", "set_mode"};
+static unsigned g_seen; /* bit k: k_names[k] was called */
+
 /* The number of calls in calls (native or OpenAI shape: arguments an object or JSON
  * text) when each names a tool (only, when given) and its arguments validate against
  * its parameters; else -1 with the reason in why. */
@@ -264,6 +267,8 @@ static int check_calls(const json_t *tools, const json_t *calls, const char *onl
         bool ok = params && (!only || !strcmp(name, only)) && json_is_object(args) &&
                   schema_check(args, params, params, w, sizeof w);
         json_decref(parsed);
+        for (int k = 0; ok && k < 3; k++)
+            if (!strcmp(name, k_names[k])) g_seen |= 1u << k;
         if (!ok) {
             char *text = json_dumps(fn, JSON_COMPACT);
             snprintf(why, cap, "%s: %s", params ? w : "not one of the tools", text ? text : "?");
@@ -389,6 +394,7 @@ static void callbot_api(srv_proc *p) {
         json_decref(r);
     }
     CHECK(calls >= N_SEEDS);
+    CHECK_EQ_INT(g_seen, 7); /* every tool was called in some run */
     json_decref(tools);
 }
 
