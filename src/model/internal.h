@@ -53,6 +53,10 @@ typedef struct model_layer {
     /* mixture of experts: the router [n_expert][n_embd] and the experts' gate, up and
      * down stacked (MT_EXPERTS: expert e's rows start at row e * ne[1]) */
     model_weight ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
+    /* gpt-oss: the router's bias [n_expert], the experts' biases ([n_expert][n_ff_exp] for
+     * gate and up, [n_expert][n_embd] for down), per-head attention sinks */
+    const float *ffn_gate_inp_b, *b_gate_exps, *b_up_exps, *b_down_exps;
+    const float *attn_sinks;
 } model_layer;
 
 /* What a layer's attention and feed-forward look like (most models: the same for all). */
@@ -242,6 +246,7 @@ enum {
     MD_SSM_HEAD_V,  /* d_inner / dt_rank */
     MD_EXPERTS,     /* x.n_expert */
     MD_FF_EXP,      /* x.n_ff_exp */
+    MD_HEADS,       /* the layer's n_head (attention sinks) */
 };
 
 enum {
@@ -290,11 +295,16 @@ extern const model_arch_desc model_arch_bert, model_arch_nomic_bert;
 extern const model_arch_desc model_arch_phi3;
 extern const model_arch_desc model_arch_qwen35;
 extern const model_arch_desc model_arch_qwen3moe;
+extern const model_arch_desc model_arch_gptoss;
 
 /* llama.c: the llama family's attention sublayer for layer l (x += attn(rmsnorm(x)) with
- * optional q/k/v biases and per-head q/k norms, rope of the model's kind), for
- * architectures that share it (qwen3moe). */
+ * optional q/k/v/o biases, per-head q/k norms and attention sinks, the layer's sliding
+ * window, rope of the model's kind), for architectures that share it (qwen3moe, gpt-oss). */
 void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok);
+
+/* qwen3moe.c: reads {arch}.expert_count, expert_used_count and expert_feed_forward_length
+ * (all required) into m->x and checks them. */
+hl_status model_hp_experts(model_loader *L, hl_err *err);
 
 /* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */
 hl_status model_add_mat(model *m, const model_weight *w, hl_err *err);

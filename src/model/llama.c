@@ -32,9 +32,10 @@ void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok) {
     const op_attn a = {.layer = l, .store = true, .n_head = h->n_head,
                        .n_head_kv = h->n_head_kv, .head_dim_k = h->head_dim_k,
                        .head_dim_v = h->head_dim_v,
-                       .scale = 1.0f / sqrtf((float)h->head_dim_k), .causal = true};
+                       .scale = 1.0f / sqrtf((float)h->head_dim_k), .window = h->window,
+                       .causal = true, .sinks = ly->attn_sinks};
     op_attention(c, &a, n_tok);
-    op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
+    op_linear(c, &ly->wo, ly->bo, c->att, n_tok, c->proj);
     op_add(c->x, c->proj, n_tok * E);
 }
 

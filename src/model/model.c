@@ -26,6 +26,7 @@ static const model_arch_desc *const g_archs[] = {
     &model_arch_phi3,
     &model_arch_qwen35,
     &model_arch_qwen3moe,
+    &model_arch_gptoss,
 };
 #define N_ARCHS (sizeof g_archs / sizeof g_archs[0])
 
@@ -506,6 +507,7 @@ static int64_t model_dim(const model *m, int32_t l, uint8_t code) {
         return h->state_floats && m->x.ssm_dt_rank ? m->x.ssm_d_inner / m->x.ssm_dt_rank : 0;
     case MD_EXPERTS: return m->x.n_expert;
     case MD_FF_EXP: return m->x.n_ff_exp;
+    case MD_HEADS: return h->n_head;
     default: return -1;
     }
 }

@@ -49,7 +49,7 @@ static const model_tensor_spec qwen3moe_tensors[] = {
     MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP, MD_EMBD),
 };
 
-static hl_status qwen3moe_read_hparams(model_loader *L, hl_err *err) {
+hl_status model_hp_experts(model_loader *L, hl_err *err) {
     model_hp_ext *x = &L->m->x;
     hl_status st;
     if ((st = model_hp_int(L, "expert_count", true, 0, &x->n_expert, err)) ||
@@ -70,7 +70,7 @@ static int64_t qwen3moe_extra_floats(const model *m) {
 }
 
 const model_arch_desc model_arch_qwen3moe = {
-    .name = "qwen3moe", .rope_kind = MODEL_ROPE_NEOX, .read_hparams = qwen3moe_read_hparams,
+    .name = "qwen3moe", .rope_kind = MODEL_ROPE_NEOX, .read_hparams = model_hp_experts,
     .tensors = qwen3moe_tensors, .n_tensors = (int32_t)(sizeof qwen3moe_tensors /
                                                         sizeof qwen3moe_tensors[0]),
     .extra_floats = qwen3moe_extra_floats, .forward = qwen3moe_forward,
