@@ -6,48 +6,26 @@
  * grouping do not depend on the batch); the golden's state_check through the runner: the
  * windowed layers' cache restored from the prefix cache continues exactly like a cold run.
  */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "arch_golden.h"
+#include "arch_state.h"
 #include "model/model.h"
-#include "runner/runner.h"
-#include "runner_greedy.h"
 #include "test.h"
 
 TEST(arch_gptoss) { arch_golden_check("gpt-oss"); }
 TEST(arch_gptoss_q8_0) { arch_golden_check("gpt-oss-q8_0"); }
 TEST(arch_gptoss_mxfp4) { arch_golden_check("gpt-oss-mxfp4"); }
 
-/* The golden model and its prompt and greedy ids. */
-static model *gptoss_model(int32_t *prompt, int32_t *n_prompt, int32_t *greedy,
-                           int32_t *n_greedy) {
-    const char *gp = test_shared_path("testdata/arch/gpt-oss.gguf");
-    const char *jp = test_shared_path("testdata/arch/gpt-oss.json");
-    if (!gp || !jp) return NULL;
-    json_t *root = json_load_file(jp, 0, NULL);
-    if (!root) return NULL;
-    json_t *p = json_object_get(root, "prompt_ids"), *g = json_object_get(root, "greedy_ids");
-    *n_prompt = *n_greedy = 0;
-    for (size_t i = 0; i < json_array_size(p) && i < 128; i++)
-        prompt[(*n_prompt)++] = (int32_t)json_integer_value(json_array_get(p, i));
-    for (size_t i = 0; i < json_array_size(g) && i < 64; i++)
-        greedy[(*n_greedy)++] = (int32_t)json_integer_value(json_array_get(g, i));
-    json_decref(root);
-    model *m = NULL;
-    if (model_load(gp, NULL, &m, NULL) != HL_OK) return NULL;
-    return m;
-}
-
 /* The 70-token prompt (far past the window of 8) in one batch, one token per eval and
  * chunks of 7: every position's logits within 1e-4 (llama.cpp's own one-token vs batch
  * difference on this file is 1.5e-5). The windowed layers live in their own cache slot. */
 TEST(arch_gptoss_batch_equals_token_by_token_and_chunks) {
     int32_t prompt[128], greedy[64], n_prompt, n_greedy;
-    model *m = gptoss_model(prompt, &n_prompt, greedy, &n_greedy);
+    model *m = arch_case_load("gpt-oss", prompt, &n_prompt, greedy, &n_greedy);
     if (!m) SKIP("testdata/arch/gpt-oss.{gguf,json} not found (HEARTH_SHARED)");
     CHECK_EQ_INT(model_kv_slots(m), 2);
     CHECK_EQ_INT(model_kv_window(m), 8);
@@ -90,41 +68,7 @@ TEST(arch_gptoss_batch_equals_token_by_token_and_chunks) {
     model_free(m);
 }
 
-static runner *new_runner(model *m) {
-    runner_config cfg = {.n_threads = 1, .block_tokens = 8, .prefill_chunk = 16,
-                         .kv_budget_bytes = (size_t)64 << 20, .n_parallel = 2,
-                         .batch_tokens = 32};
-    runner *r = NULL;
-    return runner_create(m, &cfg, &r, NULL) == HL_OK ? r : NULL;
-}
-
-/* The golden's state_check, the way the server restores state: the prompt's greedy tokens
- * through the runner are the golden's; the conversation continued is served from the
- * prefix cache (full-attention and sliding-window slots) and gives exactly the tokens of a
- * cold run on a fresh runner. */
-TEST(arch_gptoss_runner_continues_from_the_cache) {
-    int32_t prompt[128], greedy[64], n_prompt, n_greedy;
-    model *m = gptoss_model(prompt, &n_prompt, greedy, &n_greedy);
-    if (!m) SKIP("testdata/arch/gpt-oss.{gguf,json} not found (HEARTH_SHARED)");
-    int32_t conv[200];
-    int n = 0;
-    for (int i = 0; i < n_prompt; i++) conv[n++] = prompt[i];
-    runner *warm = new_runner(m), *fresh = new_runner(m);
-    CHECK(warm && fresh);
-    collect c1, c2, cold;
-    runner_stats s1, s2, s3;
-    CHECK_OK(runner_greedy(warm, conv, n, 16, &c1, &s1), NULL);
-    CHECK_EQ_INT(c1.n, 16);
-    for (int i = 0; i < 16; i++) CHECK_EQ_INT(c1.toks[i], greedy[i]);
-    for (int i = 0; i < c1.n; i++) conv[n++] = c1.toks[i];
-    for (int i = 0; i < 10; i++) conv[n++] = 100 + i;
-    CHECK_OK(runner_greedy(warm, conv, n, 12, &c2, &s2), NULL);
-    CHECK_MSG(s2.cached_tokens >= n_prompt, "cached %d of %d", (int)s2.cached_tokens, n);
-    CHECK_OK(runner_greedy(fresh, conv, n, 12, &cold, &s3), NULL);
-    CHECK_EQ_INT(s3.cached_tokens, 0);
-    CHECK_EQ_INT(cold.n, c2.n);
-    for (int i = 0; i < cold.n; i++) CHECK_EQ_INT(c2.toks[i], cold.toks[i]);
-    runner_destroy(warm);
-    runner_destroy(fresh);
-    model_free(m);
-}
+/* The golden's state_check, the way the server restores state: through the runner the
+ * conversation continued is served from the prefix cache (its full-attention and
+ * sliding-window slots) and gives exactly the tokens of a cold run (arch_state.h). */
+TEST(arch_gptoss_runner_continues_from_the_cache) { arch_runner_continue_check("gpt-oss"); }

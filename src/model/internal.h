@@ -57,6 +57,10 @@ typedef struct model_layer {
      * gate and up, [n_expert][n_embd] for down), per-head attention sinks */
     const float *ffn_gate_inp_b, *b_gate_exps, *b_up_exps, *b_down_exps;
     const float *attn_sinks;
+    /* a shared expert (qwen35moe): its SwiGLU and the gate vector [n_embd] whose dot with
+     * the input, through a sigmoid, scales it */
+    model_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+    const float *ffn_gate_inp_shexp;
 } model_layer;
 
 /* What a layer's attention and feed-forward look like (most models: the same for all). */
@@ -102,6 +106,7 @@ typedef struct model_hp_ext {
     int32_t ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_dt_rank, ssm_n_group;
     /* {arch}.expert_*: mixture-of-experts feed-forward (qwen3moe) */
     int32_t n_expert, n_expert_used, n_ff_exp;
+    int32_t n_ff_shexp; /* expert_shared_feed_forward_length (0: no shared expert) */
 } model_hp_ext;
 
 struct model_arch_desc;
@@ -247,6 +252,7 @@ enum {
     MD_EXPERTS,     /* x.n_expert */
     MD_FF_EXP,      /* x.n_ff_exp */
     MD_HEADS,       /* the layer's n_head (attention sinks) */
+    MD_FF_SHEXP,    /* x.n_ff_shexp */
 };
 
 enum {
@@ -296,6 +302,7 @@ extern const model_arch_desc model_arch_phi3;
 extern const model_arch_desc model_arch_qwen35;
 extern const model_arch_desc model_arch_qwen3moe;
 extern const model_arch_desc model_arch_gptoss;
+extern const model_arch_desc model_arch_qwen35moe;
 
 /* llama.c: the llama family's attention sublayer for layer l (x += attn(rmsnorm(x)) with
  * optional q/k/v/o biases, per-head q/k norms and attention sinks, the layer's sliding

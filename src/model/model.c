@@ -27,6 +27,7 @@ static const model_arch_desc *const g_archs[] = {
     &model_arch_qwen35,
     &model_arch_qwen3moe,
     &model_arch_gptoss,
+    &model_arch_qwen35moe,
 };
 #define N_ARCHS (sizeof g_archs / sizeof g_archs[0])
 
@@ -508,6 +509,7 @@ static int64_t model_dim(const model *m, int32_t l, uint8_t code) {
     case MD_EXPERTS: return m->x.n_expert;
     case MD_FF_EXP: return m->x.n_ff_exp;
     case MD_HEADS: return h->n_head;
+    case MD_FF_SHEXP: return m->x.n_ff_shexp;
     default: return -1;
     }
 }
