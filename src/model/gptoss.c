@@ -70,7 +70,7 @@ static const model_tensor_spec gptoss_tensors[] = {
 };
 
 static hl_status gptoss_read_hparams(model_loader *L, hl_err *err) {
-    hl_status st = model_hp_experts(L, err);
+    hl_status st = model_hp_experts(L, 0, err);
     /* llama.cpp: sliding window on even layers (pattern 2) unless the file says otherwise */
     if (!st) st = model_hp_sliding_window(L, 2, err);
     return st;

@@ -310,8 +310,9 @@ extern const model_arch_desc model_arch_qwen35moe;
 void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok);
 
 /* qwen3moe.c: reads {arch}.expert_count, expert_used_count and expert_feed_forward_length
- * (all required) into m->x and checks them. */
-hl_status model_hp_experts(model_loader *L, hl_err *err);
+ * into m->x and checks them; all are required, except the last when n_ff_exp_dflt > 0
+ * (Mixtral's experts are feed_forward_length wide). */
+hl_status model_hp_experts(model_loader *L, int32_t n_ff_exp_dflt, hl_err *err);
 
 /* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */
 hl_status model_add_mat(model *m, const model_weight *w, hl_err *err);

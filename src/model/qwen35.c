@@ -424,7 +424,7 @@ static const model_tensor_spec qwen35moe_tensors[] = {
 
 static hl_status qwen35moe_read_hparams(model_loader *L, hl_err *err) {
     hl_status st = qwen35_read_hparams(L, err);
-    if (!st) st = model_hp_experts(L, err);
+    if (!st) st = model_hp_experts(L, 0, err);
     if (!st)
         st = model_hp_int(L, "expert_shared_feed_forward_length", false, 0, &L->m->x.n_ff_shexp,
                           err);
