@@ -6,27 +6,91 @@
  * continued conversation is served from the prefix cache with the tokens of a cold run;
  * bad hyperparameters are named in the load error.
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "arch_golden.h"
-#include "arch_state.h"
+#include "runner/runner.h"
+#include "runner_greedy.h"
 #include "test.h"
 
 TEST(arch_qwen35) { arch_golden_check("qwen35"); }
 TEST(arch_qwen35_q8_0) { arch_golden_check("qwen35-q8_0"); }
 
-/* The golden's state_check (arch_state.h); the state is 6 GDN layers' conv 3 x 128 and
- * S 4 x 16 x 16 each. */
+/* The golden model (shared across tests) and its prompt and greedy ids. */
+static model *q35_model(int32_t *prompt, int32_t *n_prompt, int32_t *greedy, int32_t *n_greedy) {
+    const char *gp = test_shared_path("testdata/arch/qwen35.gguf");
+    const char *jp = test_shared_path("testdata/arch/qwen35.json");
+    if (!gp || !jp) return NULL;
+    json_t *root = json_load_file(jp, 0, NULL);
+    if (!root) return NULL;
+    json_t *p = json_object_get(root, "prompt_ids"), *g = json_object_get(root, "greedy_ids");
+    *n_prompt = *n_greedy = 0;
+    for (size_t i = 0; i < json_array_size(p) && i < 128; i++)
+        prompt[(*n_prompt)++] = (int32_t)json_integer_value(json_array_get(p, i));
+    for (size_t i = 0; i < json_array_size(g) && i < 64; i++)
+        greedy[(*n_greedy)++] = (int32_t)json_integer_value(json_array_get(g, i));
+    json_decref(root);
+    model *m = NULL;
+    if (model_load(gp, NULL, &m, NULL) != HL_OK) return NULL;
+    return m;
+}
+
+#define N_AFTER 8
+
+/* The golden's state_check: after the prompt the state is saved (a model_kv's KV rows
+ * below its length never change, so the state buffer is all there is to save), 8 greedy
+ * tokens are fed; a second model_kv that evaluated the same prompt, its state then
+ * overwritten (so that only the restore can make it right), gets the saved state and the
+ * same 8 tokens: the logits are bitwise those of the first pass. */
 TEST(arch_qwen35_state_save_restore_is_exact) {
     int32_t prompt[128], greedy[64], n_prompt, n_greedy;
-    model *m = arch_case_load("qwen35", prompt, &n_prompt, greedy, &n_greedy);
+    model *m = q35_model(prompt, &n_prompt, greedy, &n_greedy);
     if (!m) SKIP("testdata/arch/qwen35.{gguf,json} not found (HEARTH_SHARED)");
-    CHECK_EQ_INT((int)model_state_floats(m), 6 * (3 * 128 + 4 * 16 * 16));
+    CHECK(n_greedy >= N_AFTER);
+    const int32_t V = model_get_hparams(m)->n_vocab;
+    const size_t S = model_state_floats(m);
+    /* 6 GDN layers: conv 3 x 128 and S 4 x 16 x 16 each */
+    CHECK_EQ_INT((int)S, 6 * (3 * 128 + 4 * 16 * 16));
+    model_ctx *c = NULL;
+    model_kv *a = NULL, *b = NULL;
+    CHECK_OK(model_ctx_create(m, 1, 256, &c, NULL), NULL);
+    CHECK_OK(model_kv_create(m, 256, &a, NULL), NULL);
+    CHECK_OK(model_kv_create(m, 256, &b, NULL), NULL);
+    float *saved = malloc(S * sizeof(float));
+    float *first = malloc(sizeof(float) * (size_t)V * N_AFTER);
+    CHECK_OK(model_eval(c, a, prompt, n_prompt, NULL, NULL), NULL);
+    memcpy(saved, model_kv_state(a), S * sizeof(float));
+    for (int i = 0; i < N_AFTER; i++) {
+        CHECK_OK(model_eval(c, a, &greedy[i], 1, NULL, NULL), NULL);
+        memcpy(first + (size_t)i * V, model_ctx_logits(c), sizeof(float) * (size_t)V);
+    }
+    CHECK_MSG(memcmp(saved, model_kv_state(a), S * sizeof(float)) != 0,
+              "8 more tokens left the state unchanged");
+    CHECK_OK(model_eval(c, b, prompt, n_prompt, NULL, NULL), NULL);
+    memcpy(model_kv_state(b), model_kv_state(a), S * sizeof(float)); /* a later state */
+    memcpy(model_kv_state(b), saved, S * sizeof(float));
+    for (int i = 0; i < N_AFTER; i++) {
+        CHECK_OK(model_eval(c, b, &greedy[i], 1, NULL, NULL), NULL);
+        CHECK_MSG(memcmp(first + (size_t)i * V, model_ctx_logits(c), sizeof(float) * (size_t)V) == 0,
+                  "token %d after the restore differs", i);
+    }
+    /* the greedy tokens follow from the logits too */
+    for (int i = 0; i + 1 < N_AFTER; i++) {
+        int32_t best = 0;
+        for (int32_t v = 1; v < V; v++)
+            if (first[(size_t)i * V + v] > first[(size_t)i * V + best]) best = v;
+        CHECK_EQ_INT(best, greedy[i + 1]);
+    }
+    free(saved);
+    free(first);
+    model_kv_free(a);
+    model_kv_free(b);
+    model_ctx_free(c);
     model_free(m);
-    arch_state_check("qwen35");
 }
 
 #define N_LONG 200 /* several chunks of 64, and a partial one */
@@ -37,7 +101,7 @@ TEST(arch_qwen35_state_save_restore_is_exact) {
  * one-batch runs of it differ by 7e-5 in 70 positions). */
 TEST(arch_qwen35_chunked_prefill_equals_token_by_token) {
     int32_t prompt[128], greedy[64], n_prompt, n_greedy;
-    model *m = arch_case_load("qwen35", prompt, &n_prompt, greedy, &n_greedy);
+    model *m = q35_model(prompt, &n_prompt, greedy, &n_greedy);
     if (!m) SKIP("testdata/arch/qwen35.{gguf,json} not found (HEARTH_SHARED)");
     const int32_t V = model_get_hparams(m)->n_vocab;
     const size_t S = model_state_floats(m);
@@ -73,10 +137,43 @@ TEST(arch_qwen35_chunked_prefill_equals_token_by_token) {
     model_free(m);
 }
 
-/* The golden's greedy tokens through the runner; the conversation continued is served
+static runner *new_runner(model *m) {
+    runner_config cfg = {.n_threads = 1, .block_tokens = 8, .prefill_chunk = 16,
+                         .kv_budget_bytes = (size_t)64 << 20, .n_parallel = 2,
+                         .batch_tokens = 32};
+    runner *r = NULL;
+    return runner_create(m, &cfg, &r, NULL) == HL_OK ? r : NULL;
+}
+
+/* The golden's greedy tokens through the runner; then the conversation continued is served
  * from the prefix cache (the recurrent state restored from its snapshot) and gives the
- * tokens of a cold run (arch_state.h). */
-TEST(arch_qwen35_runner_continues_from_the_cache) { arch_runner_continue_check("qwen35"); }
+ * tokens of a cold run on a fresh runner. */
+TEST(arch_qwen35_runner_continues_from_the_cache) {
+    int32_t prompt[128], greedy[64], n_prompt, n_greedy;
+    model *m = q35_model(prompt, &n_prompt, greedy, &n_greedy);
+    if (!m) SKIP("testdata/arch/qwen35.{gguf,json} not found (HEARTH_SHARED)");
+    int32_t conv[200];
+    int n = 0;
+    for (int i = 0; i < n_prompt; i++) conv[n++] = prompt[i];
+    runner *warm = new_runner(m), *fresh = new_runner(m);
+    CHECK(warm && fresh);
+    collect c1, c2, cold;
+    runner_stats s1, s2, s3;
+    CHECK_OK(runner_greedy(warm, conv, n, 16, &c1, &s1), NULL);
+    CHECK_EQ_INT(c1.n, 16);
+    for (int i = 0; i < 16; i++) CHECK_EQ_INT(c1.toks[i], greedy[i]);
+    for (int i = 0; i < c1.n; i++) conv[n++] = c1.toks[i];
+    for (int i = 0; i < 10; i++) conv[n++] = 100 + i;
+    CHECK_OK(runner_greedy(warm, conv, n, 12, &c2, &s2), NULL);
+    CHECK_MSG(s2.cached_tokens > 0, "cached %d of %d", (int)s2.cached_tokens, n);
+    CHECK_OK(runner_greedy(fresh, conv, n, 12, &cold, &s3), NULL);
+    CHECK_EQ_INT(s3.cached_tokens, 0);
+    CHECK_EQ_INT(cold.n, c2.n);
+    for (int i = 0; i < cold.n; i++) CHECK_EQ_INT(c2.toks[i], cold.toks[i]);
+    runner_destroy(warm);
+    runner_destroy(fresh);
+    model_free(m);
+}
 
 /* ---- bad files get clear errors ---- */
 
