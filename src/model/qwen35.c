@@ -5,6 +5,9 @@
  *
  * Every layer: h = x + mixer(rmsnorm(x) * attn_norm);
  *              x = h + ffn(rmsnorm(h) * post_attention_norm), ffn = silu-gated MLP.
+ * qwen35moe (the same layers, the same file): ffn = the routed experts (op_moe: softmax,
+ * top expert_used_count, renormalised) + the shared expert (a silu-gated MLP
+ * expert_shared_feed_forward_length wide) times sigmoid(ffn_gate_inp_shexp . xb).
  * Layer l is full attention iff (l + 1) % full_attention_interval == 0, else GDN.
  *
  * Full attention: attn_q gives per head [q (d) | gate (d)]; q and k RMS-normed per head;
