@@ -411,20 +411,16 @@ void op_moe(model_ctx *c, const model_weight *router, const model_weight *gate,
     op_moe_ex(c, &a, x, n_tok, out, scratch);
 }
 
+static void moe_experts(model_ctx *c, const op_moe_args *a, int32_t n_exp, const float *x,
+                        int32_t n_tok, float *out, float *scratch);
+
 void op_moe_ex(model_ctx *c, const op_moe_args *a, const float *x, int32_t n_tok, float *out,
                float *scratch) {
-    const model_weight *router = a->router, *gate = a->gate, *up = a->up, *down = a->down;
     const int32_t n_used = a->n_used;
-    const int32_t n_exp = (int32_t)router->n_rows;
-    const int64_t E = router->n_cols, F = gate->ne[1];
-    float *prob = scratch;                       /* [n_tok][n_exp]; -1: not chosen */
-    int32_t *idx = (int32_t *)(void *)(prob + (size_t)n_tok * n_exp); /* [n_tok] */
-    float *xin = (float *)(void *)(idx + n_tok); /* [n_tok][E] */
-    float *g = xin + (size_t)n_tok * E;          /* [n_tok][F] */
-    float *u = g + (size_t)n_tok * F;            /* [n_tok][F] */
-    float *y = u + (size_t)n_tok * F;            /* [n_tok][E] */
+    const int32_t n_exp = (int32_t)a->router->n_rows;
+    float *prob = scratch; /* [n_tok][n_exp]; -1: not chosen */
 
-    op_linear(c, router, a->router_b, x, n_tok, prob);
+    op_linear(c, a->router, a->router_b, x, n_tok, prob);
     for (int32_t t = 0; t < n_tok; t++) {
         float *p = prob + (size_t)t * n_exp;
         float mx = p[0], sum = 0.0f;
@@ -445,6 +441,22 @@ void op_moe_ex(model_ctx *c, const op_moe_args *a, const float *x, int32_t n_tok
         }
         for (int32_t e = 0; e < n_exp; e++) p[e] = p[e] >= 2.0f ? (p[e] - 2.0f) / wsum : -1.0f;
     }
+    moe_experts(c, a, n_exp, x, n_tok, out, scratch);
+}
+
+/* The chosen experts over their tokens (a's gate, up, down, biases and activation; the
+ * router is not read): scratch as op_moe's, its first n_tok * n_exp floats the routing
+ * (the weight of each chosen expert, -1 for the others). */
+static void moe_experts(model_ctx *c, const op_moe_args *a, int32_t n_exp, const float *x,
+                        int32_t n_tok, float *out, float *scratch) {
+    const model_weight *gate = a->gate, *up = a->up, *down = a->down;
+    const int64_t E = down->ne[1], F = gate->ne[1];
+    float *prob = scratch;
+    int32_t *idx = (int32_t *)(void *)(prob + (size_t)n_tok * n_exp); /* [n_tok] */
+    float *xin = (float *)(void *)(idx + n_tok); /* [n_tok][E] */
+    float *g = xin + (size_t)n_tok * E;          /* [n_tok][F] */
+    float *u = g + (size_t)n_tok * F;            /* [n_tok][F] */
+    float *y = u + (size_t)n_tok * F;            /* [n_tok][E] */
     memset(out, 0, (size_t)n_tok * (size_t)E * sizeof *out);
     const size_t gate_row = hl_row_size(gate->type, gate->n_cols);
     const size_t up_row = hl_row_size(up->type, up->n_cols);
