@@ -5,8 +5,10 @@
  * with YaRN. Also: the older file form (one fused kv_b per layer instead of k_b / v_b,
  * full heads cached), made from the golden's weights, passes the same golden; a batch
  * equals its tokens one at a time; the runner (block pool, prefix cache) gives
- * model_eval's tokens; bad router hyperparameters are named.
+ * model_eval's tokens; bad router hyperparameters are named; `hearth generate` gives
+ * the golden's greedy tokens.
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +57,8 @@ static hl_status write_variant(const char *case_file, const variant *v, const ch
             memcpy(&u, p, 4);
             if (strstr(key, ".attention.head_count") && !strstr(key, "_kv")) n_head = (int32_t)u;
             if (strstr(key, ".vocab_size")) n_vocab = (int32_t)u;
-            if (v->group_count > 0 && strstr(key, ".expert_group_count")) u = (uint32_t)v->group_count;
+            if (v->group_count > 0 && strstr(key, ".expert_group_count"))
+                u = (uint32_t)v->group_count;
             if (v->gating > 0 && strstr(key, ".expert_gating_func")) u = (uint32_t)v->gating;
             st = gguf_writer_set_u32(w, key, u);
             break;
@@ -259,4 +262,48 @@ TEST(arch_deepseek2_runner_greedy_matches_model_eval) {
     model_ctx_free(ctx);
     runner_destroy(r);
     model_free(m);
+}
+
+/* From the CLI (`hearth generate`, the default f16 KV cache): the golden prompt's greedy
+ * continuation is llama.cpp's. */
+TEST(arch_deepseek2_cli_generate_gives_the_golden_tokens) {
+    const char *bin = getenv("HEARTH_BIN");
+    const char *gp = test_shared_path("testdata/arch/deepseek2.gguf");
+    const char *jp = test_shared_path("testdata/arch/deepseek2.json");
+    if (!bin || !gp || !jp) SKIP("HEARTH_BIN or testdata/arch/deepseek2.* missing");
+    json_error_t je;
+    json_t *root = json_load_file(jp, 0, &je);
+    CHECK_MSG(root, "%s: %s", jp, je.text);
+    json_t *prompt = json_object_get(root, "prompt_ids");
+    json_t *greedy = json_object_get(root, "greedy_ids");
+    CHECK(json_array_size(prompt) > 0 && json_array_size(greedy) >= 8);
+    char cmd[4096];
+    size_t o = (size_t)snprintf(cmd, sizeof cmd, "%s generate -m %s -n 8 --temp 0 --top-logits 1 "
+                                "-t 1 --prompt-ids ", bin, gp);
+    for (size_t i = 0; i < json_array_size(prompt) && o < sizeof cmd; i++)
+        o += (size_t)snprintf(cmd + o, sizeof cmd - o, "%s%lld", i ? "," : "",
+                              (long long)json_integer_value(json_array_get(prompt, i)));
+    CHECK(o < sizeof cmd - 16);
+    snprintf(cmd + o, sizeof cmd - o, " 2>/dev/null");
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    char line[1024];
+    int n_gen = 0, n_bad = 0;
+    const int n_prompt = (int)json_array_size(prompt);
+    while (fgets(line, sizeof line, p)) {
+        json_t *l = json_loads(line, 0, &je);
+        const int pos = (int)json_integer_value(json_object_get(l, "pos"));
+        if (l && pos >= n_prompt) {
+            const json_int_t want =
+                json_integer_value(json_array_get(greedy, (size_t)(pos - n_prompt)));
+            if (json_integer_value(json_object_get(l, "token")) != want && n_bad++ == 0)
+                fprintf(stderr, "    pos %d: %s    want token %lld\n", pos, line, (long long)want);
+            n_gen++;
+        }
+        json_decref(l);
+    }
+    CHECK_EQ_INT(pclose(p), 0);
+    json_decref(root);
+    CHECK_EQ_INT(n_gen, 8);
+    CHECK_EQ_INT(n_bad, 0);
 }

@@ -268,7 +268,9 @@ static hl_status ds_uint(const model_loader *L, const char *suffix, int32_t dflt
     int32_t i;
     if (gguf_get_u32(L->f, key, &u) && u <= (1u << 20)) *out = (int32_t)u;
     else if (gguf_get_i32(L->f, key, &i) && i >= 0 && i <= (1 << 20)) *out = i;
-    else return hl_fail(err, HL_ERR_FORMAT, "metadata key '%s' is not a small non-negative integer", key);
+    else
+        return hl_fail(err, HL_ERR_FORMAT,
+                       "metadata key '%s' is not a small non-negative integer", key);
     return HL_OK;
 }
 
