@@ -323,6 +323,42 @@ static void callbot_api(srv_proc *p) {
         CHECK_STR(json_string_value(json_object_get(c0, "finish_reason")), "tool_calls");
         json_decref(r);
     }
+    /* the Responses API: function_call items (its tools are flat: {type, name, parameters}) */
+    json_t *flat = json_array();
+    size_t ti;
+    json_t *tv;
+    json_array_foreach(tools, ti, tv) {
+        const json_t *fn = json_object_get(tv, "function");
+        json_array_append_new(flat, json_pack("{s:s, s:O, s:O}", "type", "function", "name",
+                                              json_object_get(fn, "name"), "parameters",
+                                              json_object_get(fn, "parameters")));
+    }
+    for (int run = 0; run < 5 && !test_failed(); run++) {
+        json_t *body = json_pack("{s:s, s:s, s:O, s:f, s:i}", "model", "callbot", "input",
+                                 "Weather?", "tools", flat, "temperature", 1.0,
+                                 "max_output_tokens", 600);
+        char *text = json_dumps(body, JSON_COMPACT);
+        json_decref(body);
+        json_t *r = NULL;
+        CHECK_EQ_INT(sp_req(p, "POST", "/v1/responses", text, &r), 200);
+        free(text);
+        json_t *calls_j = json_array(), *item;
+        size_t k;
+        json_array_foreach(json_object_get(r, "output"), k, item) { /* as chat's tool_calls */
+            const char *type = json_string_value(json_object_get(item, "type"));
+            if (type && !strcmp(type, "function_call"))
+                json_array_append_new(calls_j, json_pack("{s:{s:O, s:O}}", "function", "name",
+                                                         json_object_get(item, "name"),
+                                                         "arguments",
+                                                         json_object_get(item, "arguments")));
+        }
+        char why[1024];
+        CHECK_MSG(check_calls(tools, calls_j, NULL, why, sizeof why) >= 1, "responses run %d: %s",
+                  run, why);
+        json_decref(calls_j);
+        json_decref(r);
+    }
+    json_decref(flat);
     /* after a tool result the model is uniform: tool_choice "required" and a named function
      * make it open a call at once (OpenAI chat, Responses, Anthropic) */
     static const char *const choices[] = {
