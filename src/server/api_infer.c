@@ -28,6 +28,7 @@
 #include "server/engine.h"
 #include "server/jsonfmt.h"
 #include "server/internal.h"
+#include "server/metrics.h"
 #include "server/options.h"
 #include "server/outproc.h"
 #include "server/prompt.h"
@@ -80,6 +81,8 @@ typedef struct infer_ctx {
     json_t *tool_calls;
     jsonfmt *json; /* format "json" / schema: constrained decoding */
     json_t *logprobs;     /* entries not yet sent (stream) or all of them (non-stream) */
+    metrics_model *mm;    /* this model's series in /metrics (NULL: none) */
+    uint64_t t_last_tok;  /* when the previous token came (token latency) */
 } infer_ctx;
 
 static void infer_free(void *vctx) {
@@ -411,6 +414,10 @@ static void add_logprob(infer_ctx *c, int32_t token, const sampler_out *so) {
 
 static bool on_token(void *ud, int32_t token, const sampler_out *so) {
     infer_ctx *c = ud;
+    uint64_t now = hl_time_ns();
+    if (c->n_gen == 0) metrics_ttft(c->mm, now - c->t_start);
+    else metrics_token_latency(c->mm, now - c->t_last_tok);
+    c->t_last_tok = now;
     if (so && c->opts.sp.logprobs) add_logprob(c, token, so);
     if (c->n_gen == c->cap_gen) {
         size_t cap = c->cap_gen ? c->cap_gen * 2 : 256;
@@ -701,7 +708,14 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
                           .logits_hook = c->json ? ctx_logits : NULL,
                           .format_json = c->json != NULL, .ud = c};
     engine_stats stats;
+    c->mm = metrics_model_get(c->srv->metrics, m->name);
     hl_status st = engine_generate(m->eng, &req, &stats, &err);
+    /* a failed or cancelled run has no prompt figures, its tokens were generated still */
+    if (st)
+        metrics_tokens(c->mm, 0, 0, c->n_gen);
+    else
+        metrics_tokens(c->mm, (uint64_t)stats.prompt_eval_count, (uint64_t)stats.cached_tokens,
+                       c->n_gen);
     if (st == HL_ERR_CANCELLED || srv_stream_cancelled(c->s)) goto out;
     if (st) {
         fail_status(c, st, &err);
@@ -951,6 +965,7 @@ static void embed_run(srv_stream *s, void *vctx) {
         json_array_append_new(out, row);
     }
     free(vec);
+    metrics_tokens(metrics_model_get(c->srv->metrics, m->name), (uint64_t)total_tokens, 0, 0);
     sched_release(c->srv->sched, m, c->keep_alive);
     if (srv_stream_cancelled(s)) st = HL_ERR_CANCELLED;
     if (st) {

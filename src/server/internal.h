@@ -58,12 +58,14 @@ struct srv_encoder {
 };
 void srv_encoder_free(srv_encoder *e); /* accepts NULL */
 
-struct sched; /* server/sched.h */
+struct sched;   /* server/sched.h */
+struct metrics; /* server/metrics.h */
 
 struct hl_server {
     struct MHD_Daemon *mhd;
     store *st;
     struct sched *sched; /* loaded models */
+    struct metrics *metrics; /* GET /metrics (NULL in a runner process) */
     int port;
     /* Memory per request: a JSON body is buffered up to max_body (then parsed: jansson
      * takes about twice its size again); the buffers of all requests together stay
@@ -217,6 +219,9 @@ enum MHD_Result srv_handle_oai_model(srv_request *r);
 enum MHD_Result srv_handle_oai_embeddings(srv_request *r);
 enum MHD_Result srv_handle_anth_messages(srv_request *r);
 enum MHD_Result srv_handle_anth_count_tokens(srv_request *r);
+/* GET /metrics (Prometheus text format) and GET /health (api_metrics.c). */
+enum MHD_Result srv_handle_metrics(srv_request *r);
+enum MHD_Result srv_handle_health(srv_request *r);
 
 /* The "details" object of tags/show/ps from a model's config. */
 json_t *srv_model_details(json_t *config);
