@@ -140,9 +140,6 @@ enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *cont
 /* Queues a response built by the caller (takes it over; CORS added, sent after the body). */
 enum MHD_Result srv_reply_response(srv_request *r, unsigned status, struct MHD_Response *resp);
 
-/* Client-supplied text for the server log: control bytes, quotes, backslashes and bytes
- * past ASCII become \xNN, so that no request can forge or split log lines. Returns out. */
-const char *srv_log_escape(const char *in, char *out, size_t cap);
 /* An error message on its way to a client: paths under the store root lose that prefix
  * (clients get "blobs/sha256-...", not where the store lives) and invalid UTF-8 bytes
  * (echoed client input, a cut sequence) become '?', so the JSON reply can be built. */

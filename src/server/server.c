@@ -205,27 +205,6 @@ void srv_encoder_free(srv_encoder *e) {
     if (e && e->destroy) e->destroy(e);
 }
 
-const char *srv_log_escape(const char *in, char *out, size_t cap) {
-    static const char hex[] = "0123456789abcdef";
-    size_t w = 0;
-    if (!cap) return out;
-    for (const unsigned char *p = (const unsigned char *)(in ? in : ""); *p; p++) {
-        bool plain = *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\';
-        size_t need = plain ? 1 : 4;
-        if (w + need + 1 > cap) break;
-        if (plain) {
-            out[w++] = (char)*p;
-        } else {
-            out[w++] = '\\';
-            out[w++] = 'x';
-            out[w++] = hex[*p >> 4];
-            out[w++] = hex[*p & 15];
-        }
-    }
-    out[w] = '\0';
-    return out;
-}
-
 /* Length of the valid UTF-8 sequence at p (0: invalid). */
 static size_t utf8_seq(const unsigned char *p) {
     if (p[0] < 0x80) return 1;
@@ -770,7 +749,7 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     if (st == HL_OK && !cfg->route_secret) st = store_open(cfg->models_dir, &s->st, err);
     if (st == HL_OK && !cfg->route_secret) st = sched_create(&s->sched, err);
     if (st == HL_OK && !cfg->route_secret) st = metrics_create(&s->metrics, err);
-    if (st == HL_OK && s->st && !(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE"))) {
+    if (st == HL_OK && s->st && !store_noprune()) {
         size_t removed = 0;
         hl_err gerr;
         if (store_gc(s->st, &removed, &gerr) != HL_OK)
