@@ -2,6 +2,7 @@
  * scraping it), /health, and the log format (levels, timestamps, HEARTH_DEBUG). */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <regex.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -464,11 +465,73 @@ static void metrics_live(srv_proc *p) {
     text = get_text(&p->host, "/health", &status);
     CHECK(text && status == 200 && strstr(text, "\"ok\""));
     free(text);
+    /* OLLAMA_NUM_PARALLEL reached the runner (its startup line) */
+    size_t len;
+    CHECK_OK(hl_file_read(p->log, &text, &len, NULL), NULL);
+    CHECK_MSG(strstr(text, "KV cache, 3 parallel)") != NULL, "%s", text);
+    free(text);
 }
 
 TEST(metrics_served_counts_requests_and_tokens) {
     if (!stories()) SKIP("stories260K not in the shared data");
-    SP_WITH_SERVER("metrics", NULL, NULL, metrics_live);
+    static const char *const env[] = {"OLLAMA_NUM_PARALLEL=3", NULL};
+    SP_WITH_SERVER("metrics", env, NULL, metrics_live);
+}
+
+/* The queue-depth gauge sees requests waiting for the one batch slot. */
+typedef struct slow_req {
+    const srv_proc *p;
+    int status;
+} slow_req;
+
+static void *slow_main(void *arg) {
+    slow_req *q = arg;
+    q->status = sp_req(q->p, "POST", "/api/generate",
+                       "{\"model\":\"s260\",\"prompt\":\"Once\",\"raw\":true,\"stream\":false,"
+                       "\"options\":{\"temperature\":0,\"num_predict\":12}}",
+                       NULL);
+    return NULL;
+}
+
+static double scrape_one(const srv_proc *p, const char *name) {
+    int status = 0;
+    char *text = get_text(&p->host, "/metrics", &status);
+    expo e = {0};
+    double v = -1;
+    if (text && status == 200 && expo_parse(text, &e)) v = expo_get(&e, name, NULL, NULL, NULL, NULL);
+    free(e.s);
+    free(text);
+    return v;
+}
+
+static void queue_live(srv_proc *p) {
+    CHECK(sp_create_model(p, "s260", stories(), ""));
+    /* loaded first, so that the requests below only wait for the slot */
+    CHECK_EQ_INT(sp_req(p, "POST", "/api/generate", "{\"model\":\"s260\"}", NULL), 200);
+    enum { N = 3 };
+    slow_req q[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        q[i] = (slow_req){.p = p};
+        CHECK(pthread_create(&th[i], NULL, slow_main, &q[i]) == 0);
+    }
+    double max_q = 0;
+    for (int i = 0; i < 200 && max_q < N - 1; i++) {
+        double v = scrape_one(p, "hearth_queue_depth");
+        if (v > max_q) max_q = v;
+        sp_sleep_ms(20);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) CHECK_EQ_INT(q[i].status, 200);
+    CHECK_MSG(max_q == N - 1, "the most requests seen waiting: %g (want %d)", max_q, N - 1);
+    CHECK(scrape_one(p, "hearth_queue_depth") == 0);
+}
+
+TEST(metrics_queue_depth_counts_waiting_requests) {
+    if (!stories()) SKIP("stories260K not in the shared data");
+    static const char *const env[] = {"HEARTH_NUM_PARALLEL=1",
+                                      "HEARTH_RUNNER_TEST_TOKEN_DELAY_MS=60", NULL};
+    SP_WITH_SERVER("queue", env, NULL, queue_live);
 }
 
 /* ---------------- a real Prometheus scrapes hearth ---------------- */

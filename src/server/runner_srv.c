@@ -350,9 +350,12 @@ int runner_srv_main(int argc, char **argv) {
     /* what decides speed, for whoever reads the server log (the pool's default when
      * --threads is 0) */
     const int threads = cfg.n_threads > 0 ? cfg.n_threads : hl_cpu_default_threads();
-    HL_INFO("runner: serving %s on 127.0.0.1:%d (pid %d, %d threads, %s kernels, %s KV cache)",
+    engine_info info;
+    engine_get_info(g_eng, &info);
+    HL_INFO("runner: serving %s on 127.0.0.1:%d (pid %d, %d threads, %s kernels, %s KV cache, "
+            "%d parallel)",
             model, port, (int)getpid(), threads, kern_variant(),
-            hl_type_name(engine_kv_type(g_eng)));
+            hl_type_name(engine_kv_type(g_eng)), (int)info.n_parallel);
     int sig = 0;
     sigwait(&set, &sig);
     server_stop(srv);
