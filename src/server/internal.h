@@ -137,6 +137,8 @@ enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt
     __attribute__((format(printf, 3, 4)));
 enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *content_type,
                                const char *text);
+/* Records the reply's status (for the log and /metrics); every reply path calls it once. */
+void srv_set_status(srv_request *r, unsigned status);
 /* Queues a response built by the caller (takes it over; CORS added, sent after the body). */
 enum MHD_Result srv_reply_response(srv_request *r, unsigned status, struct MHD_Response *resp);
 

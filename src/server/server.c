@@ -171,11 +171,18 @@ static enum MHD_Result queue(srv_request *r, unsigned status, const char *ctype,
     return srv_reply_response(r, status, resp);
 }
 
+void srv_set_status(srv_request *r, unsigned status) {
+    /* counted here, before the client can read the reply: a scrape that follows a
+     * reply sees it (request_completed runs only after the reply has been sent) */
+    if (!r->status) metrics_request(r->srv->metrics, r->route ? r->route->path : NULL, (int)status);
+    r->status = (int)status;
+}
+
 enum MHD_Result srv_reply_response(srv_request *r, unsigned status, struct MHD_Response *resp) {
     if (status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     srv_add_cors(r, resp);
     r->replied = true;
-    r->status = (int)status;
+    srv_set_status(r, status);
     if (!r->body_read && !r->reply_now) { /* sent once the body is read (access_handler) */
         r->pending = resp;
         r->pending_status = status;
@@ -514,10 +521,10 @@ static bool first_call(srv_request *r, enum MHD_Result *ret) {
                                 "x-stainless-runtime, x-stainless-runtime-version, "
                                 "x-stainless-timeout");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "43200");
+        srv_set_status(r, 204);
         *ret = MHD_queue_response(r->conn, 204, resp);
         MHD_destroy_response(resp);
         r->replied = true;
-        r->status = 204;
         return true;
     }
     if (r->srv->route_secret && !strip_secret(r->srv->route_secret, r->path)) {
@@ -640,7 +647,6 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
     if (srv->conn_timeout && conn)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, srv->conn_timeout);
     if (!r) return;
-    metrics_request(srv->metrics, r->route ? r->route->path : NULL, r->status);
     if (!srv->quiet && hl_log_enabled(HL_LOG_INFO)) {
         /* the logger escapes the client's method and path */
         char status[16], dur[32];
