@@ -469,12 +469,15 @@ static void metrics_live(srv_proc *p) {
     size_t len;
     CHECK_OK(hl_file_read(p->log, &text, &len, NULL), NULL);
     CHECK_MSG(strstr(text, "KV cache, 3 parallel)") != NULL, "%s", text);
+    /* HEARTH_DEBUG: a debug line per generation */
+    CHECK_MSG(strstr(text, "level=DEBUG source=api_infer.c") && strstr(text, "msg=generation model=s260:latest"),
+              "%s", text);
     free(text);
 }
 
 TEST(metrics_served_counts_requests_and_tokens) {
     if (!stories()) SKIP("stories260K not in the shared data");
-    static const char *const env[] = {"OLLAMA_NUM_PARALLEL=3", NULL};
+    static const char *const env[] = {"OLLAMA_NUM_PARALLEL=3", "HEARTH_DEBUG=1", NULL};
     SP_WITH_SERVER("metrics", env, NULL, metrics_live);
 }
 

@@ -25,6 +25,7 @@
 #include <strings.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "server/engine.h"
 #include "server/jsonfmt.h"
 #include "server/internal.h"
@@ -751,6 +752,15 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
     else
         metrics_tokens(c->mm, (uint64_t)stats.prompt_eval_count, (uint64_t)stats.cached_tokens,
                        c->n_gen);
+    if (hl_log_enabled(HL_LOG_DEBUG)) {
+        char np[16], nc[16], ng[16], ms[32];
+        snprintf(np, sizeof np, "%d", (int)n_toks);
+        snprintf(nc, sizeof nc, "%d", st ? 0 : (int)stats.cached_tokens);
+        snprintf(ng, sizeof ng, "%zu", c->n_gen);
+        snprintf(ms, sizeof ms, "%.3fms", (double)(hl_time_ns() - c->t_start) / 1e6);
+        HL_LOG_ATTRS(HL_LOG_DEBUG, "generation", "model", m->name, "prompt_tokens", np, "cached", nc,
+                     "generated", ng, "duration", ms, "status", st ? hl_status_str(st) : "ok");
+    }
     if (st == HL_ERR_CANCELLED || srv_stream_cancelled(c->s)) goto out;
     if (st) {
         fail_status(c, st, &err);
