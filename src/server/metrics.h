@@ -35,7 +35,7 @@ typedef struct metrics_model metrics_model;
 
 typedef struct metrics_gauges {
     uint64_t kv_ram;        /* resident KV blocks (and recurrent states) */
-    uint64_t kv_compressed; /* KV blocks deflated in RAM */
+    uint64_t kv_compressed; /* KV blocks compressed in RAM */
     uint64_t kv_disk;       /* KV blocks spilled to disk */
     uint64_t queued;        /* requests waiting for a slot in a model's batch */
     uint64_t loaded;        /* models resident */
