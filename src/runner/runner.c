@@ -1064,7 +1064,7 @@ hl_status runner_embed(runner *r, const int32_t *tokens, int32_t n, float *out, 
     return st;
 }
 
-/* ram_bytes = resident and recycled buffers + deflated bytes */
+/* ram_bytes = resident and recycled buffers + compressed bytes */
 static size_t compressed_bytes(const kv_pool_stats *ps) {
     size_t plain = (ps->n_resident + ps->n_free) * ps->block_bytes;
     return ps->ram_bytes > plain ? ps->ram_bytes - plain : 0;
