@@ -110,7 +110,7 @@ typedef struct proxy {
     int range_gets;    /* of which with a Range header */
     char last_range[128];
     char ranges[4096];     /* every blob GET's Range, ";"-terminated ("-" for none) */
-    char cut_prefix[64];   /* CUT_*: only responses to a Range starting with this */
+    long cut_from, cut_to; /* CUT_*: when cut_to > 0, only responses to a Range starting in [from, to) */
     int patches;           /* PATCH requests (chunked uploads) */
     size_t upload_bytes;   /* request body bytes of PATCH/PUT/POST to blobs/uploads */
     int mounts;            /* POST ?mount= answered 201 */
@@ -273,8 +273,8 @@ static void proxy_one(proxy *px, int cfd) {
     }
     if (blob_get && body_len > 4096) {
         pthread_mutex_lock(&px->lock);
-        bool picked = !px->cut_prefix[0] ||
-                      (range && range < end && strncmp(range + 9, px->cut_prefix, strlen(px->cut_prefix)) == 0);
+        long rstart = range && range < end && strncmp(range + 9, "bytes=", 6) == 0 ? atol(range + 15) : -1;
+        bool picked = px->cut_to <= 0 || (rstart >= px->cut_from && rstart < px->cut_to);
         if ((px->mode == PROXY_CUT_ALWAYS || (px->mode == PROXY_CUT_ONCE && !px->cut_done)) &&
             body_len > px->cut_at && picked) {
             px->cut_done = true;
@@ -350,6 +350,11 @@ static void tags_digest(const srv_proc *p, const char *name, char *out, size_t c
 
 static const char *const g_env[] = {"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost",
                                     NULL};
+/* Parts and chunks of 256 KiB: the 1.1 MB test weights travel in five of them. */
+#define SMALL_PART 262144
+static const char *const g_env_parts[] = {"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost",
+                                          "HEARTH_PULL_PART_SIZE=262144", "HEARTH_PUSH_CHUNK_SIZE=262144",
+                                          NULL};
 
 static bool generate(const srv_proc *p, const char *model, char *out, size_t cap) {
     char body[512];
@@ -452,14 +457,15 @@ static bool file_has_digest(const char *models, const char *digest) {
     return ok;
 }
 
-#define WITH_REGISTRY(body_fn)                                                           \
+#define WITH_REGISTRY(body_fn) WITH_REGISTRY_ENV(g_env, body_fn)
+#define WITH_REGISTRY_ENV(env, body_fn)                                                  \
     do {                                                                                 \
         if (access(REGISTRY_BIN, X_OK) != 0)                                             \
             SKIP(REGISTRY_BIN " not found (apt-get install docker-registry)");           \
         if (!test_shared_path("models/stories260K/stories260K.gguf"))                    \
             SKIP("models/stories260K/stories260K.gguf not found");                       \
         bool up_ = registry_start(&g_reg);                                               \
-        if (up_) SP_WITH_SERVER("reg", g_env, push_and_remove, body_fn);                 \
+        if (up_) SP_WITH_SERVER("reg", env, push_and_remove, body_fn);                   \
         registry_stop(&g_reg);                                                           \
         CHECK_MSG(up_, "docker-registry did not start");                                 \
     } while (0)
@@ -740,3 +746,157 @@ static void cancel_body(const srv_proc *p) {
 }
 
 TEST(registry_cancelled_pull_leaves_only_a_partial_and_resumes) { WITH_REGISTRY(cancel_body); }
+
+/* Parts of 256 KiB: the weights come in five ranged GETs at once; one part whose
+ * connection is always cut fails the pull after its retries, and the next pull fetches
+ * only the rest of that part (the other parts and the config are kept on disk). */
+static void parts_body(const srv_proc *p) {
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_CUT_ALWAYS));
+    px.cut_at = 30000;
+    px.cut_from = 2 * SMALL_PART; /* the third part, and its resumed retries */
+    px.cut_to = 3 * SMALL_PART;
+    char name[128], body[256];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    json_t *j = NULL;
+    int st1 = sp_req(p, "POST", "/api/pull", body, &j);
+    char err1[512];
+    snprintf(err1, sizeof err1, "%s", json_string_value(json_object_get(j, "error")) ?: "");
+    json_decref(j);
+    pthread_mutex_lock(&px.lock);
+    char ranges1[4096];
+    snprintf(ranges1, sizeof ranges1, "%s", px.ranges);
+    px.ranges[0] = '\0';
+    px.mode = PROXY_PASS;
+    pthread_mutex_unlock(&px.lock);
+    int st2 = sp_req(p, "POST", "/api/pull", body, &j);
+    const char *status = json_string_value(json_object_get(j, "status"));
+    bool ok = st2 == 200 && status && strcmp(status, "success") == 0;
+    json_decref(j);
+    char ranges2[4096];
+    snprintf(ranges2, sizeof ranges2, "%s", px.ranges);
+    proxy_stop(&px);
+    CHECK_EQ_INT(st1, 500);
+    CHECK_MSG(strstr(err1, "ended early") || strstr(err1, "pull blob"), "%s", err1);
+    /* every part asked for by range (the last one open-ended), the config whole */
+    const char *want[] = {"bytes=0-262143;", "bytes=262144-524287;", "bytes=786432-1048575;",
+                          "bytes=1048576-;", "bytes=524288-786431;", "bytes=554288-786431;",
+                          "bytes=584288-786431;", "bytes=614288-786431;", "bytes=644288-786431;", "-;"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK_MSG(strstr(ranges1, want[i]), "no %s in %s", want[i], ranges1);
+    CHECK_MSG(!strstr(ranges1, "bytes=674288-"), "a sixth try: %s", ranges1);
+    CHECK(ok);
+    CHECK_STR(ranges2, "bytes=674288-786431;"); /* only what the cut part lacked */
+    char wd[80];
+    CHECK(weights_digest(wd));
+    CHECK(file_has_digest(p->models, wd));
+    char files[16384] = "", blobs[1100];
+    snprintf(blobs, sizeof blobs, "%s/blobs", p->models);
+    list_files(blobs, files, sizeof files);
+    CHECK_MSG(!strstr(files, "partial"), "left over: %s", files);
+    char text[4096];
+    CHECK(generate(p, name, text, sizeof text));
+    CHECK_STR(text, g_text);
+}
+
+TEST(registry_pull_in_parallel_parts_resumes_only_the_missing_part) {
+    WITH_REGISTRY_ENV(g_env_parts, parts_body);
+}
+
+/* Pushes go in PATCH chunks; a model sharing its weights with one already pushed to
+ * another repository of the registry gets them by a cross-repository mount. */
+static void mount_body(const srv_proc *p) {
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_PASS));
+    const char *gguf = test_shared_path("models/stories260K/stories260K.gguf");
+    char a[128], b[128];
+    snprintf(a, sizeof a, "127.0.0.1:%d/ns/a:latest", px.port);
+    snprintf(b, sizeof b, "127.0.0.1:%d/ns/b:latest", px.port);
+    bool created = sp_create_model(p, a, gguf, "") &&
+                   sp_create_model(p, b, gguf, "\"system\":\"You are model b.\"");
+    char out[4096], err[8192];
+    const char *args_a[] = {"push", a, "--insecure", NULL};
+    int rc_a = created ? sp_run_cli(p->port, "", args_a, out, sizeof out, err, sizeof err) : -1;
+    pthread_mutex_lock(&px.lock);
+    int patches_a = px.patches, mounts_a = px.mounts;
+    size_t bytes_a = px.upload_bytes;
+    px.patches = px.mounts = 0;
+    px.upload_bytes = 0;
+    pthread_mutex_unlock(&px.lock);
+    const char *args_b[] = {"push", b, "--insecure", NULL};
+    int rc_b = created ? sp_run_cli(p->port, "", args_b, out, sizeof out, err, sizeof err) : -1;
+    int mounts_b = px.mounts;
+    size_t bytes_b = px.upload_bytes;
+    proxy_stop(&px);
+    CHECK(created);
+    CHECK_MSG(rc_a == 0, "push a: %s", err);
+    CHECK_MSG(rc_b == 0, "push b: %s", err);
+    CHECK_EQ_INT(mounts_a, 0);
+    CHECK_MSG(patches_a >= 5, "%d PATCH requests", patches_a); /* five chunks of the weights */
+    CHECK_MSG(bytes_a >= 1185376, "pushed %zu bytes", bytes_a);
+    CHECK_MSG(mounts_b >= 1, "no mount");
+    CHECK_MSG(bytes_b < 100000, "pushed %zu bytes: the weights were sent again", bytes_b);
+    /* the registry has the weights under ns/b */
+    char wd[80], path[256];
+    CHECK(weights_digest(wd));
+    snprintf(path, sizeof path, "/v2/ns/b/blobs/%s", wd);
+    net_host h = {0};
+    snprintf(h.host, sizeof h.host, "127.0.0.1");
+    h.port = g_reg.port;
+    int status = 0;
+    char *resp = NULL;
+    CHECK(net_http_request(&h, "HEAD", path, NULL, 0, &status, &resp, NULL, NULL) == HL_OK);
+    free(resp);
+    CHECK_EQ_INT(status, 200);
+}
+
+TEST(registry_push_in_chunks_mounts_shared_weights) { WITH_REGISTRY_ENV(g_env_parts, mount_body); }
+
+/* A registry that answers 401 with a bearer challenge: the token comes from the realm
+ * (asked for with the challenge's service and scope) and every request carries it; a
+ * token the registry refuses ends in "unauthorized". */
+static void auth_body(const srv_proc *p) {
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_AUTH));
+    char name[128], body[256];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    json_t *j = NULL;
+    int st = sp_req(p, "POST", "/api/pull", body, &j);
+    const char *status = json_string_value(json_object_get(j, "status"));
+    bool ok = st == 200 && status && strcmp(status, "success") == 0;
+    char err1[256];
+    snprintf(err1, sizeof err1, "%s", json_string_value(json_object_get(j, "error")) ?: "");
+    json_decref(j);
+    int tokens = px.token_gets, unauth = px.unauthorized, gets = px.blob_gets;
+    char query[512];
+    snprintf(query, sizeof query, "%s", px.token_query);
+    char text[4096] = "";
+    bool gen = ok && generate(p, name, text, sizeof text);
+    /* refused tokens */
+    char del[256];
+    snprintf(del, sizeof del, "{\"model\":\"%s\"}", name);
+    int st_del = sp_req(p, "DELETE", "/api/delete", del, NULL);
+    pthread_mutex_lock(&px.lock);
+    px.mode = PROXY_AUTH_DENY;
+    pthread_mutex_unlock(&px.lock);
+    int st2 = sp_req(p, "POST", "/api/pull", body, &j);
+    char err2[256];
+    snprintf(err2, sizeof err2, "%s", json_string_value(json_object_get(j, "error")) ?: "");
+    json_decref(j);
+    proxy_stop(&px);
+    CHECK_MSG(ok, "pull failed: %s", err1);
+    CHECK_EQ_INT(tokens, 1);
+    CHECK_EQ_INT(unauth, 1); /* the manifest's first try; the blobs came with the token */
+    CHECK_EQ_INT(gets, 2);
+    CHECK_MSG(strstr(query, "service=hearth-test"), "%s", query);
+    CHECK_MSG(strstr(query, "scope=repository%3Alibrary%2Fstories%3Apull"), "%s", query);
+    CHECK(gen);
+    CHECK_STR(text, g_text);
+    CHECK_EQ_INT(st_del, 200);
+    CHECK_EQ_INT(st2, 500);
+    CHECK_MSG(strstr(err2, "unauthorized"), "%s", err2);
+}
+
+TEST(registry_bearer_token_challenge_is_answered) { WITH_REGISTRY(auth_body); }
