@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pty.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -900,3 +902,114 @@ static void auth_body(const srv_proc *p) {
 }
 
 TEST(registry_bearer_token_challenge_is_answered) { WITH_REGISTRY(auth_body); }
+
+/* Runs `hearth args...` on a terminal of `cols` columns; out gets what it drew. Returns
+ * the exit status (-1 when it could not run or ran over 30 s). */
+static int run_on_pty(int port, const char *const *args, int cols, char *out, size_t cap) {
+    struct winsize ws = {.ws_row = 40, .ws_col = (unsigned short)cols};
+    char hostv[64];
+    snprintf(hostv, sizeof hostv, "127.0.0.1:%d", port);
+    const char *bin = getenv("HEARTH_BIN");
+    if (!bin) return -1;
+    fflush(stdout);
+    fflush(stderr);
+    int master;
+    pid_t pid = forkpty(&master, NULL, NULL, &ws);
+    if (pid == 0) {
+        setenv("HEARTH_HOST", hostv, 1);
+        setenv("TERM", "xterm", 1);
+        char *argv[16];
+        int n = 0;
+        argv[n++] = (char *)bin;
+        for (; args[n - 1] && n < 15; n++) argv[n] = (char *)args[n - 1];
+        argv[n] = NULL;
+        execv(bin, argv);
+        _exit(127);
+    }
+    if (pid < 0) return -1;
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < 600; i++) { /* the child's output until it exits (EOF/EIO) */
+        struct pollfd pfd = {.fd = master, .events = POLLIN};
+        if (poll(&pfd, 1, 50) <= 0) continue;
+        char buf[4096];
+        ssize_t r = read(master, buf, sizeof buf);
+        if (r <= 0) break;
+        size_t k = (size_t)r < cap - 1 - len ? (size_t)r : cap - 1 - len;
+        memcpy(out + len, buf, k);
+        len += k;
+        out[len] = '\0';
+    }
+    close(master);
+    int st;
+    pid_t w = 0;
+    for (int i = 0; i < 100 && (w = waitpid(pid, &st, WNOHANG)) == 0; i++) sp_sleep_ms(50);
+    if (w != pid) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        return -1;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Longest line (in display columns) of what a terminal was sent, escapes left out. */
+static int widest_line(const char *s) {
+    int w = 0, best = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p == '\033') { /* CSI: ESC [ params final */
+            if (p[1] == '[') {
+                p += 2;
+                while (*p && !(*p >= '@' && *p <= '~')) p++;
+                if (!*p) break;
+            }
+            continue;
+        }
+        if (*p == '\r' || *p == '\n') {
+            w = 0;
+            continue;
+        }
+        if (((unsigned char)*p & 0xC0) == 0x80) continue;
+        if (++w > best) best = w;
+    }
+    return best;
+}
+
+/* On a terminal, pull and create draw per-layer bars (cut to the terminal's width) and
+ * hide the cursor while they redraw. */
+static void bars_body(const srv_proc *p) {
+    static char out[65536];
+    char name[128];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", g_reg.port);
+    const char *pull[] = {"pull", name, "--insecure", NULL};
+    int rc = run_on_pty(p->port, pull, 60, out, sizeof out);
+    CHECK_MSG(rc == 0, "pull on a pty: %d: %s", rc, out);
+    CHECK_MSG(strstr(out, "pulling manifest") && strstr(out, "success"), "%s", out);
+    char wd[80], row[64];
+    CHECK(weights_digest(wd));
+    snprintf(row, sizeof row, "pulling %.12s: 100%% \xe2\x96\x95", wd + 7);
+    CHECK_MSG(strstr(out, row), "no bar %s in %s", row, out);
+    CHECK(strstr(out, "\033[?25l") && strstr(out, "\033[?25h"));
+    CHECK_MSG(widest_line(out) <= 59, "a line of %d columns on a 60-column terminal", widest_line(out));
+
+    char dir[1100], mf[1200], abs[4096], text[4200];
+    snprintf(dir, sizeof dir, "%s/bars", test_tmpdir());
+    CHECK(mkdir(dir, 0755) == 0);
+    CHECK(realpath(test_shared_path("models/stories260K/stories260K.gguf"), abs) != NULL);
+    snprintf(mf, sizeof mf, "%s/Modelfile", dir);
+    snprintf(text, sizeof text, "FROM %s\nSYSTEM fresh blob\n", abs);
+    CHECK(hl_file_write(mf, text, strlen(text), NULL) == HL_OK);
+    /* a store without the weights, so that they are copied */
+    char del[256];
+    snprintf(del, sizeof del, "{\"model\":\"%s\"}", name);
+    CHECK_EQ_INT(sp_req(p, "DELETE", "/api/delete", del, NULL), 200);
+    const char *create[] = {"create", "barred", "-f", mf, NULL};
+    rc = run_on_pty(p->port, create, 200, out, sizeof out);
+    CHECK_MSG(rc == 0, "create on a pty: %d: %s", rc, out);
+    CHECK_MSG(strstr(out, "gathering model components: 100% \xe2\x96\x95"), "%s", out);
+    char copying[128];
+    snprintf(copying, sizeof copying, "copying file %s: 100%% \xe2\x96\x95", wd);
+    CHECK_MSG(strstr(out, copying), "no %s in %s", copying, out);
+    CHECK_MSG(strstr(out, "writing manifest") && strstr(out, "success"), "%s", out);
+}
+
+TEST(registry_pull_and_create_draw_bars_on_a_terminal) { WITH_REGISTRY(bars_body); }

@@ -183,7 +183,6 @@ static size_t part_header(char *p, size_t sz, size_t n, void *ud) {
 static size_t part_write(char *p, size_t sz, size_t n, void *ud) {
     ppart *q = ud;
     pblob *b = q->b;
-    reg_ctx *c = NULL;
     size_t len = sz * n;
     if (q->http_status < 200 || q->http_status >= 300) { /* an error's body, for its message */
         q->errbody.max = 1 << 16;
@@ -221,7 +220,6 @@ static size_t part_write(char *p, size_t sz, size_t n, void *ud) {
         q->write_errno = errno;
         return 0;
     }
-    (void)c;
     if (b->done[q->idx] == part_len(b, q->idx)) {
         q->complete = true;
         if (hi > end) return 0; /* the rest belongs to other parts: stop here */
