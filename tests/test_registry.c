@@ -1002,14 +1002,27 @@ static void bars_body(const srv_proc *p) {
     char del[256];
     snprintf(del, sizeof del, "{\"model\":\"%s\"}", name);
     CHECK_EQ_INT(sp_req(p, "DELETE", "/api/delete", del, NULL), 200);
-    const char *create[] = {"create", "barred", "-f", mf, NULL};
+    const char *create[] = {"create", "barred", "-f", mf, "-q", "q8_0", NULL};
     rc = run_on_pty(p->port, create, 200, out, sizeof out);
     CHECK_MSG(rc == 0, "create on a pty: %d: %s", rc, out);
     CHECK_MSG(strstr(out, "gathering model components: 100% \xe2\x96\x95"), "%s", out);
     char copying[128];
     snprintf(copying, sizeof copying, "copying file %s: 100%% \xe2\x96\x95", wd);
     CHECK_MSG(strstr(out, copying), "no %s in %s", copying, out);
+    CHECK_MSG(strstr(out, "quantizing F32 model to Q8_0: 100% \xe2\x96\x95"), "%s", out);
     CHECK_MSG(strstr(out, "writing manifest") && strstr(out, "success"), "%s", out);
+    /* the API streams the quantize step as Ollama does: placeholder digest, total, completed */
+    char body[512], *resp = NULL;
+    snprintf(body, sizeof body, "{\"model\":\"barred2\",\"from\":\"barred\",\"quantize\":\"q4_K_M\"}");
+    size_t len = 0;
+    int status = 0;
+    CHECK(net_http_request(&p->host, "POST", "/api/create", body, strlen(body), &status, &resp, &len,
+                           NULL) == HL_OK);
+    CHECK_EQ_INT(status, 200);
+    const char *q = resp ? strstr(resp, "{\"status\":\"quantizing Q8_0 model to Q4_K_M\",\"digest\":\"0000000000000000000\",\"total\":") : NULL;
+    CHECK_MSG(q && strstr(q, "\"completed\":"), "%s", resp ? resp : "");
+    CHECK_MSG(resp && strstr(resp, "{\"status\":\"success\"}"), "%s", resp ? resp : "");
+    free(resp);
 }
 
 TEST(registry_pull_and_create_draw_bars_on_a_terminal) { WITH_REGISTRY(bars_body); }

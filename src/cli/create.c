@@ -146,6 +146,7 @@ static int run_create(const net_host *host, json_t *req) {
     if (st == HL_OK) st = net_http_finish(h, &err);
     int rc = 0;
     bool success = false;
+    char last[256] = "";
     while (st == HL_OK) {
         char *line;
         size_t len;
@@ -163,9 +164,10 @@ static int run_create(const net_host *host, json_t *req) {
             uint64_t completed = (uint64_t)json_integer_value(json_object_get(j, "completed"));
             if (isatty(STDERR_FILENO)) {
                 cli_progress_set(g_prog, digest && total ? digest : NULL, s, digest ? total : 0, completed);
-            } else if (!total || completed >= total || completed == 0) { /* a plain line per step */
+            } else if (strcmp(s, last) != 0) { /* a plain line per step, not per update */
                 printf("%s\n", s);
                 fflush(stdout);
+                snprintf(last, sizeof last, "%s", s);
             }
             if (strcmp(s, "success") == 0) success = true;
         }
