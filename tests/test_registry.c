@@ -100,7 +100,7 @@ static void registry_stop(registry *r) {
 
 enum { PROXY_PASS, PROXY_CUT_ONCE, PROXY_CUT_ALWAYS, PROXY_FLIP, PROXY_STALL, PROXY_AUTH, PROXY_AUTH_DENY };
 
-#define PROXY_TOKEN "tok-1234"
+
 
 typedef struct proxy {
     int listen_fd, port, target_port;
@@ -116,7 +116,9 @@ typedef struct proxy {
     int patches;           /* PATCH requests (chunked uploads) */
     size_t upload_bytes;   /* request body bytes of PATCH/PUT/POST to blobs/uploads */
     int mounts;            /* POST ?mount= answered 201 */
-    int token_gets;        /* AUTH: requests to the token realm */
+    int token_gets;        /* AUTH: requests to the token realm; the valid token is "tok-<that>" */
+    int token_uses;        /* AUTH: requests let through with the current token */
+    int expire_after;      /* AUTH: > 0: the token expires after that many uses */
     int unauthorized;      /* AUTH: requests answered 401 */
     char token_query[512];
     bool cut_done;
@@ -157,11 +159,14 @@ static void proxy_one(proxy *px, int cfd) {
         if (strncmp(req, "GET /token", 10) == 0) {
             pthread_mutex_lock(&px->lock);
             px->token_gets++;
+            px->token_uses = 0;
             const char *q = strchr(req, '?');
             size_t ql = q ? strcspn(q + 1, " ") : 0;
             snprintf(px->token_query, sizeof px->token_query, "%.*s", (int)ql, q ? q + 1 : "");
+            char tok[32];
+            if (px->mode == PROXY_AUTH) snprintf(tok, sizeof tok, "tok-%d", px->token_gets);
+            else snprintf(tok, sizeof tok, "not-the-token");
             pthread_mutex_unlock(&px->lock);
-            const char *tok = px->mode == PROXY_AUTH ? PROXY_TOKEN : "not-the-token";
             char resp[256], js[64];
             snprintf(js, sizeof js, "{\"token\":\"%s\"}", tok);
             snprintf(resp, sizeof resp, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -169,11 +174,15 @@ static void proxy_one(proxy *px, int cfd) {
             send_all(cfd, resp, strlen(resp));
             return;
         }
-        const char *a = strcasestr(req, "\r\nAuthorization: Bearer " PROXY_TOKEN "\r\n");
-        if (!a || a > end) {
-            pthread_mutex_lock(&px->lock);
-            px->unauthorized++;
-            pthread_mutex_unlock(&px->lock);
+        pthread_mutex_lock(&px->lock);
+        char want[96];
+        snprintf(want, sizeof want, "\r\nAuthorization: Bearer tok-%d\r\n", px->token_gets);
+        const char *a = strcasestr(req, want);
+        bool ok = a && a < end && (px->expire_after <= 0 || px->token_uses < px->expire_after);
+        if (ok) px->token_uses++;
+        else px->unauthorized++;
+        pthread_mutex_unlock(&px->lock);
+        if (!ok) {
             char resp[1024];
             const char *js = "{\"errors\":[{\"code\":\"UNAUTHORIZED\",\"message\":\"authentication required\"}]}";
             snprintf(resp, sizeof resp, "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer "
@@ -900,6 +909,33 @@ static void auth_body(const srv_proc *p) {
     CHECK_EQ_INT(st2, 500);
     CHECK_MSG(strstr(err2, "unauthorized"), "%s", err2);
 }
+
+/* Tokens that expire after two requests: the parts refused mid-pull fetch a new token
+ * (or go again with one another part fetched) and the pull still succeeds. */
+static void auth_expire_body(const srv_proc *p) {
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_AUTH));
+    px.expire_after = 2;
+    char name[128], body[256];
+    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
+    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    json_t *j = NULL;
+    int st = sp_req(p, "POST", "/api/pull", body, &j);
+    const char *status = json_string_value(json_object_get(j, "status"));
+    bool ok = st == 200 && status && strcmp(status, "success") == 0;
+    char err1[256];
+    snprintf(err1, sizeof err1, "%s", json_string_value(json_object_get(j, "error")) ?: "");
+    json_decref(j);
+    int tokens = px.token_gets;
+    proxy_stop(&px);
+    CHECK_MSG(ok, "pull failed: %s", err1);
+    CHECK_MSG(tokens >= 2, "%d tokens", tokens);
+    char text[4096];
+    CHECK(generate(p, name, text, sizeof text));
+    CHECK_STR(text, g_text);
+}
+
+TEST(registry_expired_token_is_renewed_mid_pull) { WITH_REGISTRY_ENV(g_env_parts, auth_expire_body); }
 
 TEST(registry_bearer_token_challenge_is_answered) { WITH_REGISTRY(auth_body); }
 

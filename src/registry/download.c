@@ -50,6 +50,8 @@ typedef struct ppart {
     pblob *b;
     uint32_t idx;
     int attempts;
+    int auth_fetches;  /* tokens fetched for this part since its bytes last flowed */
+    unsigned token_gen; /* the token its transfer was sent with */
     int64_t not_before;
     bool queued, finished;
     CURL *h;
@@ -214,6 +216,7 @@ static size_t part_write(char *p, size_t sz, size_t n, void *ud) {
         return 0;
     }
     b->done[q->idx] += take;
+    if (take) q->auth_fetches = 0;
     b->completed += take;
     if (!pwrite_all(b->fd, &b->done[q->idx], 8, state_off(b) + STATE_HDR + 8 * (off_t)q->idx)) {
         q->write_failed = true;
@@ -262,6 +265,7 @@ static hl_status part_start_xfer(reg_ctx *c, CURLM *m, ppart *q, hl_err *err) {
     }
     q->h = h;
     q->queued = false;
+    q->token_gen = c->token_gen;
     return HL_OK;
 }
 
@@ -280,9 +284,16 @@ static hl_status part_finish(reg_ctx *c, ppart *q, CURLcode rc, bool *retry, hl_
     }
     if (all_in && (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && q->complete))) return HL_OK;
     if (rc == CURLE_OK && q->http_status == 401 && q->hdr.www_auth[0]) {
-        hl_status st = reg_auth(c, q->hdr.www_auth, err);
-        if (st == HL_OK) *retry = true, q->attempts--; /* a token is no failed attempt */
-        return st == HL_OK ? HL_ERR_IO : st;
+        /* a token is no failed attempt; a token refused right after its fetch is the end */
+        hl_status st = HL_OK;
+        if (q->token_gen == c->token_gen) {
+            if (q->auth_fetches++ >= 1) return hl_fail(err, HL_ERR_INVALID, "unauthorized: access denied");
+            st = reg_auth(c, q->hdr.www_auth, err);
+        }
+        if (st != HL_OK) return st;
+        *retry = true;
+        q->attempts--;
+        return hl_fail(err, HL_ERR_IO, "pull blob %s: unauthorized", d);
     }
     if (rc == CURLE_OK && q->http_status == 404)
         return hl_fail(err, HL_ERR_FORMAT, "pull blob %s: file does not exist", d);

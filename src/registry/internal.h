@@ -21,9 +21,10 @@ typedef struct reg_ctx {
     store_name name;
     char base[URL_CAP]; /* scheme://host/v2/ns/model */
     bool cancelled;
-    /* bearer auth: the token from the last challenge's realm, and that challenge */
+    /* bearer auth: the token from the last challenge's realm; token_gen counts fetches,
+     * so a request refused with an older token just goes again with the newer one */
     char *token;
-    char token_for[AUTH_HDR_CAP];
+    unsigned token_gen;
 } reg_ctx;
 
 hl_status reg_ctx_init(reg_ctx *c, const char *name, const reg_opts *o, hl_err *err);
@@ -42,9 +43,9 @@ hl_status reg_cancelled(hl_err *err);
 void reg_common_opts(reg_ctx *c, CURL *h, const char *url);
 
 /* Answers a 401's WWW-Authenticate value (`Bearer realm=...,service=...,scope=...`):
- * fetches a token from the realm (anonymously) for later requests. Fails with
- * "unauthorized: access denied" when the same challenge was already answered (the token
- * did not help) or the challenge is not a bearer one. */
+ * fetches a token from the realm (anonymously) for later requests (token_gen + 1). Fails
+ * with "unauthorized: access denied" when the challenge is not a bearer one. Callers
+ * fetch at most once per request: a fresh token refused again means access denied. */
 hl_status reg_auth(reg_ctx *c, const char *www_authenticate, hl_err *err);
 
 typedef struct reg_membuf {

@@ -202,8 +202,6 @@ static bool url_host(const char *url, char *out, size_t cap) {
 hl_status reg_auth(reg_ctx *c, const char *challenge, hl_err *err) {
     if (strncasecmp(challenge, "Bearer ", 7) != 0)
         return hl_fail(err, HL_ERR_INVALID, "unauthorized: access denied");
-    if (c->token && strcmp(c->token_for, challenge) == 0) /* the token did not help */
-        return hl_fail(err, HL_ERR_INVALID, "unauthorized: access denied");
     char realm[URL_CAP], service[512] = "", scope[1024] = "";
     if (!challenge_param(challenge + 7, "realm", realm, sizeof realm))
         return hl_fail(err, HL_ERR_FORMAT, "unauthorized: the registry's challenge has no realm");
@@ -249,7 +247,7 @@ hl_status reg_auth(reg_ctx *c, const char *challenge, hl_err *err) {
         } else {
             free(c->token);
             c->token = copy;
-            snprintf(c->token_for, sizeof c->token_for, "%s", challenge);
+            c->token_gen++;
         }
     }
     free(body.data);
@@ -352,11 +350,15 @@ static hl_status request_once(reg_ctx *c, const reg_req *q, reg_resp *r, hl_err 
 }
 
 hl_status reg_request(reg_ctx *c, const reg_req *q, reg_resp *r, hl_err *err) {
-    for (int i = 0;; i++) {
+    for (bool fetched = false;;) {
+        unsigned gen = c->token_gen;
         hl_status st = request_once(c, q, r, err);
-        if (st != HL_OK || r->status != 401 || !r->hdr.www_auth[0] || i == 3) return st;
+        if (st != HL_OK || r->status != 401 || !r->hdr.www_auth[0]) return st;
         free(r->body.data);
         r->body.data = NULL;
+        if (gen != c->token_gen) continue; /* refreshed meanwhile: go again with it */
+        if (fetched) return hl_fail(err, HL_ERR_INVALID, "unauthorized: access denied");
         if ((st = reg_auth(c, r->hdr.www_auth, err)) != HL_OK) return st;
+        fetched = true;
     }
 }
