@@ -59,6 +59,7 @@ typedef struct reg_headers {
     char location[URL_CAP];
     char www_auth[AUTH_HDR_CAP];
     char content_range[128];
+    char range[128]; /* an upload session's "Range: 0-<last byte>" */
 } reg_headers;
 
 /* CURLOPT_HEADERFUNCTION for reg_headers (each response of a redirect chain overwrites). */

@@ -107,6 +107,8 @@ size_t reg_header_cb(char *p, size_t sz, size_t n, void *ud) {
         header_value(p, len, 17, h->www_auth, sizeof h->www_auth);
     } else if (len > 14 && strncasecmp(p, "Content-Range:", 14) == 0) {
         header_value(p, len, 14, h->content_range, sizeof h->content_range);
+    } else if (len > 6 && strncasecmp(p, "Range:", 6) == 0) {
+        header_value(p, len, 6, h->range, sizeof h->range);
     }
     return len;
 }

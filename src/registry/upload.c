@@ -3,7 +3,9 @@
  * 64 MiB, with Content-Range, then PUT ?digest=), or mounted from another repository of
  * the same registry when a local model of that host holds the blob (POST
  * ?mount=<digest>&from=<ns/model>: 201 means mounted, 202 opens an ordinary session);
- * the manifest last. */
+ * the manifest last. A chunk that breaks off is retried from what the session says it
+ * holds (GET on the session: "Range: 0-<last>"), or from the start in a new session when
+ * the registry gave that one up. */
 #define _GNU_SOURCE
 #include "registry/internal.h"
 
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/file.h"
@@ -62,6 +65,53 @@ static void with_query(char *url, size_t cap, const char *kv) {
     snprintf(url + l, cap - l, "%s%s", strchr(url, '?') ? "&" : "?", kv);
 }
 
+/* POST an upload session (a mount when `mount`): *mounted when the registry mounted
+ * the blob (201), else loc gets the session's URL (202). */
+static hl_status open_session(reg_ctx *c, store *s, const store_layer *l, bool mount, bool *mounted,
+                              char *loc, size_t cap, hl_err *err) {
+    char url[URL_CAP];
+    snprintf(url, sizeof url, "%s/blobs/uploads/", c->base);
+    char from[2 * STORE_NAME_PART_MAX + 2];
+    if (mount && mount_source(c, s, l->digest, from, sizeof from)) {
+        char kv[512];
+        snprintf(kv, sizeof kv, "mount=%s&from=%s", l->digest, from);
+        with_query(url, sizeof url, kv);
+    }
+    reg_req q = {.method = "POST", .url = url};
+    reg_resp r;
+    hl_status st = reg_request(c, &q, &r, err);
+    if (st != HL_OK) return st == HL_ERR_INVALID ? not_authorized(err) : st;
+    *mounted = r.status == 201;
+    if (r.status == 401 || r.status == 403) {
+        st = not_authorized(err);
+    } else if (r.status != 201 && (r.status != 202 || !r.hdr.location[0])) {
+        char msg[256];
+        reg_registry_message(r.status, &r.body, msg, sizeof msg);
+        st = hl_fail(err, HL_ERR_IO, "upload %s: %s", l->digest, msg);
+    } else if (r.status == 202) {
+        reg_resolve(c, r.hdr.location, loc, cap);
+    }
+    free(r.body.data);
+    return st;
+}
+
+/* After a chunk broke off: how much the session holds (*off), or false when the registry
+ * gave the session up (the reference registry cancels one whose bytes and state differ). */
+static bool session_offset(reg_ctx *c, const store_layer *l, char *loc, size_t cap, uint64_t *off) {
+    reg_req q = {.method = "GET", .url = loc};
+    reg_resp r;
+    if (reg_request(c, &q, &r, NULL) != HL_OK) return false;
+    unsigned long long first, last;
+    bool ok = r.status == 204 && sscanf(r.hdr.range, "%llu-%llu", &first, &last) == 2 && first == 0 &&
+              last < l->size;
+    if (ok) {
+        *off = last ? last + 1 : 0; /* "0-0" is an empty session (the registry's convention) */
+        if (r.hdr.location[0]) reg_resolve(c, r.hdr.location, loc, cap);
+    }
+    free(r.body.data);
+    return ok;
+}
+
 static hl_status push_blob(reg_ctx *c, store *s, const store_layer *l, hl_err *err) {
     char status[32], url[URL_CAP];
     snprintf(status, sizeof status, "pushing %.12s", l->digest + 7);
@@ -76,34 +126,14 @@ static hl_status push_blob(reg_ctx *c, store *s, const store_layer *l, hl_err *e
         return c->cancelled ? reg_cancelled(err) : HL_OK;
     }
     if (!reg_report(c, status, l->digest, l->size, 0)) return reg_cancelled(err);
-    snprintf(url, sizeof url, "%s/blobs/uploads/", c->base);
-    char from[2 * STORE_NAME_PART_MAX + 2];
-    if (mount_source(c, s, l->digest, from, sizeof from)) {
-        char kv[512];
-        snprintf(kv, sizeof kv, "mount=%s&from=%s", l->digest, from);
-        with_query(url, sizeof url, kv);
-    }
-    q = (reg_req){.method = "POST", .url = url};
-    st = reg_request(c, &q, &r, err);
-    if (st != HL_OK) return st == HL_ERR_INVALID ? not_authorized(err) : st;
-    if (r.status == 401 || r.status == 403) {
-        free(r.body.data);
-        return not_authorized(err);
-    }
-    if (r.status == 201) { /* mounted: the registry had it in `from` */
-        free(r.body.data);
+    char loc[URL_CAP];
+    bool mounted = false;
+    st = open_session(c, s, l, true, &mounted, loc, sizeof loc, err);
+    if (st != HL_OK) return st;
+    if (mounted) { /* the registry had it in another repository */
         reg_report(c, status, l->digest, l->size, l->size);
         return c->cancelled ? reg_cancelled(err) : HL_OK;
     }
-    if (r.status != 202 || !r.hdr.location[0]) {
-        char msg[256];
-        reg_registry_message(r.status, &r.body, msg, sizeof msg);
-        free(r.body.data);
-        return hl_fail(err, HL_ERR_IO, "upload %s: %s", l->digest, msg);
-    }
-    free(r.body.data);
-    char loc[URL_CAP];
-    reg_resolve(c, r.hdr.location, loc, sizeof loc);
 
     char path[URL_CAP];
     st = store_blob_path(s, l->digest, path, sizeof path, err);
@@ -111,6 +141,7 @@ static hl_status push_blob(reg_ctx *c, store *s, const store_layer *l, hl_err *e
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return hl_fail(err, HL_ERR_IO, "%s: %s", path, strerror(errno));
     uint64_t chunk = chunk_size();
+    int attempts = 0;
     for (uint64_t off = 0; off < l->size && st == HL_OK;) {
         uint64_t len = l->size - off < chunk ? l->size - off : chunk;
         char range[64];
@@ -120,17 +151,33 @@ static hl_status push_blob(reg_ctx *c, store *s, const store_layer *l, hl_err *e
                       .body_len = len, .progress_status = status, .progress_digest = l->digest,
                       .progress_total = l->size, .progress_base = off};
         st = reg_request(c, &q, &r, err);
-        if (st != HL_OK) break;
-        if (r.status != 202 && r.status != 204) {
-            char msg[256];
-            reg_registry_message(r.status, &r.body, msg, sizeof msg);
-            st = hl_fail(err, HL_ERR_IO, "upload %s: %s", l->digest, msg);
-        } else if (r.hdr.location[0]) {
-            reg_resolve(c, r.hdr.location, loc, sizeof loc); /* the session's next URL */
+        bool server_error = st == HL_OK && r.status >= 500;
+        if (st == HL_OK && !server_error) {
+            if (r.status != 202 && r.status != 204) {
+                char msg[256];
+                reg_registry_message(r.status, &r.body, msg, sizeof msg);
+                st = hl_fail(err, HL_ERR_IO, "upload %s: %s", l->digest, msg);
+            } else {
+                if (r.hdr.location[0]) reg_resolve(c, r.hdr.location, loc, sizeof loc); /* next URL */
+                off += len;
+            }
+            free(r.body.data);
+            if (st == HL_OK && !reg_report(c, status, l->digest, l->size, off)) st = reg_cancelled(err);
+            continue;
         }
-        free(r.body.data);
-        off += len;
-        if (st == HL_OK && !reg_report(c, status, l->digest, l->size, off)) st = reg_cancelled(err);
+        if (server_error) {
+            free(r.body.data);
+            st = hl_fail(err, HL_ERR_IO, "upload %s: registry responded with status %ld", l->digest, r.status);
+        }
+        if (st != HL_ERR_IO || ++attempts >= 5) break;
+        /* the chunk broke off: go on from what the session holds, or in a new session */
+        struct timespec ts = {0, 200000000L * attempts};
+        nanosleep(&ts, NULL);
+        st = HL_OK;
+        if (!session_offset(c, l, loc, sizeof loc, &off)) {
+            off = 0;
+            st = open_session(c, s, l, false, &mounted, loc, sizeof loc, err);
+        }
     }
     close(fd);
     if (st != HL_OK) return st;
