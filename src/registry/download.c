@@ -7,9 +7,11 @@
  * go to <store>/blobs/sha256-<hex>-partial at their offsets; the same file holds, after
  * byte S, the part table (magic, S, part size, part count, bytes done per part), updated
  * after every write, so an interrupted pull (a cut, a crash, Ctrl-C) resumes each part
- * where it stopped. When every part is in, the file is hashed, cut to S bytes (a partial
- * of exactly S bytes is complete and only needs the hash) and, once every blob of the
- * manifest is verified, renamed into place; the manifest is written last. */
+ * where it stopped. The sha256 runs behind the download over the contiguous prefix the
+ * parts have filled (read back from the page cache, a few MiB per loop round); when every
+ * part is in, the rest is hashed, the file cut to S bytes (a partial of exactly S bytes
+ * is complete and only needs the hash) and, once every blob of the manifest is verified,
+ * renamed into place; the manifest is written last. */
 #define _GNU_SOURCE
 #include "registry/internal.h"
 
@@ -44,6 +46,10 @@ typedef struct pblob {
     uint64_t completed;
     int64_t last_report;
     char status[32];
+    /* the hash runs behind the download over the blob's contiguous prefix */
+    sha256_ctx sha;
+    bool sha_on;
+    uint64_t hashed;
 } pblob;
 
 typedef struct ppart {
@@ -313,8 +319,29 @@ static hl_status part_finish(reg_ctx *c, ppart *q, CURLcode rc, bool *retry, hl_
     return hl_fail(err, HL_ERR_IO, "pull blob %s: %s", d, curl_easy_strerror(rc));
 }
 
+#define HASH_BUF (1u << 20)
+
+/* Hashes up to `budget` more bytes of the prefix the parts have filled. */
+static hl_status hash_ahead(pblob *b, uint64_t budget, char *buf, hl_err *err) {
+    uint64_t S = b->l->size;
+    while (budget && b->hashed < S) {
+        uint32_t k = (uint32_t)(b->hashed / b->psize);
+        uint64_t avail = part_start(b, k) + b->done[k];
+        if (b->hashed >= avail) break;
+        uint64_t n = avail - b->hashed;
+        if (n > budget) n = budget;
+        if (n > HASH_BUF) n = HASH_BUF;
+        if (!pread_all(b->fd, buf, (size_t)n, (off_t)b->hashed))
+            return hl_fail(err, HL_ERR_IO, "reading %s: %s", b->path, strerror(errno));
+        sha256_update(&b->sha, buf, (size_t)n);
+        b->hashed += n;
+        budget -= n;
+    }
+    return HL_OK;
+}
+
 /* Runs every queued part to completion (or the first fatal error, or a cancel). */
-static hl_status run_parts(reg_ctx *c, ppart *parts, size_t n, hl_err *err) {
+static hl_status run_parts(reg_ctx *c, ppart *parts, size_t n, char *buf, hl_err *err) {
     CURLM *m = curl_multi_init();
     if (!m) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     hl_status st = HL_OK;
@@ -370,6 +397,9 @@ static hl_status run_parts(reg_ctx *c, ppart *parts, size_t n, hl_err *err) {
             b->last_report = now;
             if (!reg_report(c, b->status, b->l->digest, b->l->size, b->completed)) st = reg_cancelled(err);
         }
+        /* a few MiB of hashing per round keeps the loop responsive and the final check short */
+        for (size_t i = 0; i < n && st == HL_OK; i++)
+            if (i == 0 || parts[i].b != parts[i - 1].b) st = hash_ahead(parts[i].b, 4u << 20, buf, err);
         if (st != HL_OK) break;
         curl_multi_poll(m, NULL, 0, active ? 100 : 20, NULL);
     }
@@ -383,40 +413,23 @@ static hl_status run_parts(reg_ctx *c, ppart *parts, size_t n, hl_err *err) {
     return st;
 }
 
-/* Hashes the S bytes of a complete partial; cuts the part table off when they match. */
-static hl_status verify_blob(reg_ctx *c, pblob *b, hl_err *err) {
-    sha256_ctx sha;
-    if (!sha256_init(&sha)) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    enum { BUF = 1 << 20 };
-    char *buf = malloc(BUF);
-    if (!buf) {
-        sha256_discard(&sha);
-        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    }
+/* Hashes what the download left unhashed and checks the digest; cuts the part table off
+ * when it matches. */
+static hl_status verify_blob(reg_ctx *c, pblob *b, char *buf, hl_err *err) {
     hl_status st = HL_OK;
     uint64_t S = b->l->size;
-    int64_t last = reg_now_ns();
-    for (uint64_t off = 0; off < S && st == HL_OK;) {
-        size_t want = S - off < BUF ? (size_t)(S - off) : BUF;
-        if (!pread_all(b->fd, buf, want, (off_t)off)) {
-            st = hl_fail(err, HL_ERR_IO, "reading %s: %s", b->path, strerror(errno));
-            break;
-        }
-        sha256_update(&sha, buf, want);
-        off += want;
-        if (reg_now_ns() - last >= PROGRESS_NS) {
-            last = reg_now_ns();
-            if (!reg_poll(c)) st = reg_cancelled(err);
-        }
+    while (st == HL_OK && b->hashed < S) {
+        uint64_t before = b->hashed;
+        st = hash_ahead(b, 64u << 20, buf, err);
+        if (st == HL_OK && b->hashed == before)
+            st = hl_fail(err, HL_ERR_IO, "pull blob %s: a part is missing", b->l->digest);
+        if (st == HL_OK && !reg_poll(c)) st = reg_cancelled(err);
     }
-    free(buf);
-    if (st != HL_OK) {
-        sha256_discard(&sha);
-        return st;
-    }
+    if (st != HL_OK) return st;
     char got[STORE_DIGEST_LEN];
     memcpy(got, "sha256:", 7);
-    sha256_final_hex(&sha, got + 7);
+    sha256_final_hex(&b->sha, got + 7);
+    b->sha_on = false;
     if (strcmp(got, b->l->digest) != 0) {
         unlink(b->path); /* corrupt bytes: they must never be resumed from */
         return hl_fail(err, HL_ERR_FORMAT, "digest mismatch, file must be downloaded again: want %s, got %s",
@@ -466,6 +479,7 @@ static hl_status fetch_blobs(reg_ctx *c, store *s, pblob *bl, size_t n, hl_err *
             continue;
         }
         st = blob_state(b, err);
+        if (st == HL_OK && !(b->sha_on = sha256_init(&b->sha))) st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
         total_parts += b->nparts;
     }
     free(order);
@@ -481,16 +495,22 @@ static hl_status fetch_blobs(reg_ctx *c, store *s, pblob *bl, size_t n, hl_err *
         for (uint32_t k = 0; b->fetch && k < b->nparts; k++)
             if (b->done[k] < part_len(b, k)) parts[np++] = (ppart){.b = b, .idx = k, .queued = true};
     }
-    if (st == HL_OK && np) st = run_parts(c, parts, np, err);
+    char *buf = st == HL_OK ? malloc(HASH_BUF) : NULL;
+    if (st == HL_OK && !buf) st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    if (st == HL_OK && np) st = run_parts(c, parts, np, buf, err);
     for (size_t i = 0; i < np; i++) free(parts[i].errbody.data);
     free(parts);
-    if (st != HL_OK) return st;
+    if (st != HL_OK) {
+        free(buf);
+        return st;
+    }
     for (size_t i = 0; i < n && st == HL_OK; i++)
         if (bl[i].fetch && !reg_report(c, bl[i].status, bl[i].l->digest, bl[i].l->size, bl[i].l->size))
             st = reg_cancelled(err);
     if (st == HL_OK && !reg_report(c, "verifying sha256 digest", NULL, 0, 0)) st = reg_cancelled(err);
     for (size_t i = 0; i < n && st == HL_OK; i++)
-        if (bl[i].fetch) st = verify_blob(c, &bl[i], err);
+        if (bl[i].fetch) st = verify_blob(c, &bl[i], buf, err);
+    free(buf);
     return st;
 }
 
@@ -559,6 +579,7 @@ hl_status reg_pull(store *s, const char *name, const reg_opts *o, hl_err *err) {
         if (st != HL_OK && bl[i].reset) unlink(bl[i].path);
         if (bl[i].fd >= 0) close(bl[i].fd);
         free(bl[i].done);
+        if (bl[i].sha_on) sha256_discard(&bl[i].sha);
     }
     if (st != HL_OK) goto done;
     if (!reg_report(&c, "writing manifest", NULL, 0, 0)) {
