@@ -57,6 +57,14 @@ typedef struct model_layer {
     /* mixture of experts: the router [n_expert][n_embd] and the experts' gate, up and
      * down stacked (MT_EXPERTS: expert e's rows start at row e * ne[1]) */
     model_weight ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
+    /* gpt-oss: the router's bias [n_expert], the experts' biases ([n_expert][n_ff_exp] for
+     * gate and up, [n_expert][n_embd] for down), per-head attention sinks */
+    const float *ffn_gate_inp_b, *b_gate_exps, *b_up_exps, *b_down_exps;
+    const float *attn_sinks;
+    /* a shared expert (qwen35moe): its SwiGLU and the gate vector [n_embd] whose dot with
+     * the input, through a sigmoid, scales it */
+    model_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+    const float *ffn_gate_inp_shexp;
 } model_layer;
 
 /* What a layer's attention and feed-forward look like (most models: the same for all). */
@@ -102,6 +110,7 @@ typedef struct model_hp_ext {
     int32_t ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_dt_rank, ssm_n_group;
     /* {arch}.expert_*: mixture-of-experts feed-forward (qwen3moe) */
     int32_t n_expert, n_expert_used, n_ff_exp;
+    int32_t n_ff_shexp; /* expert_shared_feed_forward_length (0: no shared expert) */
 } model_hp_ext;
 
 struct model_arch_desc;
@@ -246,6 +255,8 @@ enum {
     MD_SSM_HEAD_V,  /* d_inner / dt_rank */
     MD_EXPERTS,     /* x.n_expert */
     MD_FF_EXP,      /* x.n_ff_exp */
+    MD_HEADS,       /* the layer's n_head (attention sinks) */
+    MD_FF_SHEXP,    /* x.n_ff_shexp */
     /* recurrent layers only (0 elsewhere): */
     MD_SSM_INNER3,  /* 3 * d_inner (lfm2's in_proj: B | C | x) */
     MD_SSM_IN_M2,   /* 2 * d_inner + 2 * n_group * d_state + dt_rank (mamba2's in_proj) */
@@ -302,11 +313,18 @@ extern const model_arch_desc model_arch_qwen35;
 extern const model_arch_desc model_arch_qwen3moe;
 extern const model_arch_desc model_arch_lfm2;
 extern const model_arch_desc model_arch_mamba2, model_arch_nemotron_h;
+extern const model_arch_desc model_arch_gptoss;
+extern const model_arch_desc model_arch_qwen35moe;
 
 /* llama.c: the llama family's attention sublayer for layer l (x += attn(rmsnorm(x)) with
- * optional q/k/v biases and per-head q/k norms, rope of the model's kind), for
- * architectures that share it (qwen3moe). */
+ * optional q/k/v/o biases, per-head q/k norms and attention sinks, the layer's sliding
+ * window, rope of the model's kind), for architectures that share it (qwen3moe, gpt-oss). */
 void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok);
+
+/* qwen3moe.c: reads {arch}.expert_count, expert_used_count and expert_feed_forward_length
+ * into m->x and checks them; all are required, except the last when n_ff_exp_dflt > 0
+ * (Mixtral's experts are feed_forward_length wide). */
+hl_status model_hp_experts(model_loader *L, int32_t n_ff_exp_dflt, hl_err *err);
 
 /* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */
 hl_status model_add_mat(model *m, const model_weight *w, hl_err *err);

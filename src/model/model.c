@@ -28,6 +28,8 @@ static const model_arch_desc *const g_archs[] = {
     &model_arch_qwen3moe,
     &model_arch_lfm2,
     &model_arch_mamba2, &model_arch_nemotron_h,
+    &model_arch_gptoss,
+    &model_arch_qwen35moe,
 };
 #define N_ARCHS (sizeof g_archs / sizeof g_archs[0])
 
@@ -517,6 +519,8 @@ static int64_t model_dim(const model *m, int32_t l, uint8_t code) {
     case MD_SSM_GROUPS: return h->state_floats ? m->x.ssm_n_group : 0;
     case MD_SSM_GROUP_INNER:
         return h->state_floats && m->x.ssm_n_group ? m->x.ssm_d_inner / m->x.ssm_n_group : 0;
+    case MD_HEADS: return h->n_head;
+    case MD_FF_SHEXP: return m->x.n_ff_shexp;
     default: return -1;
     }
 }
