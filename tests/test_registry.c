@@ -956,7 +956,16 @@ TEST(registry_bearer_token_challenge_is_answered) { WITH_REGISTRY(auth_body); }
 
 /* Runs `hearth args...` on a terminal of `cols` columns; out gets what it drew. Returns
  * the exit status (-1 when it could not run or ran over 30 s). */
+static int run_on_pty_int(int port, const char *const *args, int cols, const char *interrupt_on,
+                          char *out, size_t cap);
 static int run_on_pty(int port, const char *const *args, int cols, char *out, size_t cap) {
+    return run_on_pty_int(port, args, cols, NULL, out, cap);
+}
+
+/* ... and with interrupt_on: a SIGINT (Ctrl-C) once that text shows; a death by a signal
+ * returns 128 + the signal. */
+static int run_on_pty_int(int port, const char *const *args, int cols, const char *interrupt_on,
+                          char *out, size_t cap) {
     struct winsize ws = {.ws_row = 40, .ws_col = (unsigned short)cols};
     char hostv[64];
     snprintf(hostv, sizeof hostv, "127.0.0.1:%d", port);
@@ -990,6 +999,10 @@ static int run_on_pty(int port, const char *const *args, int cols, char *out, si
         memcpy(out + len, buf, k);
         len += k;
         out[len] = '\0';
+        if (interrupt_on && strstr(out, interrupt_on)) {
+            kill(pid, SIGINT);
+            interrupt_on = NULL;
+        }
     }
     close(master);
     int st;
@@ -1000,7 +1013,7 @@ static int run_on_pty(int port, const char *const *args, int cols, char *out, si
         waitpid(pid, &st, 0);
         return -1;
     }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
 }
 
 /* Longest line (in display columns) of what a terminal was sent, escapes left out. */
@@ -1042,6 +1055,23 @@ static void bars_body(const srv_proc *p) {
     CHECK(strstr(out, "\033[?25l") && strstr(out, "\033[?25h"));
     CHECK_MSG(widest_line(out) <= 59, "a line of %d columns on a 60-column terminal", widest_line(out));
 
+    /* Ctrl-C mid-pull: the cursor is shown again before the CLI dies of the signal */
+    CHECK_EQ_INT(sp_req(p, "DELETE", "/api/delete", (snprintf(row, sizeof row, "{\"model\":\"%s\"}", name), row),
+                        NULL), 200);
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_STALL));
+    px.cut_at = 200000;
+    char stalled[128], needle[64];
+    snprintf(stalled, sizeof stalled, "127.0.0.1:%d/library/stories", px.port);
+    snprintf(needle, sizeof needle, "pulling %.12s", wd + 7);
+    const char *pull2[] = {"pull", stalled, "--insecure", NULL};
+    rc = run_on_pty_int(p->port, pull2, 100, needle, out, sizeof out);
+    for (int i = 0; i < 100 && !atomic_load(&px.peer_gone); i++) sp_sleep_ms(50);
+    proxy_stop(&px);
+    CHECK_EQ_INT(rc, 128 + SIGINT);
+    const char *hide = strstr(out, "\033[?25l");
+    CHECK_MSG(hide && strstr(hide, "\033[?25h"), "the cursor stays hidden: %s", out);
+
     char dir[1100], mf[1200], abs[4096], text[4200];
     snprintf(dir, sizeof dir, "%s/bars", test_tmpdir());
     CHECK(mkdir(dir, 0755) == 0);
@@ -1049,10 +1079,7 @@ static void bars_body(const srv_proc *p) {
     snprintf(mf, sizeof mf, "%s/Modelfile", dir);
     snprintf(text, sizeof text, "FROM %s\nSYSTEM fresh blob\n", abs);
     CHECK(hl_file_write(mf, text, strlen(text), NULL) == HL_OK);
-    /* a store without the weights, so that they are copied */
-    char del[256];
-    snprintf(del, sizeof del, "{\"model\":\"%s\"}", name);
-    CHECK_EQ_INT(sp_req(p, "DELETE", "/api/delete", del, NULL), 200);
+    /* (the store lacks the weights now, so that they are copied) */
     const char *create[] = {"create", "barred", "-f", mf, "-q", "q8_0", NULL};
     rc = run_on_pty(p->port, create, 200, out, sizeof out);
     CHECK_MSG(rc == 0, "create on a pty: %d: %s", rc, out);

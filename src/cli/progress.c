@@ -1,5 +1,6 @@
 /* progress.c - the live per-layer progress rows of pull, push and create (cli.h). */
 #define _GNU_SOURCE
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +39,44 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The cursor is hidden while rows redraw; a Ctrl-C (or kill) then would leave the
+ * terminal without one, so SIGINT/SIGTERM show it again before the default action. Only
+ * where nobody else handles the signal. */
+static volatile sig_atomic_t g_cursor_fd = -1;
+static struct sigaction g_old_int, g_old_term;
+static bool g_caught_int, g_caught_term;
+
+static void on_fatal(int sig) {
+    int fd = g_cursor_fd;
+    if (fd >= 0) {
+        ssize_t w = write(fd, "\033[?25h\n", 7);
+        (void)w;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static bool catch_if_default(int sig, struct sigaction *old) {
+    if (sigaction(sig, NULL, old) != 0 || old->sa_handler != SIG_DFL) return false;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_fatal;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(sig, &sa, NULL) == 0;
+}
+
 cli_progress *cli_progress_new(FILE *out, bool tty, bool quarters) {
     cli_progress *v = calloc(1, sizeof *v);
     if (!v) return NULL;
     v->out = out;
     v->tty = tty;
     v->quarters = quarters;
-    if (tty) fputs("\033[?25l", out); /* no cursor flicker while redrawing */
+    if (tty) {
+        fflush(out);
+        g_cursor_fd = fileno(out);
+        g_caught_int = catch_if_default(SIGINT, &g_old_int);
+        g_caught_term = catch_if_default(SIGTERM, &g_old_term);
+        fputs("\033[?25l", out); /* no cursor flicker while redrawing */
+    }
     return v;
 }
 
@@ -180,6 +212,10 @@ void cli_progress_end(cli_progress *v) {
         redraw(v, true);
         fputs("\033[?25h", v->out);
         fflush(v->out);
+        if (g_caught_int) sigaction(SIGINT, &g_old_int, NULL);
+        if (g_caught_term) sigaction(SIGTERM, &g_old_term, NULL);
+        g_caught_int = g_caught_term = false;
+        g_cursor_fd = -1;
     }
     free(v);
 }
