@@ -491,3 +491,74 @@ static void moe_experts(model_ctx *c, const op_moe_args *a, int32_t n_exp, const
         }
     }
 }
+
+int64_t op_moe_gated_scratch_floats(int64_t n_embd, int32_t n_expert, int64_t n_ff_exp) {
+    return op_moe_scratch_floats(n_embd, n_expert, n_ff_exp) + n_expert; /* + selection */
+}
+
+/* The best of v[0..n) not yet taken (ties: the lower index). */
+static int32_t argmax_free(const float *v, const uint8_t *taken, int32_t n) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (!taken[i] && (best < 0 || v[i] > v[best])) best = i;
+    return best;
+}
+
+void op_moe_gated(model_ctx *c, const op_moe_gating *gt, const model_weight *router,
+                  const model_weight *gate, const model_weight *up, const model_weight *down,
+                  int32_t n_used, const float *x, int32_t n_tok, float *out, float *scratch) {
+    const int32_t n_exp = (int32_t)router->n_rows;
+    const int64_t E = router->n_cols, F = gate->ne[1];
+    float *prob = scratch; /* [n_tok][n_exp] as moe_experts reads it */
+    /* the selection scores [n_exp], past op_moe's scratch */
+    float *sel = scratch + (size_t)n_tok * op_moe_scratch_floats(E, n_exp, F);
+    uint8_t taken[OP_MOE_MAX_EXPERTS], gtaken[OP_MOE_MAX_GROUPS];
+    float gscore[OP_MOE_MAX_GROUPS];
+    const int32_t n_group = gt->n_group > 1 ? gt->n_group : 1;
+    const int32_t per_group = n_exp / n_group;
+    op_linear(c, router, NULL, x, n_tok, prob);
+    for (int32_t t = 0; t < n_tok; t++) {
+        float *p = prob + (size_t)t * n_exp;
+        if (gt->sigmoid) {
+            for (int32_t e = 0; e < n_exp; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
+        } else {
+            float mx = p[0], sum = 0.0f;
+            for (int32_t e = 1; e < n_exp; e++) mx = p[e] > mx ? p[e] : mx;
+            for (int32_t e = 0; e < n_exp; e++) sum += p[e] = expf(p[e] - mx);
+            for (int32_t e = 0; e < n_exp; e++) p[e] /= sum;
+        }
+        for (int32_t e = 0; e < n_exp; e++)
+            sel[e] = p[e] + (gt->sel_bias ? gt->sel_bias[e] : 0.0f);
+        if (n_group > 1) {
+            /* a group's score: the sum of its two best; the n_group_used best groups stay */
+            for (int32_t gi = 0; gi < n_group; gi++) {
+                const float *s = sel + (size_t)gi * per_group;
+                float a = -INFINITY, b = -INFINITY;
+                for (int32_t i = 0; i < per_group; i++) {
+                    if (s[i] > a) b = a, a = s[i];
+                    else if (s[i] > b) b = s[i];
+                }
+                gscore[gi] = per_group > 1 ? a + b : a;
+            }
+            memset(gtaken, 0, (size_t)n_group);
+            for (int32_t j = 0; j < gt->n_group_used; j++)
+                gtaken[argmax_free(gscore, gtaken, n_group)] = 1;
+            for (int32_t gi = 0; gi < n_group; gi++)
+                if (!gtaken[gi])
+                    for (int32_t i = 0; i < per_group; i++)
+                        sel[(size_t)gi * per_group + i] = -INFINITY;
+        }
+        memset(taken, 0, (size_t)n_exp);
+        float wsum = 0.0f;
+        for (int32_t j = 0; j < n_used; j++) {
+            const int32_t best = argmax_free(sel, taken, n_exp);
+            taken[best] = 1;
+            wsum += p[best];
+        }
+        float mul = gt->scale != 0.0f ? gt->scale : 1.0f;
+        if (gt->norm) mul /= wsum > 6.103515625e-5f ? wsum : 6.103515625e-5f;
+        for (int32_t e = 0; e < n_exp; e++) p[e] = taken[e] ? p[e] * mul : -1.0f;
+    }
+    const op_moe_args a = {.gate = gate, .up = up, .down = down, .n_used = n_used};
+    moe_experts(c, &a, n_exp, x, n_tok, out, scratch);
+}
