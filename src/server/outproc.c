@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "grammar/grammar.h"
 
 void outbuf_add(outbuf *b, const char *s, size_t n) {
@@ -315,15 +316,6 @@ void tool_free(tool_parser *p) { outbuf_free(&p->buf); }
 
 /* ---- the tool-call grammar ---- */
 
-static void tool_debug(const char *fmt, const char *a, const char *b) {
-    const char *d = getenv("HEARTH_DEBUG");
-    if (!d || !*d || !strcmp(d, "0")) d = getenv("OLLAMA_DEBUG");
-    if (!d || !*d || !strcmp(d, "0") || !strcmp(d, "false")) return;
-    fprintf(stderr, "[hearth] debug: ");
-    fprintf(stderr, fmt, a, b);
-    fputc('\n', stderr);
-}
-
 /* A deep copy of schema whose local $refs ("#...") point below prefix: the parameters
  * move from a document's root into the composed one. */
 static json_t *rebase_refs(const json_t *schema, const char *prefix) {
@@ -382,7 +374,7 @@ char *tool_grammar(const json_t *tools, const char *tag, const char *only, const
     } else if (!strcmp(tag, "[TOOL_CALLS]")) {
         *trigger = "[TOOL_CALLS]", *trigger_end = "", array = true;
     } else {
-        tool_debug("tool calls after \"%s\" are not constrained%s", tag, "");
+        HL_DEBUG("tool calls after \"%s\" are not constrained", tag);
         return NULL;
     }
     json_t *fns = json_array(); /* {name, parameters} of the tools kept */
@@ -403,7 +395,9 @@ char *tool_grammar(const json_t *tools, const char *tag, const char *only, const
     }
     size_t n = json_array_size(fns);
     bool loose = n > TOOL_GRAMMAR_MAX;
-    if (loose) tool_debug("more than %s tools: their arguments are not constrained%s", "8", "");
+    if (loose)
+        HL_DEBUG("%zu tools: their arguments are not constrained (more than %d)", n,
+                 TOOL_GRAMMAR_MAX);
     const char *pre = array ? "#/items/anyOf" : "#/anyOf";
     json_t *alts = json_array();
     for (i = 0; i < n && alts; i++) {
@@ -420,7 +414,7 @@ char *tool_grammar(const json_t *tools, const char *tag, const char *only, const
             break;
         }
         if (!ok) {
-            tool_debug("tool \"%s\": arguments not constrained: %s", name, err.msg);
+            HL_DEBUG("tool \"%s\": arguments not constrained: %s", name, err.msg);
             params = NULL;
         }
         char p[64];
@@ -437,7 +431,7 @@ char *tool_grammar(const json_t *tools, const char *tag, const char *only, const
     hl_err err;
     char *text = NULL;
     if (root && compiles(root, &err)) text = json_dumps(root, JSON_COMPACT);
-    else if (root) tool_debug("tool calls are not constrained: %s%s", err.msg, "");
+    else if (root) HL_DEBUG("tool calls are not constrained: %s", err.msg);
     json_decref(root);
     return text;
 }
