@@ -12,7 +12,8 @@
  *                   templates that emit bare JSON like Llama 3.x) is buffered and, at the
  *                   end, JSON objects with a provided tool's "name" and "arguments" (or
  *                   "parameters") become tool_calls; text that parses as no call is
- *                   returned as content.
+ *                   returned as content. While decoding, tool_grammar's lazy grammar
+ *                   holds each call after the tag to the tools' schemas (below).
  *
  * Each processor appends what is ready to caller-owned buffers (outbuf) and owns its own
  * buffered text; *_free releases it.
