@@ -172,6 +172,11 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
         rope_ok = rope_ok && c->rope[i].cos && c->rope[i].sin;
     }
     c->head_tmp = alloc_floats(w.head, 1);
+    const size_t n_th = (size_t)hl_pool_n_threads(c->pool);
+    c->attn_tmp_floats = (size_t)op_attn_tmp_floats((int64_t)w.head);
+    c->attn_tmp = alloc_floats(n_th, c->attn_tmp_floats);
+    c->attn_part_floats = (size_t)OP_ATTN_PART_FLOATS;
+    c->attn_part = alloc_floats(c->attn_part_floats, 1);
     c->logits = alloc_floats((size_t)hp->n_vocab, 1);
     c->tok_id = calloc(B, sizeof *c->tok_id);
     c->tok_pos = calloc(B, sizeof *c->tok_pos);
@@ -190,12 +195,14 @@ hl_status model_ctx_create(const model *m, int n_threads, int32_t max_batch, mod
     {
         size_t floats = B * (5 * E + w.q + w.k + w.v + w.att + 2 * w.ff +
                              2 * MODEL_ROPE_TABLES * w.rot2 + (size_t)c->extra_floats) +
-                        w.head + (size_t)hp->n_vocab;
+                        w.head + (size_t)hp->n_vocab + n_th * c->attn_tmp_floats +
+                        c->attn_part_floats;
         c->scratch_bytes = floats * sizeof(float) + (scratch ? scratch : 1) +
                            B * (5 * sizeof(int32_t) + sizeof(model_seq_views));
     }
     if (!c->x || !c->xb || !c->xc || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate ||
         !c->up || (c->extra_floats && !c->extra) || !rope_ok || !c->head_tmp || !c->logits ||
+        !c->attn_tmp || !c->attn_part ||
         !c->tok_id || !c->tok_pos || !c->tok_seq || !c->seq_kv || !c->seq_end || !c->seq_first || !c->logit_rows ||
         !c->mm_scratch) {
         model_ctx_free(c);
@@ -210,7 +217,7 @@ void model_ctx_free(model_ctx *c) {
     hl_pool_destroy(c->pool);
     float *bufs[] = {c->x,  c->xb,   c->xc,   c->q,        c->k,     c->v,
                      c->att, c->proj, c->gate, c->up,      c->extra, c->head_tmp,
-                     c->logits};
+                     c->logits, c->attn_tmp, c->attn_part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     for (int i = 0; i < MODEL_ROPE_TABLES; i++) {
         free(c->rope[i].cos);

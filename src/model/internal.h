@@ -216,6 +216,9 @@ struct model_ctx {
     model_rope_table rope[MODEL_ROPE_TABLES];
     int32_t max_rot;
     float *head_tmp; /* [max head dim] */
+    /* op_attention's (ops.h): per pool thread attn_tmp_floats; key-range partials */
+    float *attn_tmp, *attn_part;
+    size_t attn_tmp_floats, attn_part_floats;
     float *logits;   /* [n_vocab], the last token's */
     /* the batch: per token its id, position and sequence; per sequence its KV and the
      * end of its tokens in this batch (exclusive position) */

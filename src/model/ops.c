@@ -12,6 +12,13 @@
 
 #define ATTN_BLOCK 64 /* keys scored per step of the online softmax */
 #define ATTN_HEADS 16 /* query heads that share one pass over a KV head's keys */
+/* Key ranges of decode attention (flash-decoding): a token's keys are computed in ranges
+ * of ATTN_RANGE positions, each with its own online softmax, folded in key order. Key
+ * ranges go to different threads when a batch has few (token, KV head) units: at most
+ * ATTN_SPLIT_TOK tokens and ATTN_SPLIT_UNITS units. */
+#define ATTN_RANGE 512
+#define ATTN_SPLIT_TOK 8
+#define ATTN_SPLIT_UNITS 64
 
 /* ---- embeddings, norms, elementwise ---- */
 
@@ -285,31 +292,62 @@ typedef struct attn_job {
     const model_ctx *c;
     const op_attn *a;
     int32_t n_tok;
-    _Atomic int64_t next_chunk; /* perf: see attn_worker */
+    int32_t group, n_sub, sub_heads; /* query heads per KV head; units per KV head, each
+                                        of at most sub_heads (ATTN_HEADS) heads */
+    int64_t n_units;                 /* n_tok * n_head_kv * n_sub */
+    _Atomic int64_t next_chunk;      /* perf: see attn_worker */
+    /* split mode (op_attention): chunks are (unit, key range) */
+    bool split;
+    int64_t n_chunks;
+    int32_t tok_chunk0[ATTN_SPLIT_TOK + 1]; /* first chunk of each token's units */
+    _Atomic int32_t unit_done[ATTN_SPLIT_UNITS];
+    size_t slot_floats;
 } attn_job;
 
-/* Query heads [h0, h0 + nh) of token t, all of one KV head, nh <= ATTN_HEADS. Keys are
- * scored a block at a time; the softmax is computed online (running max and sum), so no
- * buffer the size of the context is needed. perf: the heads walk the keys together, so
- * each block of K and V comes from memory once for the group instead of once per head
- * (GQA: 4-8 query heads per KV head). Per head the operations and their order are
- * exactly those of a head computed alone. */
-static void attn_heads(const attn_job *j, int32_t t, int32_t h0, int32_t nh) {
+/* The keys token t attends to, [*k_begin, *k_end). */
+static void attn_keys(const attn_job *j, int32_t t, int32_t *k_begin, int32_t *k_end) {
+    const op_attn *a = j->a;
+    const int32_t seq = j->c->tok_seq[t], pos = j->c->tok_pos[t];
+    *k_end = a->causal ? pos + 1 : j->c->seq_end[seq];
+    *k_begin = a->causal && a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+}
+
+/* Key ranges: the keys are cut at multiples of ATTN_RANGE (absolute positions), so a
+ * token's ranges depend only on its own keys, never on the batch or the threads. */
+static int32_t attn_n_ranges(int32_t k_begin, int32_t k_end) {
+    if (k_end <= k_begin) return 1;
+    return (k_end - 1) / ATTN_RANGE - k_begin / ATTN_RANGE + 1;
+}
+
+static void attn_range_keys(int32_t k_begin, int32_t k_end, int32_t r, int32_t *r0, int32_t *r1) {
+    const int32_t first = k_begin / ATTN_RANGE;
+    *r0 = r == 0 ? k_begin : (first + r) * ATTN_RANGE;
+    *r1 = (first + r + 1) * ATTN_RANGE < k_end ? (first + r + 1) * ATTN_RANGE : k_end;
+    if (*r1 < *r0) *r1 = *r0;
+}
+
+/* Query heads [h0, h0 + nh) of token t, all of one KV head, nh <= ATTN_HEADS, over the
+ * keys [r0, r1): the unnormalised output into out ([nh][hdv]), the running max and sum
+ * into run_max / run_sum; first: the token's first range, which starts from the sinks.
+ * Keys are scored a block at a time; the softmax is computed online (running max and
+ * sum), so no buffer the size of the context is needed. perf: the heads walk the keys
+ * together, so each block of K and V comes from memory once for the group instead of
+ * once per head (GQA: 4-8 query heads per KV head), and an f16 block is converted to f32
+ * once for the group (tmp: this thread's scratch) rather than once per head: F16C's
+ * conversion costs as much as the FMAs it feeds. Per head the operations and their
+ * order are exactly those of a head computed alone. */
+static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int32_t r0,
+                       int32_t r1, bool first, float *out, float *run_max, float *run_sum,
+                       float *tmp) {
     const op_attn *a = j->a;
     const model_ctx *c = j->c;
     const int32_t hdk = a->head_dim_k, hdv = a->head_dim_v;
-    const int32_t kvh = h0 / (a->n_head / a->n_head_kv);
-    const int32_t seq = c->tok_seq[t], pos = c->tok_pos[t];
+    const int32_t kvh = h0 / j->group;
+    const int32_t seq = c->tok_seq[t];
     /* the token's own sequence, in the slot of the layer's cache */
     const model_seq_kv *kv = &c->seq_kv[seq].slot[c->m->layer_slot[a->layer]];
-    const int32_t k_end = a->causal ? pos + 1 : c->seq_end[seq];
-    const int32_t k_begin = a->causal && a->window > 0 && pos - a->window + 1 > 0
-                                ? pos - a->window + 1
-                                : 0;
-    float run_max[ATTN_HEADS], run_sum[ATTN_HEADS];
     float score[ATTN_BLOCK];
     const float *q = c->q + ((int64_t)t * a->n_head + h0) * hdk;
-    float *out = c->att + ((int64_t)t * a->n_head + h0) * hdv;
     const hl_type kt = kv->geom->k_type, vt = kv->geom->v_type;
     const size_t ldk = kv->geom->k_row[a->layer], ldv = kv->geom->v_row[a->layer];
     /* q8_0 keys are scored against q in q8_0 (the integer dot): quantized once here */
@@ -323,21 +361,33 @@ static void attn_heads(const attn_job *j, int32_t t, int32_t h0, int32_t nh) {
                               hdk);
         qk = q8;
     }
+    const bool conv_k = kt == HL_TYPE_F16 && nh > 1, conv_v = vt == HL_TYPE_F16 && nh > 1;
+    float *kbuf = tmp, *vbuf = tmp + (size_t)ATTN_BLOCK * (size_t)hdk;
     for (int32_t i = 0; i < nh; i++) {
         /* a sink is one more logit in the denominator: exp(sink - max) starts the sum */
-        run_max[i] = a->sinks ? a->sinks[h0 + i] : -INFINITY;
-        run_sum[i] = a->sinks ? 1.0f : 0.0f;
+        run_max[i] = first && a->sinks ? a->sinks[h0 + i] : -INFINITY;
+        run_sum[i] = first && a->sinks ? 1.0f : 0.0f;
     }
     memset(out, 0, (size_t)nh * (size_t)hdv * sizeof *out);
-    for (int32_t k0 = k_begin, nb; k0 < k_end; k0 += nb) {
+    for (int32_t k0 = r0, nb; k0 < r1; k0 += nb) {
         /* a run of keys that is contiguous: inside one cache block */
-        nb = k_end - k0 < ATTN_BLOCK ? k_end - k0 : ATTN_BLOCK;
+        nb = r1 - k0 < ATTN_BLOCK ? r1 - k0 : ATTN_BLOCK;
         if (nb > kv->B - k0 % kv->B) nb = kv->B - k0 % kv->B;
         const uint8_t *K = kv_k(kv, a->layer, kvh, k0);
         const uint8_t *V = kv_v(kv, a->layer, kvh, k0);
+        hl_type kt_b = kt, vt_b = vt;
+        size_t ldk_b = ldk, ldv_b = ldv;
+        if (conv_k) {
+            kern_kv_rows_to_f32(kt, kbuf, K, ldk, nb, hdk);
+            K = (const uint8_t *)kbuf, kt_b = HL_TYPE_F32, ldk_b = (size_t)hdk * sizeof(float);
+        }
+        if (conv_v) {
+            kern_kv_rows_to_f32(vt, vbuf, V, ldv, nb, hdv);
+            V = (const uint8_t *)vbuf, vt_b = HL_TYPE_F32, ldv_b = (size_t)hdv * sizeof(float);
+        }
         for (int32_t i = 0; i < nh; i++) {
             float *o = out + (int64_t)i * hdv;
-            kern_dot_rows_kv(kt, score, (const uint8_t *)qk + i * q_stride, K, ldk, nb, hdk,
+            kern_dot_rows_kv(kt_b, score, (const uint8_t *)qk + i * q_stride, K, ldk_b, nb, hdk,
                              a->scale);
             if (a->softcap != 0.0f) op_softcap(score, nb, a->softcap);
             float block_max = -INFINITY;
@@ -351,38 +401,157 @@ static void attn_heads(const attn_job *j, int32_t t, int32_t h0, int32_t nh) {
             }
             /* perf: vector exp over the block; the value sum with o held in registers */
             run_sum[i] += kern_exp_shift_sum(score, nb, run_max[i]);
-            kern_axpy_rows_kv(vt, o, score, V, ldv, nb, hdv);
+            kern_axpy_rows_kv(vt_b, o, score, V, ldv_b, nb, hdv);
         }
     }
+}
+
+/* Folds a later range's partial (o2, m2, s2) into the running one (o, m, s), nh heads:
+ * both rescaled to the larger max. Ranges are always folded in key order, whether one
+ * thread computed them all or several did, so both give the same bits. */
+static void attn_merge(int32_t nh, int32_t hdv, float *o, float *m, float *s, const float *o2,
+                       const float *m2, const float *s2) {
+    for (int32_t i = 0; i < nh; i++) {
+        const float mx = m2[i] > m[i] ? m2[i] : m[i];
+        if (mx == -INFINITY) continue; /* both empty */
+        const float a = expf(m[i] - mx), b = expf(m2[i] - mx);
+        s[i] = s[i] * a + s2[i] * b;
+        m[i] = mx;
+        float *oi = o + (int64_t)i * hdv;
+        const float *o2i = o2 + (int64_t)i * hdv;
+        for (int32_t d = 0; d < hdv; d++) oi[d] = oi[d] * a + o2i[d] * b;
+    }
+}
+
+static void attn_normalize(int32_t nh, int32_t hdv, float *out, const float *run_sum) {
     for (int32_t i = 0; i < nh; i++) {
         const float inv = run_sum[i] > 0.0f ? 1.0f / run_sum[i] : 0.0f;
         for (int32_t d = 0; d < hdv; d++) out[(int64_t)i * hdv + d] *= inv;
     }
 }
 
-/* perf: threads claim chunks (one token x the query heads of one KV head) from a counter,
- * latest token first: causal rows grow with the position, so a static split gave the
- * thread with the late tokens 3/4 of a prefill's work, and a descheduled thread no
- * longer holds up the others. Each (token, head) is computed alike in any order. */
+/* Unit u: token t, query heads [h0, h0 + nh). */
+static void attn_unit(const attn_job *j, int64_t u, int32_t *t, int32_t *h0, int32_t *nh) {
+    const int64_t per_tok = (int64_t)j->a->n_head_kv * j->n_sub;
+    *t = (int32_t)(u / per_tok);
+    const int32_t w = (int32_t)(u % per_tok), kvh = w / j->n_sub, sub = w % j->n_sub;
+    *h0 = kvh * j->group + sub * j->sub_heads;
+    *nh = j->group - sub * j->sub_heads < j->sub_heads ? j->group - sub * j->sub_heads
+                                                        : j->sub_heads;
+}
+
+/* One unit by one thread: its ranges in key order, each folded into c->att. */
+static void attn_unit_all(const attn_job *j, int64_t u, float *tmp) {
+    int32_t t, h0, nh, k_begin, k_end;
+    attn_unit(j, u, &t, &h0, &nh);
+    attn_keys(j, t, &k_begin, &k_end);
+    const int32_t hdv = j->a->head_dim_v, n_r = attn_n_ranges(k_begin, k_end);
+    float *out = j->c->att + ((int64_t)t * j->a->n_head + h0) * hdv;
+    float m[ATTN_HEADS], s[ATTN_HEADS], m2[ATTN_HEADS], s2[ATTN_HEADS];
+    float *o2 = tmp + (size_t)ATTN_BLOCK * (size_t)(j->a->head_dim_k + hdv);
+    for (int32_t r = 0; r < n_r; r++) {
+        int32_t r0, r1;
+        attn_range_keys(k_begin, k_end, r, &r0, &r1);
+        if (r == 0) {
+            attn_range(j, t, h0, nh, r0, r1, true, out, m, s, tmp);
+        } else {
+            attn_range(j, t, h0, nh, r0, r1, false, o2, m2, s2, tmp);
+            attn_merge(nh, hdv, out, m, s, o2, m2, s2);
+        }
+    }
+    attn_normalize(nh, hdv, out, s);
+}
+
+/* Split mode: chunk ci is one key range of one unit; its partial goes to slot ci (the
+ * slots of a unit are consecutive, in range order). The thread that finishes a unit's
+ * last range folds them all, in order, into c->att. */
+static void attn_chunk_split(attn_job *j, int64_t ci, float *tmp) {
+    int32_t t = 0;
+    while (j->tok_chunk0[t + 1] <= ci) t++;
+    int32_t k_begin, k_end;
+    attn_keys(j, t, &k_begin, &k_end);
+    const int32_t n_r = attn_n_ranges(k_begin, k_end);
+    const int64_t per_tok = (int64_t)j->a->n_head_kv * j->n_sub;
+    const int64_t in_tok = ci - j->tok_chunk0[t], u = (int64_t)t * per_tok + in_tok / n_r;
+    const int32_t r = (int32_t)(in_tok % n_r);
+    int32_t h0, nh, r0, r1;
+    attn_unit(j, u, &t, &h0, &nh);
+    attn_range_keys(k_begin, k_end, r, &r0, &r1);
+    const int32_t hdv = j->a->head_dim_v;
+    float *part = j->c->attn_part;
+    float *slot = part + (size_t)ci * j->slot_floats;
+    float *sm = slot + (size_t)nh * hdv, *ss = sm + nh;
+    attn_range(j, t, h0, nh, r0, r1, r == 0, slot, sm, ss, tmp);
+    if (atomic_fetch_add_explicit(&j->unit_done[u], 1, memory_order_acq_rel) != n_r - 1) return;
+    /* the last range of the unit: fold them all in key order */
+    const int64_t c0 = ci - r;
+    float *out = j->c->att + ((int64_t)t * j->a->n_head + h0) * hdv;
+    const float *s0 = part + (size_t)c0 * j->slot_floats;
+    float m[ATTN_HEADS], s[ATTN_HEADS];
+    memcpy(out, s0, (size_t)nh * hdv * sizeof *out);
+    memcpy(m, s0 + (size_t)nh * hdv, (size_t)nh * sizeof *m);
+    memcpy(s, s0 + (size_t)nh * hdv + nh, (size_t)nh * sizeof *s);
+    for (int32_t k = 1; k < n_r; k++) {
+        const float *sk = part + (size_t)(c0 + k) * j->slot_floats;
+        attn_merge(nh, hdv, out, m, s, sk, sk + (size_t)nh * hdv, sk + (size_t)nh * hdv + nh);
+    }
+    attn_normalize(nh, hdv, out, s);
+}
+
+/* perf: threads claim chunks from a counter. Without split, a chunk is one unit (one
+ * token x up to ATTN_HEADS query heads of one KV head), latest token first: causal rows
+ * grow with the position, so a static split gave the thread with the late tokens 3/4
+ * of a prefill's work, and a descheduled thread no longer holds up the others. With
+ * split (decode: fewer units than the threads could share), a chunk is one key range
+ * of a unit (flash-decoding), so two threads share even a single KV head's keys. Each
+ * chunk is computed alike in any order. */
 static void attn_worker(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
-    (void)ith;
     (void)nth;
-    const int32_t n_head = j->a->n_head, group = n_head / j->a->n_head_kv;
-    const int64_t per_tok = n_head / group, n_chunks = (int64_t)j->n_tok * per_tok;
+    float *tmp = j->c->attn_tmp + (size_t)ith * j->c->attn_tmp_floats;
+    const int64_t n_chunks = j->split ? j->n_chunks : j->n_units;
     for (;;) {
         const int64_t ci = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed);
         if (ci >= n_chunks) break;
-        const int64_t i = n_chunks - 1 - ci;
-        const int32_t t = (int32_t)(i / per_tok), h0 = (int32_t)(i % per_tok) * group;
-        for (int32_t h = h0; h < h0 + group; h += ATTN_HEADS)
-            attn_heads(j, t, h, h0 + group - h < ATTN_HEADS ? h0 + group - h : ATTN_HEADS);
+        if (j->split) attn_chunk_split(j, ci, tmp);
+        else attn_unit_all(j, n_chunks - 1 - ci, tmp);
     }
+}
+
+int64_t op_attn_tmp_floats(int64_t max_head_dim) {
+    return (2 * ATTN_BLOCK + ATTN_HEADS) * max_head_dim;
 }
 
 void op_attention(model_ctx *c, const op_attn *a, int32_t n_tok) {
     if (a->store) kv_store(c, a, n_tok);
     attn_job job = {.c = c, .a = a, .n_tok = n_tok, .next_chunk = 0};
+    job.group = a->n_head / a->n_head_kv;
+    job.n_sub = (job.group + ATTN_HEADS - 1) / ATTN_HEADS;
+    job.sub_heads = job.group < ATTN_HEADS ? job.group : ATTN_HEADS;
+    job.n_units = (int64_t)n_tok * a->n_head_kv * job.n_sub;
+    job.slot_floats = (size_t)job.sub_heads * ((size_t)a->head_dim_v + 2);
+    /* split by key ranges when the units alone would leave threads idle or unbalanced,
+     * and the partials fit in c->attn_part */
+    const int nth = hl_pool_n_threads(c->pool);
+    if (nth > 1 && n_tok <= ATTN_SPLIT_TOK && job.n_units <= ATTN_SPLIT_UNITS &&
+        job.n_units < 4 * (int64_t)nth) {
+        int64_t chunks = 0, multi = 0;
+        const int64_t per_tok = job.n_units / n_tok;
+        for (int32_t t = 0; t < n_tok; t++) {
+            int32_t k_begin, k_end;
+            attn_keys(&job, t, &k_begin, &k_end);
+            const int32_t n_r = attn_n_ranges(k_begin, k_end);
+            job.tok_chunk0[t] = (int32_t)chunks;
+            chunks += per_tok * n_r;
+            multi += n_r > 1;
+        }
+        job.tok_chunk0[n_tok] = (int32_t)chunks;
+        if (multi > 0 && (size_t)chunks * job.slot_floats <= c->attn_part_floats) {
+            job.split = true;
+            job.n_chunks = chunks;
+            for (int64_t u = 0; u < job.n_units; u++) atomic_init(&job.unit_done[u], 0);
+        }
+    }
     hl_pool_run_any(c->pool, attn_worker, &job); /* perf: chunks claimed dynamically */
 }
 
