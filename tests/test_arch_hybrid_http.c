@@ -110,3 +110,119 @@ TEST(arch_hybrid_http_mamba2_shared_system_prompt) { shared_system_prompt("mamba
 /* a hybrid with experts, and a KV-only MoE whose windowed layers keep their own slot */
 TEST(arch_hybrid_http_qwen35moe_shared_system_prompt) { shared_system_prompt("qwen35moe"); }
 TEST(arch_hybrid_http_gptoss_shared_system_prompt) { shared_system_prompt("gpt-oss"); }
+
+/* ---- issue 18 on a model with a recurrent state: snapshots in the disk tier ----
+ * A's prompt leaves snapshot records (state + the KV block holding the offset) under the
+ * model's kvcache/<blob>/state/; after a restart B (same system prompt) restores the one
+ * at the system prompt's end from disk: a cache hit with the output of a cold server.
+ * Damaging every record makes the next server reject them (recompute, cached 0, same
+ * output) and write them again. */
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+/* The state record directory of the only model under a server's store. */
+static bool state_dir(const srv_proc *p, char *out, size_t n) {
+    char base[1200];
+    snprintf(base, sizeof base, "%s/kvcache", p->models);
+    DIR *d = opendir(base);
+    if (!d) return false;
+    struct dirent *de;
+    bool found = false;
+    while (!found && (de = readdir(d)))
+        if (strncmp(de->d_name, "sha256-", 7) == 0) {
+            snprintf(out, n, "%s/%s/state", base, de->d_name);
+            found = true;
+        }
+    closedir(d);
+    return found;
+}
+
+/* Record files in dir; with `damage`, flips a byte near the end of each. */
+static int records(const char *dir, bool damage) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *de;
+    char path[1600];
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l <= 4 || strcmp(de->d_name + l - 4, ".kvb") != 0) continue;
+        n++;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        int fd = damage ? open(path, O_RDWR) : -1;
+        if (fd >= 0) {
+            off_t end = lseek(fd, 0, SEEK_END);
+            unsigned char b = 0;
+            if (end > 10 && pread(fd, &b, 1, end - 10) == 1) {
+                b ^= 0x5a;
+                if (pwrite(fd, &b, 1, end - 10) != 1) n = -1000;
+            }
+            close(fd);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static char g_sdir[1400];
+static int g_n_records;
+static reply g_r;
+
+static void restart_first(srv_proc *p) {
+    CHECK(chat(p, Q_A, &g_r));
+    CHECK_EQ_INT(g_r.cached, 0);
+    CHECK(state_dir(p, g_sdir, sizeof g_sdir));
+}
+
+static void restart_again(srv_proc *p) { CHECK(chat(p, Q_B, &g_r)); }
+
+/* Waits (up to 10 s) for at least `want` records: they are written behind the reply. */
+static bool wait_records(int want) {
+    for (int i = 0; i < 200; i++) {
+        if (records(g_sdir, false) >= want) return true;
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
+static void snapshot_restart(const char *case_name) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "testdata/arch/%s.gguf", case_name);
+    if (!test_shared_path(rel)) SKIP("testdata/arch golden GGUF not found (HEARTH_SHARED)");
+    g_case = case_name;
+    char tag[64];
+    snprintf(tag, sizeof tag, "hybrid-restart-%s", case_name);
+    SP_WITH_SERVER(tag, NULL, setup, restart_first); /* stopping drains the writer */
+    if (test_failed()) return;
+    g_n_records = records(g_sdir, false);
+    /* the system prompt's end and A's end - 4 at least */
+    CHECK_MSG(g_n_records >= 2, "%d snapshot records in %s", g_n_records, g_sdir);
+    /* a restart: the trie is empty, B's system prompt comes from the disk tier */
+    SP_WITH_SERVER(tag, NULL, NULL, restart_again);
+    reply warm = g_r;
+    g_cold_question = Q_B;
+    SP_WITH_SERVER("hybrid-restart-cold", NULL, setup, cold_body);
+    fprintf(stderr, "    %s: %d records; after the restart B cached %lld of %lld\n", case_name,
+            g_n_records, warm.cached, warm.prompt_tokens);
+    CHECK_MSG(warm.cached > 0, "B after a restart was not a cache hit");
+    CHECK(warm.cached < warm.prompt_tokens - 10);
+    CHECK_EQ_INT(warm.completion_tokens, g_cold.completion_tokens);
+    CHECK_STR(warm.text, g_cold.text);
+    /* damaged records: rejected (deleted), recomputed, written again */
+    int n = records(g_sdir, true);
+    CHECK_EQ_INT(n, records(g_sdir, false));
+    SP_WITH_SERVER(tag, NULL, NULL, restart_again);
+    CHECK_EQ_INT(g_r.cached, 0);
+    CHECK_STR(g_r.text, g_cold.text);
+    CHECK(wait_records(n));
+    /* and the rewritten records are good: one more restart hits again (B's own end - 4
+     * is on disk now too) */
+    SP_WITH_SERVER(tag, NULL, NULL, restart_again);
+    CHECK(g_r.cached >= warm.cached && g_r.cached < g_r.prompt_tokens);
+    CHECK_STR(g_r.text, g_cold.text);
+}
+
+TEST(arch_hybrid_http_qwen35_snapshot_survives_restart) { snapshot_restart("qwen35"); }
+TEST(arch_hybrid_http_mamba2_snapshot_survives_restart) { snapshot_restart("mamba2"); }

@@ -116,6 +116,10 @@ int32_t kv_store_get_run(kv_store *s, const kv_hash *keys, int32_t n, void *cons
 /* Whether every configured tier holds (or has queued) key: no need to put it. */
 bool kv_store_known(kv_store *s, kv_hash key);
 
+/* Whether the disk index lists key (a file found when the store opened, or written or
+ * read since): a look-up without IO, for probing many candidate keys. */
+bool kv_store_on_disk(kv_store *s, kv_hash key);
+
 /* Queues a copy of a block for the tiers that lack it; false when dropped (queue full)
  * or known already. */
 bool kv_store_put(kv_store *s, kv_hash key, const void *data);

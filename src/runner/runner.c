@@ -83,6 +83,7 @@ struct runner {
     kv_pool *pool;  /* slot 0 */
     kv_pool *wpool; /* slot 1, or NULL */
     kv_pool_set pools;
+    kv_state_pager *spager; /* recurrent snapshots' tiers, or NULL */
     int32_t n_caches; /* per sequence: KV slots, then a recurrent state */
     kv_prefix *pc;
     sampler *smp;
@@ -101,6 +102,11 @@ struct runner {
 
     kv_store *store;   /* disk / shared tiers, or NULL */
     kv_hash kv_seed;   /* key[0]: the model, KV types and block layout */
+    int32_t chain_B;   /* tokens per link of the hash chain (the KV block size) */
+    kv_store *sstore;  /* recurrent snapshots' records in the tiers, or NULL */
+    kv_hash state_seed; /* the slot kind mixed into a snapshot's key */
+    size_t state_bytes, srec_bytes; /* the state; a record (state + one KV block) */
+    uint8_t *srec;     /* a record's scratch (batch thread, under kv_mu) */
     runner_cache_stats cstats; /* under kv_mu */
 
     pthread_mutex_t kv_mu;
@@ -118,40 +124,85 @@ struct runner {
 
 static void *batch_main(void *arg);
 
-/* The disk / shared tiers (kv/store.h), for a model whose cache is full KV alone. */
+/* The disk / shared tiers (kv/store.h), for a model whose cache is full-attention KV, a
+ * recurrent state, or both (a sliding window's blocks are not kept there). Full blocks go
+ * to `store`; a recurrent snapshot at offset t goes to `sstore` as one record: the state
+ * and, for a hybrid, the KV block holding t (its rows below t, the rest zero), keyed by
+ * the chain at t's last full block, the slot kind and the tokens since. */
 static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
     const bool redis = cfg->kv_redis && *cfg->kv_redis;
     if (!cfg->kv_model_id || !*cfg->kv_model_id || (!cfg->kv_store_dir && !redis)) return HL_OK;
-    if (r->n_caches != 1 || !r->pool || r->wpool || !r->causal) {
+    const size_t state_floats = model_state_floats(r->m);
+    if (r->wpool || !r->causal || (!r->pool && !state_floats)) {
         fprintf(stderr, "runner: KV disk/shared tiers need a model whose cache is full-attention "
-                        "KV only: off for this one\n");
+                        "KV and/or a recurrent state (no sliding window): off for this one\n");
         return HL_OK;
     }
-    const kv_layout *l = kv_pool_layout(r->pool);
-    const kv_geom *g = kv_pool_geom(r->pool);
+    r->chain_B = r->pool ? kv_pool_layout(r->pool)->block_tokens
+                         : (cfg->block_tokens > 0 ? cfg->block_tokens : RUNNER_BLOCK_TOKENS);
+    size_t disk_max = cfg->kv_disk_max ? cfg->kv_disk_max : KV_STORE_DISK_MAX_DEFAULT;
+    /* both tiers under one cap: snapshots get a quarter of it */
+    const size_t state_disk_max = r->pool && state_floats ? disk_max / 4 : disk_max;
+    if (r->pool && state_floats) disk_max -= state_disk_max;
     /* the identity: whatever changes a block's bytes */
-    size_t cap = strlen(cfg->kv_model_id) + 128 + (size_t)g->n_layer * 40;
+    const kv_geom *g = r->pool ? kv_pool_geom(r->pool) : NULL;
+    size_t cap = strlen(cfg->kv_model_id) + 128 + (g ? (size_t)g->n_layer * 40 : 0);
     char *id = malloc(cap);
     if (!id) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    int len = snprintf(id, cap, "hearth-kv1|model=%s|slot=full|k=%s|v=%s|B=%d|layers=%d",
-                       cfg->kv_model_id, hl_type_name(l->k_type), hl_type_name(l->v_type),
-                       l->block_tokens, g->n_layer);
-    for (int32_t i = 0; i < g->n_layer && len > 0 && (size_t)len < cap; i++)
-        len += snprintf(id + len, cap - (size_t)len, "|%d,%d,%d", g->dims[i].n_head_kv,
-                        g->dims[i].head_dim_k, g->dims[i].head_dim_v);
-    r->kv_seed = kv_hash_seed(id, strlen(id));
-    free(id);
-    kv_store_config sc = {.dir = cfg->kv_store_dir, .disk_max = cfg->kv_disk_max,
-                          .redis_url = cfg->kv_redis, .ns = cfg->kv_model_id,
-                          .redis_ttl_s = cfg->kv_redis_ttl_s,
-                          .block_bytes = kv_layout_block_bytes(l)};
-    hl_err se;
-    if (kv_store_open(&sc, &r->store, &se) != HL_OK) { /* the model still serves, from RAM */
-        fprintf(stderr, "runner: KV disk/shared tiers off: %s\n", se.msg);
-        r->store = NULL;
-        return HL_OK;
+    if (g) {
+        const kv_layout *l = kv_pool_layout(r->pool);
+        int len = snprintf(id, cap, "hearth-kv1|model=%s|slot=full|k=%s|v=%s|B=%d|layers=%d",
+                           cfg->kv_model_id, hl_type_name(l->k_type), hl_type_name(l->v_type),
+                           l->block_tokens, g->n_layer);
+        for (int32_t i = 0; i < g->n_layer && len > 0 && (size_t)len < cap; i++)
+            len += snprintf(id + len, cap - (size_t)len, "|%d,%d,%d", g->dims[i].n_head_kv,
+                            g->dims[i].head_dim_k, g->dims[i].head_dim_v);
+    } else {
+        snprintf(id, cap, "hearth-kv1|model=%s|slot=none|B=%d", cfg->kv_model_id, r->chain_B);
     }
-    const int32_t n_keys = r->n_ctx / l->block_tokens + 1;
+    r->kv_seed = kv_hash_seed(id, strlen(id));
+    hl_err se;
+    if (r->pool) {
+        kv_store_config sc = {.dir = cfg->kv_store_dir, .disk_max = disk_max,
+                              .redis_url = cfg->kv_redis, .ns = cfg->kv_model_id,
+                              .redis_ttl_s = cfg->kv_redis_ttl_s,
+                              .block_bytes = kv_layout_block_bytes(kv_pool_layout(r->pool))};
+        if (kv_store_open(&sc, &r->store, &se) != HL_OK) { /* the model still serves, from RAM */
+            fprintf(stderr, "runner: KV disk/shared tiers off: %s\n", se.msg);
+            r->store = NULL;
+            free(id);
+            return HL_OK;
+        }
+    }
+    if (state_floats) {
+        r->state_bytes = state_floats * sizeof(float);
+        r->srec_bytes = r->state_bytes + (r->pool ? kv_layout_block_bytes(kv_pool_layout(r->pool)) : 0);
+        snprintf(id, cap, "hearth-state1|floats=%zu|record=%zu", state_floats, r->srec_bytes);
+        r->state_seed = kv_hash_seed(id, strlen(id));
+        char *dir = NULL, *ns = NULL;
+        const size_t nd = cfg->kv_store_dir ? strlen(cfg->kv_store_dir) + 8 : 0;
+        const size_t nn = strlen(cfg->kv_model_id) + 8;
+        if ((nd && !(dir = malloc(nd))) || !(ns = malloc(nn)) || !(r->srec = malloc(r->srec_bytes))) {
+            free(dir);
+            free(ns);
+            free(id);
+            return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+        }
+        if (dir) snprintf(dir, nd, "%s/state", cfg->kv_store_dir);
+        snprintf(ns, nn, "%s:state", cfg->kv_model_id);
+        kv_store_config sc = {.dir = dir, .disk_max = state_disk_max, .redis_url = cfg->kv_redis,
+                              .ns = ns, .redis_ttl_s = cfg->kv_redis_ttl_s,
+                              .block_bytes = r->srec_bytes};
+        if (kv_store_open(&sc, &r->sstore, &se) != HL_OK) {
+            fprintf(stderr, "runner: disk/shared tiers for recurrent snapshots off: %s\n", se.msg);
+            r->sstore = NULL;
+        }
+        free(dir);
+        free(ns);
+    }
+    free(id);
+    if (!r->store && !r->sstore) return HL_OK;
+    const int32_t n_keys = r->n_ctx / r->chain_B + 1;
     for (int32_t i = 0; i < r->n_parallel; i++) {
         r->seqs[i].hashes = malloc((size_t)n_keys * sizeof(kv_hash));
         if (!r->seqs[i].hashes) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
@@ -160,16 +211,28 @@ static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
     return HL_OK;
 }
 
+/* The chain after k full blocks of the sequence's tokens. */
+static kv_hash chain_at(const runner *r, const seq *s, int32_t k) {
+    return k > 0 ? s->hashes[k - 1] : r->kv_seed;
+}
+
+/* A recurrent snapshot's key: the chain at its last full block, the slot kind, then the
+ * n tokens from that block's start to the snapshot's offset. */
+static kv_hash state_key(const runner *r, kv_hash chain, const int32_t *rest, int32_t n) {
+    _Static_assert(sizeof(kv_hash) == 4 * sizeof(int32_t), "a hash is four int32 words");
+    int32_t kind[4];
+    memcpy(kind, &r->state_seed, sizeof kind);
+    return kv_hash_next(kv_hash_next(chain, kind, 4), rest, n);
+}
+
 /* Under kv_mu, after the trie restored what it holds: continues the sequence's table with
  * consecutive blocks found by key on disk or Redis (the prompt's last token is always
- * computed), and advances the session past them. */
-static void store_extend(runner *r, seq *s) {
+ * computed). With `advance` the session moves past them; else (a hybrid, whose state must
+ * match) the table is left at the returned end for the caller. */
+static int32_t store_extend(runner *r, seq *s, bool advance) {
     const runner_request *req = s->job->req;
-    const int32_t B = kv_pool_layout(r->pool)->block_tokens;
-    const int32_t n_full = (req->n_tokens - 1) / B;
-    kv_hash h = r->kv_seed;
-    for (int32_t k = 0; k < n_full; k++) s->hashes[k] = h = kv_hash_next(h, req->tokens + k * B, B);
-    s->n_hashes = n_full;
+    const int32_t B = r->chain_B;
+    const int32_t n_full = s->n_hashes;
     const int32_t prefix = s->sess.prefix;
     int32_t end = prefix;
     hl_err e;
@@ -178,6 +241,7 @@ static void store_extend(runner *r, seq *s) {
     void *data[CHUNK];
     kv_source src[CHUNK];
     bool more = true;
+    (void)req;
     for (int32_t k0 = prefix / B; more && k0 < n_full; k0 += CHUNK) {
         int32_t n = n_full - k0 < CHUNK ? n_full - k0 : CHUNK, got = 0;
         for (int32_t i = 0; i < n; i++) {
@@ -202,19 +266,112 @@ static void store_extend(runner *r, seq *s) {
         }
         if (got < CHUNK) more = false;
     }
-    if (end > prefix && (kv_table_set_len(&s->table, end, &e) || kv_session_advance(&s->sess, &e))) {
+    if (end > prefix && (kv_table_set_len(&s->table, end, &e) ||
+                         (advance && kv_session_advance(&s->sess, &e)))) {
         /* cannot happen with whole blocks; stay with what the trie gave */
         fprintf(stderr, "runner: KV blocks from the store not used: %s\n", e.msg);
         kv_table_truncate(&s->table, prefix);
         s->rs.cached_disk = s->rs.cached_remote = 0;
+        end = prefix;
     }
+    return end;
+}
+
+/* Whether Redis is worth a round trip for a snapshot at t (the disk index is probed at
+ * every offset): the offsets the request expects to share and the periodic ones. */
+static bool remote_candidate(const runner_request *req, int32_t t) {
+    if (t % KV_SNAPSHOT_INTERVAL == 0) return true;
+    for (int32_t i = 0; req->snapshot_at && i < req->n_snapshot_at; i++)
+        if (req->snapshot_at[i] == t) return true;
+    return false;
+}
+
+/* Under kv_mu, for a model with a recurrent state: the longest prefix past the trie's
+ * where every slot can be restored from the tiers: full blocks below the last full block
+ * boundary k*B <= t, and a snapshot record exactly at t (the state and, for a hybrid, the
+ * KV rows [k*B, t)). A corrupt record is deleted by the store and a shorter one tried;
+ * nothing found leaves the sequence where the trie put it. */
+static hl_status state_extend(runner *r, seq *s, hl_err *err) {
+    const runner_request *req = s->job->req;
+    const int32_t B = r->chain_B, n = req->n_tokens, prefix = s->sess.prefix;
+    const int32_t end_kv = r->store ? store_extend(r, s, false) : n - 1;
+    int32_t hi = n - 1;
+    if (r->pool && end_kv / B * B + B - 1 < hi) hi = end_kv / B * B + B - 1;
+    kv_source src = KV_SRC_NONE;
+    int32_t t = hi;
+    for (; t > prefix; t--) {
+        const int32_t k = t / B;
+        kv_hash key = state_key(r, chain_at(r, s, k), req->tokens + (size_t)k * B, t - k * B);
+        if ((kv_store_on_disk(r->sstore, key) ||
+             (kv_store_has_remote(r->sstore) && remote_candidate(req, t))) &&
+            (src = kv_store_get(r->sstore, key, r->srec)) != KV_SRC_NONE)
+            break;
+    }
+    hl_err e;
+    bool ok = t > prefix;
+    if (ok && r->pool) { /* the rows below t: blocks up to k*B, then the record's */
+        const int32_t k = t / B;
+        kv_table_truncate(&s->table, k * B);
+        if (t > k * B) {
+            kv_block *b = kv_block_new_full(r->pool);
+            ok = b != NULL;
+            if (ok) {
+                memcpy(kv_block_data(b), r->srec + r->state_bytes, r->srec_bytes - r->state_bytes);
+                ok = kv_table_set(&s->table, k, b, &e) == HL_OK;
+                kv_block_unref(r->pool, b);
+            }
+        }
+        ok = ok && kv_table_set_len(&s->table, t, &e) == HL_OK;
+    }
+    s->rs.cached_disk = s->rs.cached_remote = 0;
+    if (!ok) { /* back to what the trie restored (the state was not touched) */
+        if (r->pool) kv_table_truncate(&s->table, prefix);
+        return HL_OK;
+    }
+    memcpy(s->state.state, r->srec, r->state_bytes);
+    s->state.offset = t;
+    /* every cache is at t < n now: the session cannot refuse, but an error beats a wrong
+     * state */
+    hl_status st = kv_session_advance(&s->sess, err);
+    if (st) return st;
+    if (src == KV_SRC_DISK) s->rs.cached_disk = t - prefix;
+    else s->rs.cached_remote = t - prefix;
+    return HL_OK;
+}
+
+/* Writes the recurrent snapshot the sequence just took at t (state at t) to the tiers. */
+static void state_publish(runner *r, seq *s, int32_t t) {
+    const int32_t B = r->chain_B, k = t / B;
+    if (t <= 0 || s->state.offset != t || k > s->n_hashes || t > s->sess.n_stored) return;
+    if (r->pool && (s->table.len < t || (t > k * B && !s->table.data[k]))) return;
+    kv_hash key = state_key(r, chain_at(r, s, k), s->sess.stored + (size_t)k * B, t - k * B);
+    if (kv_store_known(r->sstore, key)) return;
+    memcpy(r->srec, s->state.state, r->state_bytes);
+    if (r->pool) {
+        if (t > k * B) kv_block_copy_rows(r->pool, r->srec + r->state_bytes, s->table.data[k], t - k * B);
+        else memset(r->srec + r->state_bytes, 0, r->srec_bytes - r->state_bytes);
+    }
+    kv_store_put(r->sstore, key, r->srec);
+}
+
+/* Under kv_mu: keys of the prompt's full blocks, then what the tiers add to the trie's
+ * prefix. */
+static hl_status tiers_extend(runner *r, seq *s, hl_err *err) {
+    const runner_request *req = s->job->req;
+    const int32_t B = r->chain_B, n_full = (req->n_tokens - 1) / B;
+    kv_hash h = r->kv_seed;
+    for (int32_t k = 0; k < n_full; k++) s->hashes[k] = h = kv_hash_next(h, req->tokens + k * B, B);
+    s->n_hashes = n_full;
+    if (r->sstore) return state_extend(r, s, err);
+    if (r->store) store_extend(r, s, true);
+    return HL_OK;
 }
 
 /* Queues the sequence's full blocks the tiers lack (written behind): after prefill the
  * prompt's, at the end also those its generated tokens filled (a conversation's next
  * turn sends them back as prompt). */
 static void store_publish(runner *r, seq *s) {
-    const int32_t B = kv_pool_layout(r->pool)->block_tokens;
+    const int32_t B = r->chain_B;
     int32_t n_full = s->table.len < s->sess.n_stored ? s->table.len / B : s->sess.n_stored / B;
     if (n_full > r->n_ctx / B + 1) n_full = r->n_ctx / B + 1; /* the keys' capacity */
     kv_hash h = s->n_hashes > 0 ? s->hashes[s->n_hashes - 1] : r->kv_seed;
@@ -314,8 +471,14 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     /* the caches of a sequence: its KV slots, then the recurrent state */
     const size_t state_floats = model_state_floats(m);
     r->n_caches = n_slots + (state_floats > 0);
-    /* recurrent snapshots are copies outside the pools: they share the KV budget */
-    if (state_floats > 0) r->pools.snapshot_budget = budget;
+    /* recurrent snapshots are copies outside the pools, paged by a budget of their own
+     * the size of the KV budget (compressed, then spilled beside the blocks) */
+    if (!st && state_floats > 0) {
+        kv_state_pager_config spc = {.budget_bytes = budget, .spill_dir = cfg->spill_dir,
+                                     .spill_max_bytes = cfg->spill_max_bytes};
+        st = kv_state_pager_create(&spc, &r->spager, err);
+        r->pools.state_pager = r->spager;
+    }
     if (r->n_caches == 0) st = hl_fail(err, HL_ERR_INVALID, "the model keeps no cache at all");
     if (!st) {
         for (int32_t i = 0; i < r->n_parallel && !st; i++) {
@@ -332,6 +495,7 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
             }
             if (state_floats > 0) {
                 st = kv_state_cache_init(&s->state, state_floats, err);
+                s->state.pager = r->spager;
                 s->caches[n_slots] = (kv_cache){&kv_state_cache_ops, &s->state};
             }
         }
@@ -397,6 +561,8 @@ void runner_destroy(runner *r) {
         pthread_cond_destroy(&r->loop_cv);
     }
     kv_store_close(r->store); /* writes what is queued */
+    kv_store_close(r->sstore);
+    free(r->srec);
     if (r->seqs)
         for (int32_t i = 0; i < r->n_parallel; i++) free(r->seqs[i].hashes);
     sampler_destroy(r->smp);
@@ -408,6 +574,7 @@ void runner_destroy(runner *r) {
         for (int32_t i = 0; i < r->n_parallel; i++) kv_table_free(&r->seqs[i].wtable);
     if (r->seqs)
         for (int32_t i = 0; i < r->n_parallel; i++) kv_state_cache_free(&r->seqs[i].state);
+    kv_state_pager_destroy(r->spager); /* after the trie closed its snapshots */
     kv_pool_destroy(r->pool);
     kv_pool_destroy(r->wpool);
     free(r->seqs);
@@ -570,16 +737,16 @@ static void seq_start(runner *r, seq *s) {
     hl_err e = {0};
     pthread_mutex_lock(&r->kv_mu);
     hl_status st = kv_prefix_begin_lane(r->pc, s->lane, req->tokens, n, &s->sess, &e);
+    const int32_t from_ram = st ? 0 : s->sess.prefix;
+    if (!st && (r->store || r->sstore)) st = tiers_extend(r, s, &e);
     if (!st) {
-        const int32_t from_ram = s->sess.prefix;
-        if (r->store) store_extend(r, s);
         s->rs.cached_tokens = s->sess.prefix;
         r->cstats.requests++;
         r->cstats.prompt_tokens += (uint64_t)n;
         r->cstats.cached_ram += (uint64_t)from_ram;
         r->cstats.cached_disk += (uint64_t)s->rs.cached_disk;
         r->cstats.cached_remote += (uint64_t)s->rs.cached_remote;
-        if (r->store)
+        if (r->store || r->sstore)
             fprintf(stderr, "runner: prompt %d tokens, cached %d (ram %d, disk %d, remote %d)\n",
                     n, s->sess.prefix, from_ram, s->rs.cached_disk, s->rs.cached_remote);
         kv_session_schedule_prefill(&s->sess);
@@ -858,7 +1025,10 @@ static void step(runner *r) {
         if (s->phase == SEQ_PREFILL) {
             s->done += s->step_n;
             int32_t next = kv_session_next_snapshot(&s->sess);
-            if (next >= 0 && s->done >= next) st = kv_session_snapshot(&s->sess, &e);
+            if (next >= 0 && s->done >= next) {
+                if (r->sstore && s->done == next) state_publish(r, s, next);
+                st = kv_session_snapshot(&s->sess, &e);
+            }
         }
         pthread_mutex_unlock(&r->kv_mu);
         if (st) {
@@ -1060,10 +1230,14 @@ runner_memory runner_get_memory(const runner *r) {
     runner *rw = (runner *)r; /* the lock is not part of the observable state */
     pthread_mutex_lock(&rw->kv_mu);
     kv_pool_stats ps = r->pool ? kv_pool_get_stats(r->pool) : (kv_pool_stats){0};
-    /* live recurrent states, and their snapshots in the trie (whole copies) */
+    /* live recurrent states, and their snapshots in the trie by tier */
     const size_t state_bytes = model_state_floats(r->m) * sizeof(float);
-    if (state_bytes)
-        ps.ram_bytes += (size_t)r->n_parallel * state_bytes + kv_prefix_snapshot_bytes(r->pc);
+    if (state_bytes) ps.ram_bytes += (size_t)r->n_parallel * state_bytes;
+    if (r->spager) {
+        kv_state_stats ss = kv_state_pager_get_stats(r->spager);
+        ps.ram_bytes += ss.ram_bytes;
+        ps.disk_bytes += ss.disk_bytes;
+    }
     if (r->wpool) {
         kv_pool_stats ws = kv_pool_get_stats(r->wpool);
         ps.ram_bytes += ws.ram_bytes;
@@ -1084,13 +1258,16 @@ runner_memory runner_get_memory(const runner *r) {
 runner_cache_stats runner_get_cache_stats(runner *r) {
     pthread_mutex_lock(&r->kv_mu);
     runner_cache_stats cs = r->cstats;
+    if (r->spager) cs.state = kv_state_pager_get_stats(r->spager);
     pthread_mutex_unlock(&r->kv_mu);
     if (r->store) cs.store = kv_store_get_stats(r->store);
+    if (r->sstore) cs.state_store = kv_store_get_stats(r->sstore);
     return cs;
 }
 
 void runner_kv_flush(runner *r) {
     if (r->store) kv_store_flush(r->store);
+    if (r->sstore) kv_store_flush(r->sstore);
 }
 
 void runner_page_out_idle(runner *r) {

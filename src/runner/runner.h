@@ -68,6 +68,7 @@
 
 #include "base/status.h"
 #include "kv/block.h"
+#include "kv/kvcache.h"
 #include "kv/store.h"
 #include "model/model.h"
 #include "sample/sampler.h"
@@ -84,8 +85,10 @@ typedef struct runner_config {
     int32_t n_ctx;           /* context length; <= 0: the model's trained context */
     int32_t prefill_chunk;   /* <= 0: RUNNER_PREFILL_CHUNK */
     int32_t block_tokens;    /* <= 0: RUNNER_BLOCK_TOKENS */
-    size_t kv_budget_bytes;  /* RAM for cached KV; 0: kv_default_budget() */
-    const char *spill_dir;   /* NULL: inactive blocks are only compressed in RAM */
+    /* RAM for cached KV; 0: kv_default_budget(). A recurrent model's snapshots get a
+     * budget of the same size, paged like blocks (compressed, then spilled). */
+    size_t kv_budget_bytes;
+    const char *spill_dir;   /* NULL: inactive blocks and snapshots only compressed in RAM */
     size_t spill_max_bytes;  /* 0: unlimited */
     int32_t n_parallel;      /* active requests; <= 0: $HEARTH_NUM_PARALLEL, else 4 */
     int32_t max_queue;       /* requests waiting for a slot; <= 0: $HEARTH_MAX_QUEUE, else 512 */
@@ -230,6 +233,8 @@ typedef struct runner_cache_stats {
     uint64_t cached_ram, cached_disk, cached_remote;
     bool store_on;         /* a disk or shared tier is configured */
     kv_store_stats store;  /* its counters (zero when off) */
+    kv_store_stats state_store; /* recurrent snapshot records in the disk/shared tiers */
+    kv_state_stats state;  /* recurrent snapshots by tier (zero without recurrent state) */
 } runner_cache_stats;
 runner_cache_stats runner_get_cache_stats(runner *r);
 /* Waits until every block queued for the disk/shared tiers is written (tests). */
