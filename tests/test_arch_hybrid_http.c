@@ -226,3 +226,63 @@ static void snapshot_restart(const char *case_name) {
 
 TEST(arch_hybrid_http_qwen35_snapshot_survives_restart) { snapshot_restart("qwen35"); }
 TEST(arch_hybrid_http_mamba2_snapshot_survives_restart) { snapshot_restart("mamba2"); }
+
+/* Two servers, one Redis: B's first conversation over the system prompt A computed
+ * restores A's snapshot at the system prompt's end (and the blocks below it) from Redis,
+ * with a cold server's output; with Redis gone both keep answering. */
+
+#include "redisproc.h"
+
+static void snapshot_redis(const char *case_name) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "testdata/arch/%s.gguf", case_name);
+    if (!test_shared_path(rel)) SKIP("testdata/arch golden GGUF not found (HEARTH_SHARED)");
+    if (!getenv("HEARTH_BIN")) SKIP("HEARTH_BIN not set (run through make test)");
+    if (!redis_available()) SKIP(REDIS_BIN " not found (apt-get install redis-server)");
+    g_case = case_name;
+    g_cold_question = Q_B;
+    SP_WITH_SERVER("hybrid-redis-cold", NULL, setup, cold_body);
+    if (test_failed()) return;
+    redis_proc rp;
+    CHECK_MSG(redis_start(&rp, "hybrid"), "redis-server did not start");
+    if (test_failed()) return;
+    static char env_redis[128];
+    snprintf(env_redis, sizeof env_redis, "HEARTH_KV_REDIS=%s", rp.url);
+    const char *env[] = {env_redis, NULL};
+    srv_proc a, b;
+    int ra = sp_spawn(&a, "hybrid-redis-a", env), rb = sp_spawn(&b, "hybrid-redis-b", env);
+    CHECK_MSG(ra == 0 && rb == 0, "servers did not start");
+    reply ra_ = {0}, rb_ = {0}, rd = {0};
+    if (!test_failed()) {
+        CHECK(setup(&a) && setup(&b));
+        CHECK(chat(&a, Q_A, &ra_));
+        CHECK_EQ_INT(ra_.cached, 0);
+        /* written behind the reply: wait until the count settles */
+        long keys = -1;
+        for (int i = 0; i < 100; i++) {
+            usleep(100 * 1000);
+            long k = redis_count_kv_keys(&rp);
+            if (k > 0 && k == keys) break;
+            keys = k;
+        }
+        CHECK_MSG(keys >= 2, "%ld keys in Redis", keys);
+        CHECK(chat(&b, Q_B, &rb_));
+        fprintf(stderr, "    %s: %ld keys; B on the second server cached %lld of %lld\n",
+                case_name, keys, rb_.cached, rb_.prompt_tokens);
+        CHECK_MSG(rb_.cached > 0, "B on the second server was not a cache hit");
+        CHECK_STR(rb_.text, g_cold.text);
+        redis_stop(&rp);
+        CHECK(chat(&b, Q_D, &rd)); /* Redis down: recomputed, no failed request */
+        CHECK(chat(&a, Q_D, &ra_));
+        CHECK_STR(rd.text, ra_.text);
+    }
+    if (test_failed()) {
+        sp_dump_log(&a);
+        sp_dump_log(&b);
+    }
+    CHECK_EQ_INT(sp_stop(&a), 0);
+    CHECK_EQ_INT(sp_stop(&b), 0);
+    redis_stop(&rp);
+}
+
+TEST(arch_hybrid_http_qwen35_snapshot_shared_through_redis) { snapshot_redis("qwen35"); }

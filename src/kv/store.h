@@ -28,6 +28,11 @@
  * from Redis for a back-off interval, so a down or slow Redis costs at most one timeout
  * per interval and requests recompute instead.
  *
+ * Recurrent snapshots (runner.c): a second store whose records are a state plus the KV
+ * block holding its offset t, keyed by kv_hash_next(kv_hash_next(key[t / B], slot kind),
+ * the tokens from block t / B's start to t): the chain at t, plus the slot kind. Such a
+ * store lives in the model directory's state/ subdirectory and namespace "<ns>:state".
+ *
  * Writes are behind: kv_store_put copies the block into a bounded queue (blocks beyond
  * the bound are dropped and counted) and a writer thread compresses it and writes it to
  * the tiers that do not hold it yet. kv_store_get runs on the caller's thread.

@@ -101,9 +101,12 @@ typedef struct runner_config {
     /* The prefix cache beyond this process (kv/store.h): full blocks of every prompt are
      * written behind to a directory that survives restarts and/or published to Redis, and
      * a prompt the trie does not fully hold continues with consecutive blocks found there
-     * by their hash-chain key. Only for models whose whole cache is full-attention KV
-     * (window and recurrent snapshots stay in RAM). Independent of spill_dir, which pages
-     * this process's blocks out and deletes them when it exits. */
+     * by their hash-chain key. A model with a recurrent state (alone or with full KV) also
+     * writes its snapshots there (the state and the KV block at the offset, keyed by the
+     * chain at that offset, under <kv_store_dir>/state) and restores the longest prefix
+     * where blocks and a snapshot exist. Sliding-window models: off. Independent of
+     * spill_dir, which pages this process's blocks and snapshots out and deletes them
+     * when it exits. */
     const char *kv_model_id; /* stable model identity (its digest); NULL: both tiers off */
     const char *kv_store_dir; /* this model's block directory; NULL: no disk tier */
     size_t kv_disk_max;       /* 0: KV_STORE_DISK_MAX_DEFAULT */
