@@ -122,7 +122,9 @@ TEST(arch_hybrid_http_gptoss_shared_system_prompt) { shared_system_prompt("gpt-o
 #include <fcntl.h>
 #include <unistd.h>
 
-/* The state record directory of the only model under a server's store. */
+static const char *g_sub = "state"; /* the records' subdirectory: state/ or window/ */
+
+/* The state (or window) record directory of the only model under a server's store. */
 static bool state_dir(const srv_proc *p, char *out, size_t n) {
     char base[1200];
     snprintf(base, sizeof base, "%s/kvcache", p->models);
@@ -132,7 +134,7 @@ static bool state_dir(const srv_proc *p, char *out, size_t n) {
     bool found = false;
     while (!found && (de = readdir(d)))
         if (strncmp(de->d_name, "sha256-", 7) == 0) {
-            snprintf(out, n, "%s/%s/state", base, de->d_name);
+            snprintf(out, n, "%s/%s/%s", base, de->d_name, g_sub);
             found = true;
         }
     closedir(d);
@@ -187,8 +189,9 @@ static bool wait_records(int want) {
     return false;
 }
 
-static void snapshot_restart(const char *case_name) {
+static void snapshot_restart(const char *case_name, const char *sub) {
     char rel[128];
+    g_sub = sub;
     snprintf(rel, sizeof rel, "testdata/arch/%s.gguf", case_name);
     if (!test_shared_path(rel)) SKIP("testdata/arch golden GGUF not found (HEARTH_SHARED)");
     g_case = case_name;
@@ -197,7 +200,7 @@ static void snapshot_restart(const char *case_name) {
     SP_WITH_SERVER(tag, NULL, setup, restart_first); /* stopping drains the writer */
     if (test_failed()) return;
     g_n_records = records(g_sdir, false);
-    /* the system prompt's end and A's end - 4 at least */
+    /* the system prompt's end and A's end - 4 at least (window: A's full blocks) */
     CHECK_MSG(g_n_records >= 2, "%d snapshot records in %s", g_n_records, g_sdir);
     /* a restart: the trie is empty, B's system prompt comes from the disk tier */
     SP_WITH_SERVER(tag, NULL, NULL, restart_again);
@@ -224,8 +227,12 @@ static void snapshot_restart(const char *case_name) {
     CHECK_STR(g_r.text, g_cold.text);
 }
 
-TEST(arch_hybrid_http_qwen35_snapshot_survives_restart) { snapshot_restart("qwen35"); }
-TEST(arch_hybrid_http_mamba2_snapshot_survives_restart) { snapshot_restart("mamba2"); }
+TEST(arch_hybrid_http_qwen35_snapshot_survives_restart) { snapshot_restart("qwen35", "state"); }
+TEST(arch_hybrid_http_mamba2_snapshot_survives_restart) { snapshot_restart("mamba2", "state"); }
+/* sliding-window layers: their blocks in window/, restored at a block boundary */
+TEST(arch_hybrid_http_gptoss_window_blocks_survive_restart) {
+    snapshot_restart("gpt-oss", "window");
+}
 
 /* Two servers, one Redis: B's first conversation over the system prompt A computed
  * restores A's snapshot at the system prompt's end (and the blocks below it) from Redis,

@@ -32,6 +32,8 @@
  * block holding its offset t, keyed by kv_hash_next(kv_hash_next(key[t / B], slot kind),
  * the tokens from block t / B's start to t): the chain at t, plus the slot kind. Such a
  * store lives in the model directory's state/ subdirectory and namespace "<ns>:state".
+ * A sliding-window model's window layers keep their full blocks in a third one (window/,
+ * "<ns>:window") under the same keys as the full layers' blocks.
  *
  * Writes are behind: kv_store_put copies the block into a bounded queue (blocks beyond
  * the bound are dropped and counted) and a writer thread compresses it and writes it to

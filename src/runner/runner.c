@@ -66,6 +66,7 @@ typedef struct seq {
     kv_session sess;
     kv_hash *hashes;    /* store keys of the prompt's full blocks (cap: n_ctx / B + 1) */
     int32_t n_hashes;
+    int32_t wpub;       /* window blocks below this index were offered to wstore */
     bool have_slot;
     int32_t done;       /* prompt positions in the cache while prefilling */
     int32_t next_token; /* decode: the token to forward next */
@@ -105,6 +106,7 @@ struct runner {
     kv_hash kv_seed;   /* key[0]: the model, KV types and block layout */
     int32_t chain_B;   /* tokens per link of the hash chain (the KV block size) */
     kv_store *sstore;  /* recurrent snapshots' records in the tiers, or NULL */
+    kv_store *wstore;  /* sliding-window blocks in the tiers, or NULL */
     kv_hash state_seed; /* the slot kind mixed into a snapshot's key */
     size_t state_bytes, srec_bytes; /* the state; a record (state + one KV block) */
     uint8_t *srec;     /* a record's scratch (batch thread, under kv_mu) */
@@ -134,17 +136,18 @@ static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
     const bool redis = cfg->kv_redis && *cfg->kv_redis;
     if (!cfg->kv_model_id || !*cfg->kv_model_id || (!cfg->kv_store_dir && !redis)) return HL_OK;
     const size_t state_floats = model_state_floats(r->m);
-    if (r->wpool || !r->causal || (!r->pool && !state_floats)) {
-        HL_WARN("runner: KV disk/shared tiers need a model whose cache is full-attention KV "
-                "and/or a recurrent state (no sliding window): off for this one");
+    if (!r->causal || (!r->pool && !state_floats) || (r->wpool && state_floats)) {
+        HL_WARN("runner: KV disk/shared tiers need a causal model with full-attention KV, a "
+                "recurrent state, or full and sliding-window KV: off for this one");
         return HL_OK;
     }
     r->chain_B = r->pool ? kv_pool_layout(r->pool)->block_tokens
                          : (cfg->block_tokens > 0 ? cfg->block_tokens : RUNNER_BLOCK_TOKENS);
     size_t disk_max = cfg->kv_disk_max ? cfg->kv_disk_max : KV_STORE_DISK_MAX_DEFAULT;
-    /* both tiers under one cap: snapshots get a quarter of it */
-    const size_t state_disk_max = r->pool && state_floats ? disk_max / 4 : disk_max;
-    if (r->pool && state_floats) disk_max -= state_disk_max;
+    /* both tiers under one cap: snapshots (or window blocks) get a quarter of it */
+    const bool second = (r->pool && state_floats) || r->wpool;
+    const size_t state_disk_max = second ? disk_max / 4 : disk_max;
+    if (second) disk_max -= state_disk_max;
     /* the identity: whatever changes a block's bytes */
     const kv_geom *g = r->pool ? kv_pool_geom(r->pool) : NULL;
     size_t cap = strlen(cfg->kv_model_id) + 128 + (g ? (size_t)g->n_layer * 40 : 0);
@@ -173,6 +176,32 @@ static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
             r->store = NULL;
             free(id);
             return HL_OK;
+        }
+    }
+    if (r->wpool && r->store) { /* the window layers' blocks: the same keys, their own records */
+        const kv_layout *wl = kv_pool_layout(r->wpool);
+        char *dir = NULL, *ns = NULL;
+        const size_t nd = cfg->kv_store_dir ? strlen(cfg->kv_store_dir) + 8 : 0;
+        const size_t nn = strlen(cfg->kv_model_id) + 8;
+        if ((nd && !(dir = malloc(nd))) || !(ns = malloc(nn))) {
+            free(dir);
+            free(id);
+            return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+        }
+        if (dir) snprintf(dir, nd, "%s/window", cfg->kv_store_dir);
+        snprintf(ns, nn, "%s:window", cfg->kv_model_id);
+        kv_store_config sc = {.dir = dir, .disk_max = state_disk_max, .redis_url = cfg->kv_redis,
+                              .ns = ns, .redis_ttl_s = cfg->kv_redis_ttl_s,
+                              .block_bytes = kv_layout_block_bytes(wl)};
+        if (kv_store_open(&sc, &r->wstore, &se) != HL_OK) {
+            HL_WARN("runner: disk/shared tiers for sliding-window blocks off: %s", se.msg);
+            r->wstore = NULL;
+        }
+        free(dir);
+        free(ns);
+        if (!r->wstore) { /* full blocks alone cannot restore a window model */
+            kv_store_close(r->store);
+            r->store = NULL;
         }
     }
     if (state_floats) {
@@ -355,6 +384,75 @@ static void state_publish(runner *r, seq *s, int32_t t) {
     kv_store_put(r->sstore, key, r->srec);
 }
 
+/* Offers the window table's full blocks from index s->wpub on (while keys are known) to
+ * the tiers: during prefill as they fill, before the window drops them, and at the end. */
+static void window_publish(runner *r, seq *s) {
+    const int32_t B = r->chain_B;
+    int32_t k = s->wpub;
+    for (; k < s->n_hashes && (k + 1) * B <= s->wtable.len && k < s->wtable.n_blocks; k++)
+        if (s->wtable.data[k] && !kv_store_known(r->wstore, s->hashes[k]))
+            kv_store_put(r->wstore, s->hashes[k], s->wtable.data[k]);
+    s->wpub = k;
+}
+
+/* Under kv_mu, for a model with sliding-window layers: the longest block boundary t = k*B
+ * past the trie's prefix where full blocks [0, t) and the window's blocks covering
+ * [t - W, t) are all in the tiers. Nothing found leaves the sequence where the trie put
+ * it. */
+static hl_status window_extend(runner *r, seq *s, hl_err *err) {
+    const int32_t B = r->chain_B, prefix = s->sess.prefix, W = s->window.window;
+    const int32_t end_kv = store_extend(r, s, false);
+    enum { MAXW = 64 }; /* window blocks looked up at once */
+    kv_block *blk[MAXW];
+    void *data[MAXW];
+    kv_source src[MAXW];
+    int32_t k = end_kv / B, j0 = 0, n = 0;
+    bool asked_remote = false;
+    for (; k * B > prefix; k--) {
+        j0 = k * B - W > 0 ? (k * B - W) / B : 0;
+        n = k - j0;
+        if (n > MAXW) continue;
+        bool local = true;
+        for (int32_t j = j0; j < k && local; j++) local = kv_store_on_disk(r->wstore, s->hashes[j]);
+        /* Redis: one round trip, for the deepest candidate only */
+        if (!local && (asked_remote || !kv_store_has_remote(r->wstore))) continue;
+        asked_remote |= !local;
+        int32_t m = 0;
+        for (; m < n && (blk[m] = kv_block_new_full(r->wpool)); m++) data[m] = kv_block_data(blk[m]);
+        const int32_t got = m == n ? kv_store_get_run(r->wstore, s->hashes + j0, n, data, src) : 0;
+        if (got == n) break;
+        for (int32_t i = 0; i < m; i++) kv_block_unref(r->wpool, blk[i]);
+    }
+    s->rs.cached_disk = s->rs.cached_remote = 0;
+    const int32_t t = k * B;
+    if (t <= prefix) {
+        kv_table_truncate(&s->table, prefix);
+        return HL_OK;
+    }
+    /* install: holes below the window, its blocks, then both tables at t */
+    kv_table *w = &s->wtable;
+    hl_status st = HL_OK;
+    kv_table_truncate(w, w->len < j0 * B ? w->len : j0 * B);
+    for (int32_t i = w->n_blocks; !st && i < j0; i++) st = kv_table_set_hole(w, i, err);
+    for (int32_t i = 0; i < n; i++) {
+        if (!st) st = kv_table_set(w, j0 + i, blk[i], err);
+        kv_block_unref(r->wpool, blk[i]);
+    }
+    if (!st) st = kv_table_set_len(w, t, err);
+    if (!st && !kv_table_covers(w, t - W, t))
+        st = hl_fail(err, HL_ERR_INVALID, "the window's blocks do not cover [%d, %d)", t - W, t);
+    if (!st) {
+        kv_table_truncate(&s->table, t);
+        st = kv_session_advance(&s->sess, err);
+    }
+    if (st) return st; /* cannot happen: an error beats a wrong cache */
+    bool remote = false;
+    for (int32_t i = 0; i < n; i++) remote |= src[i] == KV_SRC_REMOTE;
+    if (remote) s->rs.cached_remote = t - prefix;
+    else s->rs.cached_disk = t - prefix;
+    return HL_OK;
+}
+
 /* Under kv_mu: keys of the prompt's full blocks, then what the tiers add to the trie's
  * prefix. */
 static hl_status tiers_extend(runner *r, seq *s, hl_err *err) {
@@ -363,7 +461,9 @@ static hl_status tiers_extend(runner *r, seq *s, hl_err *err) {
     kv_hash h = r->kv_seed;
     for (int32_t k = 0; k < n_full; k++) s->hashes[k] = h = kv_hash_next(h, req->tokens + k * B, B);
     s->n_hashes = n_full;
+    s->wpub = 0;
     if (r->sstore) return state_extend(r, s, err);
+    if (r->wstore) return window_extend(r, s, err);
     if (r->store) store_extend(r, s, true);
     return HL_OK;
 }
@@ -382,6 +482,7 @@ static void store_publish(runner *r, seq *s) {
     for (int32_t k = 0; k < s->n_hashes && k < s->table.n_blocks; k++)
         if (s->table.data[k] && !kv_store_known(r->store, s->hashes[k]))
             kv_store_put(r->store, s->hashes[k], s->table.data[k]);
+    if (r->wstore) window_publish(r, s);
 }
 
 /* $HEARTH_<name>, else $OLLAMA_<name> (what Ollama's users have set), else fallback */
@@ -570,6 +671,7 @@ void runner_destroy(runner *r) {
     }
     kv_store_close(r->store); /* writes what is queued */
     kv_store_close(r->sstore);
+    kv_store_close(r->wstore);
     free(r->srec);
     if (r->seqs)
         for (int32_t i = 0; i < r->n_parallel; i++) free(r->seqs[i].hashes);
@@ -672,6 +774,9 @@ static void caches_commit(runner *r, seq *s, int32_t n) {
     if (r->pool) kv_table_commit(&s->table, n);
     if (r->wpool) {
         kv_table_commit(&s->wtable, n);
+        /* the prompt's window blocks go to the tiers before the window drops them (the
+         * last ones at the end of prefill: no copies while decoding) */
+        if (r->wstore && s->phase == SEQ_PREFILL) window_publish(r, s);
         kv_window_trim(&s->window);
     }
     if (s->state.state) s->state.offset += n;
@@ -1280,12 +1385,14 @@ runner_cache_stats runner_get_cache_stats(runner *r) {
     pthread_mutex_unlock(&r->kv_mu);
     if (r->store) cs.store = kv_store_get_stats(r->store);
     if (r->sstore) cs.state_store = kv_store_get_stats(r->sstore);
+    if (r->wstore) cs.state_store = kv_store_get_stats(r->wstore);
     return cs;
 }
 
 void runner_kv_flush(runner *r) {
     if (r->store) kv_store_flush(r->store);
     if (r->sstore) kv_store_flush(r->sstore);
+    if (r->wstore) kv_store_flush(r->wstore);
 }
 
 void runner_page_out_idle(runner *r) {

@@ -104,7 +104,10 @@ typedef struct runner_config {
      * by their hash-chain key. A model with a recurrent state (alone or with full KV) also
      * writes its snapshots there (the state and the KV block at the offset, keyed by the
      * chain at that offset, under <kv_store_dir>/state) and restores the longest prefix
-     * where blocks and a snapshot exist. Sliding-window models: off. Independent of
+     * where blocks and a snapshot exist. A sliding-window model writes its window
+     * layers' blocks (<kv_store_dir>/window) as they fill and restores at the deepest block
+     * boundary whose full blocks and window are all found (a model with both a window
+     * and a recurrent state: off). Independent of
      * spill_dir, which pages this process's blocks and snapshots out and deletes them
      * when it exits. */
     const char *kv_model_id; /* stable model identity (its digest); NULL: both tiers off */
@@ -237,7 +240,8 @@ typedef struct runner_cache_stats {
     uint64_t cached_ram, cached_disk, cached_remote;
     bool store_on;         /* a disk or shared tier is configured */
     kv_store_stats store;  /* its counters (zero when off) */
-    kv_store_stats state_store; /* recurrent snapshot records in the disk/shared tiers */
+    /* recurrent snapshot records (or a window model's window blocks) in the tiers */
+    kv_store_stats state_store;
     kv_state_stats state;  /* recurrent snapshots by tier (zero without recurrent state) */
 } runner_cache_stats;
 runner_cache_stats runner_get_cache_stats(runner *r);
