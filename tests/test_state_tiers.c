@@ -195,6 +195,16 @@ TEST(runner_hybrid_snapshot_paged_out_and_restored) {
     for (int i = 0; i < cold.n; i++)
         CHECK_MSG(b.toks[i] == cold.toks[i], "token %d after the restore is %d, cold %d", i,
                   b.toks[i], cold.toks[i]);
+    /* idle: the fresh runner's (unbounded) snapshots leave RAM too, and still restore */
+    CHECK(runner_get_cache_stats(fresh).state.n_resident > 0);
+    runner_page_out_idle(fresh);
+    cs = runner_get_cache_stats(fresh);
+    CHECK_EQ_INT(cs.state.n_resident, 0);
+    CHECK(cs.state.n_compressed > 0);
+    collect again;
+    CHECK_OK(runner_greedy(fresh, conv, n, 10, &again, &sc), NULL);
+    CHECK(sc.cached_tokens > 0);
+    for (int i = 0; i < cold.n; i++) CHECK_EQ_INT(again.toks[i], cold.toks[i]);
     runner_destroy(warm);
     runner_destroy(fresh);
     model_free(m);

@@ -410,6 +410,13 @@ bool kv_state_pager_page(kv_state_pager *p) {
     return p->st.ram_bytes <= p->budget && p->st.disk_bytes <= p->spill_max;
 }
 
+void kv_state_pager_page_out_all(kv_state_pager *p) {
+    for (state_snap *s = p->head; s; s = s->next) {
+        state_compress(p, s);
+        state_spill(p, s);
+    }
+}
+
 hl_status kv_state_cache_init(kv_state_cache *c, size_t n_floats, hl_err *err) {
     *c = (kv_state_cache){0};
     c->state = calloc(n_floats ? n_floats : 1, sizeof(float));

@@ -104,6 +104,9 @@ void kv_state_pager_destroy(kv_state_pager *p);
  * within the budget; true when RAM and disk are within their budgets afterwards. */
 bool kv_state_pager_page(kv_state_pager *p);
 kv_state_stats kv_state_pager_get_stats(const kv_state_pager *p);
+/* Pages every snapshot out (an explicit "conversations went idle"): compress all, and
+ * spill all when a spill directory is configured. */
+void kv_state_pager_page_out_all(kv_state_pager *p);
 
 extern const kv_cache_ops kv_state_cache_ops;
 

@@ -1399,5 +1399,6 @@ void runner_page_out_idle(runner *r) {
     pthread_mutex_lock(&r->kv_mu);
     if (r->pool) kv_pool_page_out_cold(r->pool);
     if (r->wpool) kv_pool_page_out_cold(r->wpool);
+    if (r->spager) kv_state_pager_page_out_all(r->spager);
     pthread_mutex_unlock(&r->kv_mu);
 }

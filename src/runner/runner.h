@@ -217,8 +217,8 @@ typedef struct runner_memory {
 /* Measured at the time of the call. */
 runner_memory runner_get_memory(const runner *r);
 
-/* Pages every KV block not used by a live sequence out of the working set (compressed,
- * then spilled when a spill directory is configured). */
+/* Pages every KV block not used by a live sequence, and every recurrent snapshot, out of
+ * the working set (compressed, then spilled when a spill directory is configured). */
 void runner_page_out_idle(runner *r);
 
 int32_t runner_n_parallel(const runner *r);
