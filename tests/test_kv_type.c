@@ -51,18 +51,6 @@ TEST(kv_type_kernels_match_reference) {
                 CHECK_MSG(kh[j * d + i] == hl_fp32_to_fp16(x[j * d + i]), "f16 d=%d %d", d, i);
         }
         CHECK(memcmp(kh, kh_ref, sizeof(hl_fp16) * NK * (size_t)d) == 0);
-        /* rows back to f32 (attention's once-per-block conversion): exact, any ld */
-        {
-            static float back[NK * DMAX];
-            kern_kv_rows_to_f32(HL_TYPE_F16, back, kh, (size_t)d * sizeof(hl_fp16), NK, d);
-            for (int i = 0; i < NK * d; i++)
-                CHECK_MSG(back[i] == hl_fp16_to_fp32(kh[i]), "f16 -> f32 d=%d %d", d, i);
-            kern_kv_rows_to_f32(HL_TYPE_F16, back, kh, 2 * (size_t)d * sizeof(hl_fp16), NK / 2,
-                                d - 1);
-            for (int j = 0; j < NK / 2; j++)
-                for (int i = 0; i < d - 1; i++)
-                    CHECK(back[j * (d - 1) + i] == hl_fp16_to_fp32(kh[2 * j * d + i]));
-        }
         const bool is_q8 = d % QK8_0 == 0;
         const size_t row8 = (size_t)(d / QK8_0) * sizeof(block_q8_0);
         if (is_q8) {

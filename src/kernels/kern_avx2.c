@@ -1596,14 +1596,6 @@ static void to_f16(const float *x, hl_fp16 *dst, int64_t n) {
     for (; i < n; i++) dst[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-static void from_f16(const hl_fp16 *x, float *dst, int64_t n) {
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        UNROLL for (int r = 0; r < 4; r++) _mm256_storeu_ps(dst + i + 8 * r, load_f16x8(x + i + 8 * r));
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_f16x8(x + i));
-    for (; i < n; i++) dst[i] = fp16_to_f32(x[i]);
-}
-
 /* dot_rows over f16 keys: the same passes, each key row converted by F16C as it loads. */
 static void dot_rows_f16(float *out, const float *q, const hl_fp16 *k, int64_t ldk, int64_t nk,
                          int64_t d, float scale) {
@@ -1741,7 +1733,6 @@ void kern_avx2_fill(kern_table *t) {
     t->dot_rows = dot_rows;
     t->axpy_rows = axpy_rows;
     t->to_f16 = to_f16;
-    t->from_f16 = from_f16;
     t->dot_rows_f16 = dot_rows_f16;
     t->axpy_rows_f16 = axpy_rows_f16;
     t->axpy_rows_q8_0 = axpy_rows_q8_0;

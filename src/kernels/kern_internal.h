@@ -59,7 +59,6 @@ typedef struct kern_table {
      * f16 (ldv in elements) or q8_0 rows (ldv in bytes). The value sums do one fmaf per
      * key and element in key order (q8_0: weight p[j] * block scale), as axpy_rows. */
     void (*to_f16)(const float *x, hl_fp16 *dst, int64_t n);
-    void (*from_f16)(const hl_fp16 *x, float *dst, int64_t n); /* exact */
     void (*dot_rows_f16)(float *out, const float *q, const hl_fp16 *k, int64_t ldk, int64_t nk,
                          int64_t d, float scale);
     void (*axpy_rows_f16)(float *y, const float *p, const hl_fp16 *v, int64_t ldv, int64_t nk,

@@ -317,10 +317,6 @@ static void to_f16(const float *x, hl_fp16 *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = hl_fp32_to_fp16(x[i]);
 }
 
-static void from_f16(const hl_fp16 *x, float *dst, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = hl_fp16_to_fp32(x[i]);
-}
-
 static void dot_rows_f16(float *out, const float *q, const hl_fp16 *k, int64_t ldk, int64_t nk,
                          int64_t d, float scale) {
     for (int64_t j = 0; j < nk; j++) out[j] = scale * dot_f16(d, k + j * ldk, q);
@@ -374,7 +370,6 @@ static const kern_table g_ref = {
     .dot_rows = dot_rows,
     .axpy_rows = axpy_rows,
     .to_f16 = to_f16,
-    .from_f16 = from_f16,
     .dot_rows_f16 = dot_rows_f16,
     .axpy_rows_f16 = axpy_rows_f16,
     .axpy_rows_q8_0 = axpy_rows_q8_0,

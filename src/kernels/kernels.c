@@ -433,18 +433,6 @@ void kern_dot_rows_kv(hl_type type, float *out, const void *q, const void *k, si
     }
 }
 
-void kern_kv_rows_to_f32(hl_type type, float *dst, const void *src, size_t ld, int64_t nk,
-                         int64_t d) {
-    const kern_table *t = kern_table_active();
-    for (int64_t j = 0; j < nk; j++) {
-        const uint8_t *row = (const uint8_t *)src + (size_t)j * ld;
-        if (type == HL_TYPE_F16)
-            t->from_f16((const hl_fp16 *)row, dst + j * d, d);
-        else
-            memcpy(dst + j * d, row, (size_t)d * sizeof(float));
-    }
-}
-
 void kern_axpy_rows_kv(hl_type type, float *y, const float *p, const void *v, size_t ldv,
                        int64_t nk, int64_t d) {
     if (nk <= 0 || d <= 0) return;

@@ -79,12 +79,6 @@ void kern_axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64
 void kern_kv_store_row(hl_type type, const float *x, void *dst, int64_t n);
 void kern_dot_rows_kv(hl_type type, float *out, const void *q, const void *k, size_t ldk,
                       int64_t nk, int64_t d, float scale);
-/* nk rows of f16 (converted exactly) or f32, ld bytes apart, into dst [nk][d] f32.
- * perf: attention converts a block of f16 keys or values once for all the query heads
- * that share it, then scores and sums them with the f32 kernels, which give the same
- * bits as the f16 ones. */
-void kern_kv_rows_to_f32(hl_type type, float *dst, const void *src, size_t ld, int64_t nk,
-                         int64_t d);
 void kern_axpy_rows_kv(hl_type type, float *y, const float *p, const void *v, size_t ldv,
                        int64_t nk, int64_t d);
 /* x[i] = exp(x[i] - shift); returns the sum (attention's online softmax). */

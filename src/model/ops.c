@@ -332,13 +332,12 @@ static void attn_range_keys(int32_t k_begin, int32_t k_end, int32_t r, int32_t *
  * Keys are scored a block at a time; the softmax is computed online (running max and
  * sum), so no buffer the size of the context is needed. perf: the heads walk the keys
  * together, so each block of K and V comes from memory once for the group instead of
- * once per head (GQA: 4-8 query heads per KV head), and an f16 block is converted to f32
- * once for the group (tmp: this thread's scratch) rather than once per head: F16C's
- * conversion costs as much as the FMAs it feeds. Per head the operations and their
- * order are exactly those of a head computed alone. */
+ * once per head (GQA: 4-8 query heads per KV head). f16 rows are converted as they load
+ * (F16C), once per head: converting a block once into an f32 buffer for the group was
+ * measured slower (bench_attn, bench/README.md). Per head the operations and their order
+ * are exactly those of a head computed alone. */
 static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int32_t r0,
-                       int32_t r1, bool first, float *out, float *run_max, float *run_sum,
-                       float *tmp) {
+                       int32_t r1, bool first, float *out, float *run_max, float *run_sum) {
     const op_attn *a = j->a;
     const model_ctx *c = j->c;
     const int32_t hdk = a->head_dim_k, hdv = a->head_dim_v;
@@ -361,8 +360,6 @@ static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int
                               hdk);
         qk = q8;
     }
-    const bool conv_k = kt == HL_TYPE_F16 && nh > 1, conv_v = vt == HL_TYPE_F16 && nh > 1;
-    float *kbuf = tmp, *vbuf = tmp + (size_t)ATTN_BLOCK * (size_t)hdk;
     for (int32_t i = 0; i < nh; i++) {
         /* a sink is one more logit in the denominator: exp(sink - max) starts the sum */
         run_max[i] = first && a->sinks ? a->sinks[h0 + i] : -INFINITY;
@@ -375,19 +372,9 @@ static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int
         if (nb > kv->B - k0 % kv->B) nb = kv->B - k0 % kv->B;
         const uint8_t *K = kv_k(kv, a->layer, kvh, k0);
         const uint8_t *V = kv_v(kv, a->layer, kvh, k0);
-        hl_type kt_b = kt, vt_b = vt;
-        size_t ldk_b = ldk, ldv_b = ldv;
-        if (conv_k) {
-            kern_kv_rows_to_f32(kt, kbuf, K, ldk, nb, hdk);
-            K = (const uint8_t *)kbuf, kt_b = HL_TYPE_F32, ldk_b = (size_t)hdk * sizeof(float);
-        }
-        if (conv_v) {
-            kern_kv_rows_to_f32(vt, vbuf, V, ldv, nb, hdv);
-            V = (const uint8_t *)vbuf, vt_b = HL_TYPE_F32, ldv_b = (size_t)hdv * sizeof(float);
-        }
         for (int32_t i = 0; i < nh; i++) {
             float *o = out + (int64_t)i * hdv;
-            kern_dot_rows_kv(kt_b, score, (const uint8_t *)qk + i * q_stride, K, ldk_b, nb, hdk,
+            kern_dot_rows_kv(kt, score, (const uint8_t *)qk + i * q_stride, K, ldk, nb, hdk,
                              a->scale);
             if (a->softcap != 0.0f) op_softcap(score, nb, a->softcap);
             float block_max = -INFINITY;
@@ -401,7 +388,7 @@ static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int
             }
             /* perf: vector exp over the block; the value sum with o held in registers */
             run_sum[i] += kern_exp_shift_sum(score, nb, run_max[i]);
-            kern_axpy_rows_kv(vt_b, o, score, V, ldv_b, nb, hdv);
+            kern_axpy_rows_kv(vt, o, score, V, ldv, nb, hdv);
         }
     }
 }
@@ -448,14 +435,14 @@ static void attn_unit_all(const attn_job *j, int64_t u, float *tmp) {
     const int32_t hdv = j->a->head_dim_v, n_r = attn_n_ranges(k_begin, k_end);
     float *out = j->c->att + ((int64_t)t * j->a->n_head + h0) * hdv;
     float m[ATTN_HEADS], s[ATTN_HEADS], m2[ATTN_HEADS], s2[ATTN_HEADS];
-    float *o2 = tmp + (size_t)ATTN_BLOCK * (size_t)(j->a->head_dim_k + hdv);
+    float *o2 = tmp;
     for (int32_t r = 0; r < n_r; r++) {
         int32_t r0, r1;
         attn_range_keys(k_begin, k_end, r, &r0, &r1);
         if (r == 0) {
-            attn_range(j, t, h0, nh, r0, r1, true, out, m, s, tmp);
+            attn_range(j, t, h0, nh, r0, r1, true, out, m, s);
         } else {
-            attn_range(j, t, h0, nh, r0, r1, false, o2, m2, s2, tmp);
+            attn_range(j, t, h0, nh, r0, r1, false, o2, m2, s2);
             attn_merge(nh, hdv, out, m, s, o2, m2, s2);
         }
     }
@@ -465,7 +452,7 @@ static void attn_unit_all(const attn_job *j, int64_t u, float *tmp) {
 /* Split mode: chunk ci is one key range of one unit; its partial goes to slot ci (the
  * slots of a unit are consecutive, in range order). The thread that finishes a unit's
  * last range folds them all, in order, into c->att. */
-static void attn_chunk_split(attn_job *j, int64_t ci, float *tmp) {
+static void attn_chunk_split(attn_job *j, int64_t ci) {
     int32_t t = 0;
     while (j->tok_chunk0[t + 1] <= ci) t++;
     int32_t k_begin, k_end;
@@ -481,7 +468,7 @@ static void attn_chunk_split(attn_job *j, int64_t ci, float *tmp) {
     float *part = j->c->attn_part;
     float *slot = part + (size_t)ci * j->slot_floats;
     float *sm = slot + (size_t)nh * hdv, *ss = sm + nh;
-    attn_range(j, t, h0, nh, r0, r1, r == 0, slot, sm, ss, tmp);
+    attn_range(j, t, h0, nh, r0, r1, r == 0, slot, sm, ss);
     if (atomic_fetch_add_explicit(&j->unit_done[u], 1, memory_order_acq_rel) != n_r - 1) return;
     /* the last range of the unit: fold them all in key order */
     const int64_t c0 = ci - r;
@@ -513,13 +500,13 @@ static void attn_worker(void *ctx, int ith, int nth) {
     for (;;) {
         const int64_t ci = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed);
         if (ci >= n_chunks) break;
-        if (j->split) attn_chunk_split(j, ci, tmp);
+        if (j->split) attn_chunk_split(j, ci);
         else attn_unit_all(j, n_chunks - 1 - ci, tmp);
     }
 }
 
 int64_t op_attn_tmp_floats(int64_t max_head_dim) {
-    return (2 * ATTN_BLOCK + ATTN_HEADS) * max_head_dim;
+    return ATTN_HEADS * max_head_dim;
 }
 
 void op_attention(model_ctx *c, const op_attn *a, int32_t n_tok) {
@@ -530,11 +517,12 @@ void op_attention(model_ctx *c, const op_attn *a, int32_t n_tok) {
     job.sub_heads = job.group < ATTN_HEADS ? job.group : ATTN_HEADS;
     job.n_units = (int64_t)n_tok * a->n_head_kv * job.n_sub;
     job.slot_floats = (size_t)job.sub_heads * ((size_t)a->head_dim_v + 2);
-    /* split by key ranges when the units alone would leave threads idle or unbalanced,
-     * and the partials fit in c->attn_part */
+    /* split by key ranges when the units alone cannot give every thread two (one or two
+     * KV heads: gemma3 1B, qwen2.5 0.5B), and the partials fit in c->attn_part; with
+     * enough units the split only adds work (bench/README.md) */
     const int nth = hl_pool_n_threads(c->pool);
     if (nth > 1 && n_tok <= ATTN_SPLIT_TOK && job.n_units <= ATTN_SPLIT_UNITS &&
-        job.n_units < 4 * (int64_t)nth) {
+        job.n_units < 2 * (int64_t)nth) {
         int64_t chunks = 0, multi = 0;
         const int64_t per_tok = job.n_units / n_tok;
         for (int32_t t = 0; t < n_tok; t++) {

@@ -70,7 +70,7 @@ typedef struct op_attn {
  * ([n_tok][n_head][head_dim_v]). */
 void op_attention(model_ctx *c, const op_attn *a, int32_t n_tok);
 /* op_attention's scratch in model_ctx: attn_tmp holds op_attn_tmp_floats(max head dim)
- * floats per pool thread (converted f16 blocks, a key range's partial output); attn_part
+ * floats per pool thread (a key range's partial output); attn_part
  * holds OP_ATTN_PART_FLOATS, the partials of key ranges split across threads. */
 int64_t op_attn_tmp_floats(int64_t max_head_dim);
 #define OP_ATTN_PART_FLOATS ((int64_t)1 << 19)
