@@ -301,6 +301,31 @@ typedef struct model_tensor_spec {
 #define MT_G(name, field, fl, a, b) {name, offsetof(struct model, field), (fl), (a), (b)}
 #define MT_L(name, field, fl, a, b) {name, offsetof(model_layer, field), (fl) | MT_LAYER, (a), (b)}
 
+/* Rows that many tables share word for word (GGUF's common names), to splice into a
+ * table: the embeddings, final norm and optional output projection; */
+#define MT_EMBD_OUTPUT                                                                      \
+    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),                         \
+    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),                       \
+    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB)
+/* the attention's q, k, v and output projections (no biases); */
+#define MT_ATTN_QKVO                                                                        \
+    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q),                                \
+    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),                              \
+    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),                              \
+    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD)
+/* a gated feed-forward's gate, up and down projections; */
+#define MT_FFN_GLU                                                                          \
+    MT_L("blk.%d.ffn_gate.weight", w_gate, MT_MAT, MD_EMBD, MD_FF),                         \
+    MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),                             \
+    MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD)
+/* the experts' stacked gate, up and down projections (x.n_ff_exp rows each). */
+#define MT_FFN_EXPS                                                                         \
+    MT_L("blk.%d.ffn_gate_exps.weight", ffn_gate_exps, MT_MAT | MT_EXPERTS, MD_EMBD,        \
+         MD_FF_EXP),                                                                        \
+    MT_L("blk.%d.ffn_up_exps.weight", ffn_up_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP), \
+    MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP,      \
+         MD_EMBD)
+
 typedef struct model_arch_desc {
     const char *name;
     const char *const *aliases; /* other general.architecture values, NULL-terminated */

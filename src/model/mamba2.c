@@ -252,9 +252,7 @@ static hl_status nemotron_h_read_hparams(model_loader *L, hl_err *err) {
 }
 
 #define M2_TENSORS                                                                          \
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),                         \
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),                       \
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),                      \
+    MT_EMBD_OUTPUT,                                                                         \
     MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),                    \
     MT_L("blk.%d.ssm_in.weight", ssm_in, MT_MAT, MD_EMBD, MD_SSM_IN_M2),                    \
     MT_L("blk.%d.ssm_conv1d.weight", ssm_conv1d, MT_VEC, MD_SSM_CONV_K, MD_SSM_CONV_CH),    \
@@ -268,10 +266,7 @@ static hl_status nemotron_h_read_hparams(model_loader *L, hl_err *err) {
 static const model_tensor_spec mamba2_tensors[] = {M2_TENSORS};
 static const model_tensor_spec nemotron_h_tensors[] = {
     M2_TENSORS,
-    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q),
-    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),
-    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),
-    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD),
+    MT_ATTN_QKVO,
     MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),
     MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD),
 };

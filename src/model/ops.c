@@ -153,6 +153,14 @@ void op_glu(float *gate, const float *up, int64_t n, op_act act) {
     for (int64_t i = 0; i < n; i++) gate[i] *= up[i];
 }
 
+void op_ffn_glu(model_ctx *c, const model_weight *gate, const model_weight *up,
+                const model_weight *down, int64_t n_ff, op_act act, const float *x,
+                int32_t n_tok, float *out) {
+    op_linear_many(c, gate, c->gate, up, c->up, NULL, NULL, x, n_tok);
+    op_glu(c->gate, c->up, (int64_t)n_tok * n_ff, act);
+    op_linear(c, down, NULL, c->gate, n_tok, out);
+}
+
 void op_softcap(float *x, int64_t n, float cap) {
     if (cap == 0.0f) return;
     for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);

@@ -91,9 +91,7 @@ static void phi3_forward(model_ctx *c, int32_t n_tok) {
 }
 
 static const model_tensor_spec phi3_tensors[] = {
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),
+    MT_EMBD_OUTPUT,
     MT_G("rope_factors_long.weight", rope_long, MT_VEC | MT_OPT, MD_ROT2, MD_ONE),
     MT_G("rope_factors_short.weight", rope_short, MT_VEC | MT_OPT, MD_ROT2, MD_ONE),
     MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),
