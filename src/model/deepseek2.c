@@ -133,10 +133,10 @@ static void ds_attention(model_ctx *c, int32_t l, int32_t n_tok) {
     float *ao = gout + (size_t)n_tok * wide;         /* [n_tok][H][v] */
     float *kvb = ao + (size_t)n_tok * H * vd;        /* [n_tok][H][nope + v] (kv_b form) */
 
-    op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+    op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
     if (x->mla_q_lora) {
         op_linear(c, &ly->wq_a, NULL, c->xb, n_tok, qa);
-        op_rmsnorm(c, qa, qa, ly->q_a_norm, n_tok, x->mla_q_lora, eps);
+        op_rmsnorm(qa, qa, ly->q_a_norm, n_tok, x->mla_q_lora, eps);
         op_linear(c, &ly->wq_b, NULL, qa, n_tok, qf);
     } else {
         op_linear(c, &ly->wq, NULL, c->xb, n_tok, qf);
@@ -201,7 +201,7 @@ static void ds_forward(model_ctx *c, int32_t n_tok) {
         const model_layer *ly = &m->layers[l];
         ds_attention(c, l, n_tok);
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         if (!ds_moe_layer(m, l)) {
             const int64_t F = m->lhp[l].n_ff;
             op_ffn_glu(c, &ly->w_gate, &ly->w_up, &ly->w_down, F, OP_SILU, c->xb, n_tok, c->proj);

@@ -29,7 +29,7 @@ static void gemma_forward(model_ctx *c, int32_t n_tok) {
         const model_layer *ly = &m->layers[l];
         const model_layer_hp *h = &m->lhp[l];
 
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
         op_linear_many(c, &ly->wq, c->q, &ly->wk, c->k, &ly->wv, c->v, c->xb, n_tok);
         if (ly->q_norm) op_head_norm(c, c->q, ly->q_norm, n_tok, h->n_head, h->head_dim_k, eps);
         if (ly->k_norm) op_head_norm(c, c->k, ly->k_norm, n_tok, h->n_head_kv, h->head_dim_k, eps);
@@ -42,13 +42,13 @@ static void gemma_forward(model_ctx *c, int32_t n_tok) {
                            .softcap = m->x.attn_softcap, .window = h->window, .causal = true};
         op_attention(c, &a, n_tok);
         op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
-        op_rmsnorm(c, c->proj, c->proj, ly->post_attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->proj, c->proj, ly->post_attn_norm, n_tok, E, eps);
         op_add(c->x, c->proj, n_tok * E);
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         op_ffn_glu(c, &ly->w_gate, &ly->w_up, &ly->w_down, h->n_ff, OP_GELU_TANH,
                    c->xb, n_tok, c->proj);
-        op_rmsnorm(c, c->proj, c->proj, ly->post_ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->proj, c->proj, ly->post_ffn_norm, n_tok, E, eps);
         op_add(c->x, c->proj, n_tok * E);
     }
 }

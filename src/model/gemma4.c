@@ -46,7 +46,7 @@ static void per_layer_inputs(model_ctx *c, int32_t n_tok) {
     float *tok = c->extra + (int64_t)c->max_batch * LPL;
     op_linear(c, &m->pl_model_proj, NULL, c->x, n_tok, P);
     op_scale(P, 1.0f / sqrtf((float)m->hp.n_embd), n_tok * LPL);
-    op_rmsnorm(c, P, P, m->pl_proj_norm, n_tok * L, PL, m->x.norm_eps);
+    op_rmsnorm(P, P, m->pl_proj_norm, n_tok * L, PL, m->x.norm_eps);
     op_embed(c, &m->pl_tok_embd, n_tok, sqrtf((float)PL), tok);
     op_add(P, tok, n_tok * LPL);
     op_scale(P, 1.0f / sqrtf(2.0f), n_tok * LPL);
@@ -65,7 +65,7 @@ static void per_layer_add(model_ctx *c, const model_layer *ly, int32_t l, int32_
         for (int64_t i = 0; i < PL; i++) g[t * PL + i] *= p[i];
     }
     op_linear(c, &ly->pl_proj, NULL, g, n_tok, c->proj);
-    op_rmsnorm(c, c->proj, c->proj, ly->pl_post_norm, n_tok, E, m->x.norm_eps);
+    op_rmsnorm(c->proj, c->proj, ly->pl_post_norm, n_tok, E, m->x.norm_eps);
     op_add(c->x, c->proj, n_tok * E);
 }
 
@@ -82,7 +82,7 @@ static void gemma4_forward(model_ctx *c, int32_t n_tok) {
         const model_layer_hp *src = &m->lhp[h->kv_src];
         const bool own_kv = h->kv_src == l;
 
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
         if (!own_kv) {
             op_linear(c, &ly->wq, NULL, c->xb, n_tok, c->q);
         } else if (ly->wv.data) {
@@ -105,13 +105,13 @@ static void gemma4_forward(model_ctx *c, int32_t n_tok) {
                            .causal = true};
         op_attention(c, &a, n_tok);
         op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
-        op_rmsnorm(c, c->proj, c->proj, ly->post_attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->proj, c->proj, ly->post_attn_norm, n_tok, E, eps);
         op_add(c->x, c->proj, n_tok * E);
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         op_ffn_glu(c, &ly->w_gate, &ly->w_up, &ly->w_down, h->n_ff, OP_GELU_TANH,
                    c->xb, n_tok, c->proj);
-        op_rmsnorm(c, c->proj, c->proj, ly->post_ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->proj, c->proj, ly->post_ffn_norm, n_tok, E, eps);
         op_add(c->x, c->proj, n_tok * E);
 
         if (m->x.n_embd_per_layer > 0) per_layer_add(c, ly, l, n_tok);

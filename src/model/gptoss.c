@@ -31,7 +31,7 @@ static void gptoss_forward(model_ctx *c, int32_t n_tok) {
         const model_layer *ly = &m->layers[l];
         model_llama_attention(c, l, n_tok); /* biases, sinks and the window from the layer */
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         const op_moe_args a = {.router = &ly->ffn_gate_inp, .gate = &ly->ffn_gate_exps,
                                .up = &ly->ffn_up_exps, .down = &ly->ffn_down_exps,
                                .router_b = ly->ffn_gate_inp_b, .b_gate = ly->b_gate_exps,

@@ -32,7 +32,7 @@ static void shortconv_layer(model_ctx *c, const model_layer *ly, const model_lay
     const model *m = c->m;
     const int64_t E = m->hp.n_embd, K = m->x.ssm_d_conv, W = 3 * E;
     float *bcx = c->extra;
-    op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
+    op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
     op_linear(c, &ly->ssm_in, NULL, c->xb, n_tok, bcx);
     for (int32_t e = 0; e < c->n_seq; e++) {
         float *cs = c->seq_kv[e].state + hp->state_off; /* [K-1][E] */
@@ -69,7 +69,7 @@ static void lfm2_forward(model_ctx *c, int32_t n_tok) {
         else
             model_llama_attention(c, l, n_tok);
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         op_ffn_glu(c, &ly->w_gate, &ly->w_up, &ly->w_down, h->n_ff, OP_SILU, c->xb, n_tok, c->proj);
         op_add(c->x, c->proj, n_tok * E);
     }

@@ -26,7 +26,7 @@ void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok) {
     const bool neox = m->hp.rope_kind == MODEL_ROPE_NEOX;
     const model_layer *ly = &m->layers[l];
     const model_layer_hp *h = &m->lhp[l];
-    op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+    op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
     op_linear_many(c, &ly->wq, c->q, &ly->wk, c->k, &ly->wv, c->v, c->xb, n_tok);
     op_add_bias(c->q, ly->bq, n_tok, ly->wq.n_rows);
     op_add_bias(c->k, ly->bk, n_tok, ly->wk.n_rows);
@@ -57,7 +57,7 @@ static void llama_forward(model_ctx *c, int32_t n_tok) {
         model_llama_attention(c, l, n_tok);
 
         /* feed-forward */
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         if (ly->ffn_gate_inp.data) {
             op_moe(c, &ly->ffn_gate_inp, &ly->ffn_gate_exps, &ly->ffn_up_exps,
                    &ly->ffn_down_exps, m->x.n_expert_used, c->xb, n_tok, c->proj, c->extra);

@@ -149,7 +149,7 @@ static void m2_mixer(model_ctx *c, const model_layer *ly, const model_layer_hp *
         const float *z = zx + t * d.nin;
         for (int64_t i = 0; i < d.inner; i++) yt[i] *= silu(z[i]);
         for (int64_t g = 0; g < d.ng; g++)
-            op_rmsnorm(c, yt + g * gs, yt + g * gs, ly->ssm_norm + g * gs, 1, gs, m->x.norm_eps);
+            op_rmsnorm(yt + g * gs, yt + g * gs, ly->ssm_norm + g * gs, 1, gs, m->x.norm_eps);
     }
     op_linear(c, &ly->ssm_out, NULL, y, n_tok, c->proj);
 }
@@ -160,7 +160,7 @@ static void mamba2_forward(model_ctx *c, int32_t n_tok) {
     op_embed(c, &m->tok_embd, n_tok, 0.0f, c->x);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *ly = &m->layers[l];
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
         m2_mixer(c, ly, &m->lhp[l], n_tok);
         op_add(c->x, c->proj, n_tok * E);
     }
@@ -196,7 +196,7 @@ static void nemotron_h_forward(model_ctx *c, int32_t n_tok) {
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *ly = &m->layers[l];
         const model_layer_hp *h = &m->lhp[l];
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
         if (h->state_floats)
             m2_mixer(c, ly, h, n_tok);
         else if (h->n_ff == 0)

@@ -50,9 +50,8 @@ void op_add_row(model_ctx *c, const model_weight *w, int64_t row, int32_t n_tok,
     add_rows(c, w, n_tok, NULL, row, out);
 }
 
-void op_rmsnorm(model_ctx *c, float *out, const float *x, const float *w, int32_t n_tok,
-                int64_t n, float eps) {
-    (void)c;
+void op_rmsnorm(float *out, const float *x, const float *w, int32_t n_tok, int64_t n,
+                float eps) {
     for (int32_t t = 0; t < n_tok; t++) kern_rmsnorm(out + t * n, x + t * n, w, n, eps);
 }
 

@@ -21,8 +21,8 @@ void op_add_rows_by_pos(model_ctx *c, const model_weight *w, int32_t n_tok, floa
 void op_add_row(model_ctx *c, const model_weight *w, int64_t row, int32_t n_tok, float *out);
 
 /* RMSNorm of each row; w NULL: no weight (unit). out may equal x. */
-void op_rmsnorm(model_ctx *c, float *out, const float *x, const float *w, int32_t n_tok,
-                int64_t n, float eps);
+void op_rmsnorm(float *out, const float *x, const float *w, int32_t n_tok, int64_t n,
+                float eps);
 /* LayerNorm of each row with optional weight and bias. out may equal x. */
 void op_layernorm(float *out, const float *x, const float *w, const float *b, int32_t n_tok,
                   int64_t n, float eps);

@@ -319,14 +319,14 @@ static void qwen35_forward(model_ctx *c, int32_t n_tok) {
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *ly = &m->layers[l];
         const model_layer_hp *h = &m->lhp[l];
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
         if (h->state_floats)
             gdn_layer(c, ly, h, n_tok);
         else
             attn_layer(c, ly, h, l, n_tok);
         op_add(c->x, c->proj, n_tok * E);
 
-        op_rmsnorm(c, c->xb, c->x, ly->post_attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->post_attn_norm, n_tok, E, eps);
         if (ly->ffn_gate_inp.data) {
             moe_ffn(c, ly, n_tok);
         } else {

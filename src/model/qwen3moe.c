@@ -24,7 +24,7 @@ static void qwen3moe_forward(model_ctx *c, int32_t n_tok) {
         const model_layer *ly = &m->layers[l];
         model_llama_attention(c, l, n_tok); /* qwen3's: q/k norms present, neox */
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         op_moe(c, &ly->ffn_gate_inp, &ly->ffn_gate_exps, &ly->ffn_up_exps, &ly->ffn_down_exps,
                m->x.n_expert_used, c->xb, n_tok, c->proj, c->extra);
         op_add(c->x, c->proj, n_tok * E);
