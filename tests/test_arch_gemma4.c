@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "arch_golden.h"
+#include "arch_recurrent.h"
 #include "kv/block.h"
 #include "runner/runner.h"
 #include "runner_greedy.h"
@@ -141,38 +142,9 @@ TEST(gemma4_block_pool_batch_matches_each_alone_and_model_eval) {
 TEST(gemma4_runner_greedy_matches_model_eval) {
     model *m = load_case("gemma4.gguf");
     if (!m) SKIP("testdata/arch/gemma4.gguf not found");
-    const int32_t V = model_get_hparams(m)->n_vocab;
-    runner_config cfg = {.n_threads = 1, .block_tokens = 8, .prefill_chunk = 16,
-                         .kv_budget_bytes = (size_t)64 << 20, .n_parallel = 2,
-                         .batch_tokens = 32};
-    runner *r = NULL;
-    CHECK_OK(runner_create(m, &cfg, &r, NULL), NULL);
-    int32_t conv[96];
-    int n = 0;
-    fill_tokens(conv, 24, 5, V);
-    n = 24;
-    collect c1, c2;
-    runner_stats s1, s2;
-    CHECK_OK(runner_greedy(r, conv, n, 12, &c1, &s1), NULL);
-    CHECK_EQ_INT(c1.n, 12);
-    for (int i = 0; i < c1.n; i++) conv[n++] = c1.toks[i];
-    for (int i = 0; i < 6; i++) conv[n++] = 40 + i;
-    CHECK_OK(runner_greedy(r, conv, n, 12, &c2, &s2), NULL);
-    CHECK_MSG(s2.cached_tokens >= 30, "cached %d of %d", (int)s2.cached_tokens, n);
-    CHECK_EQ_INT(c2.n, 12);
-    model_ctx *ctx;
-    model_kv *kv;
-    CHECK_OK(model_ctx_create(m, 1, 64, &ctx, NULL), NULL);
-    CHECK_OK(model_kv_create(m, 96, &kv, NULL), NULL);
-    CHECK_OK(model_eval(ctx, kv, conv, n, NULL, NULL), NULL);
-    for (int i = 0; i < c2.n; i++) {
-        int32_t best = argmax(model_ctx_logits(ctx), V);
-        CHECK_EQ_INT(best, c2.toks[i]);
-        CHECK_OK(model_eval(ctx, kv, &best, 1, NULL, NULL), NULL);
-    }
-    model_kv_free(kv);
-    model_ctx_free(ctx);
-    runner_destroy(r);
+    int32_t prompt[24];
+    fill_tokens(prompt, 24, 5, model_get_hparams(m)->n_vocab);
+    arch_runner_eval_check(m, prompt, 24);
     model_free(m);
 }
 
