@@ -23,6 +23,9 @@ typedef struct srv_proc {
     char log[1024];
 } srv_proc;
 
+/* A loopback port nothing listens on just now (for a child server to bind), or -1. */
+int sp_free_port(void);
+
 /* env: NULL-terminated "NAME=value" list (may be NULL). Returns 0, 1 when HEARTH_BIN is
  * not set, -1 when the server did not come up. */
 int sp_spawn(srv_proc *p, const char *tag, const char *const *env);

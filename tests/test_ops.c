@@ -539,18 +539,6 @@ TEST(metrics_queue_depth_counts_waiting_requests) {
 
 /* ---------------- a real Prometheus scrapes hearth ---------------- */
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* The single value of an instant query, or -1 (no result yet, or Prometheus not up). */
 static double prom_query(const net_host *h, const char *query_escaped) {
     char path[1024];
@@ -585,7 +573,7 @@ static void prometheus_scrape(srv_proc *p) {
              "    scrape_timeout: 1s\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n",
              p->port);
     CHECK_OK(hl_file_write(cfg, text, strlen(text), NULL), NULL);
-    int port = free_port();
+    int port = sp_free_port();
     CHECK(port > 0);
     char a_cfg[1300], a_data[1300], a_listen[64];
     snprintf(a_cfg, sizeof a_cfg, "--config.file=%s", cfg);
