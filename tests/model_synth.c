@@ -435,3 +435,11 @@ void synth_ref_forward(const synth_model *s, const int32_t *tokens, int n, float
     free(u);
     free(sc);
 }
+
+model *synth_load(const synth_cfg *cfg, const char *path) {
+    synth_model *s = synth_build(cfg, path);
+    if (!s) return NULL;
+    synth_free(s);
+    model *m = NULL;
+    return model_load(path, NULL, &m, NULL) == HL_OK ? m : NULL;
+}

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "tensor/types.h"
 
 typedef struct synth_cfg {
@@ -54,6 +55,8 @@ void synth_write_vocab(gguf_writer *w, int n_vocab);
 /* Writes the GGUF to path and returns the reference weights (free with synth_free). */
 synth_model *synth_build(const synth_cfg *cfg, const char *path);
 void synth_free(synth_model *s);
+/* Writes the GGUF to path (as synth_build) and loads it: the model, or NULL. */
+model *synth_load(const synth_cfg *cfg, const char *path);
 
 /* Reference logits for tokens[0..n), one position at a time: out is n * n_vocab. */
 void synth_ref_forward(const synth_model *s, const int32_t *tokens, int n, float *out);

@@ -19,12 +19,7 @@ static model *load_synth_type(hl_type wtype) {
     snprintf(path, sizeof path, "%s/batch%d.gguf", test_tmpdir(), (int)wtype);
     synth_cfg c = {.arch = "llama", .n_vocab = V, .n_embd = 64, .n_layer = 2, .n_ff = 96,
                    .n_head = 4, .n_head_kv = 2, .rope_base = 10000, .wtype = wtype, .seed = 11};
-    synth_model *s = synth_build(&c, path);
-    if (!s) return NULL;
-    synth_free(s);
-    model *m = NULL;
-    if (model_load(path, NULL, &m, NULL) != HL_OK) return NULL;
-    return m;
+    return synth_load(&c, path);
 }
 
 static void fill_prompt(int32_t *p, int n, int seed) {
