@@ -179,6 +179,8 @@ typedef struct model_rope_table {
 
 /* The largest key head a q8_0 cache takes (attention quantizes q on the stack). */
 #define MODEL_KV_Q8_MAX_HEAD_DIM 1024
+/* KV geometries a context remembers as checked (model_ctx.geom_ok) */
+#define MODEL_GEOM_SEEN 8
 
 /* The KV buffers of one sequence as the forward pass sees them. */
 typedef struct model_seq_kv {
@@ -233,6 +235,15 @@ struct model_ctx {
     int32_t n_ctx_set, n_ctx_eval;
     void *mm_scratch;
     size_t scratch_bytes;
+    /* KV geometries (a pool's) that passed the full per-layer check against `want`: a
+     * later batch on the same one compares only these fields (forward.c, check_view) */
+    struct {
+        const kv_geom *g, *want;
+        const kv_layer_dims *dims;
+        int32_t n_layer;
+        hl_type k_type, v_type;
+    } geom_ok[MODEL_GEOM_SEEN];
+    int32_t n_geom_ok; /* how many were ever added (the slot of the next: modulo) */
 };
 
 /* ---- architecture descriptor ---- */
