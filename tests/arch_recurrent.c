@@ -27,11 +27,8 @@ model *arch_case_model(const char *case_name, int32_t *prompt, int32_t *n_prompt
     for (size_t i = 0; i < json_array_size(g) && i < 64; i++)
         greedy[(*n_greedy)++] = (int32_t)json_integer_value(json_array_get(g, i));
     json_decref(root);
-    snprintf(rel, sizeof rel, "testdata/arch/%s.gguf", case_name);
-    const char *gp = test_shared_path(rel);
-    model *m = NULL;
-    if (!gp || model_load(gp, NULL, &m, NULL) != HL_OK) return NULL;
-    return m;
+    snprintf(rel, sizeof rel, "%s.gguf", case_name);
+    return arch_load_file(rel);
 }
 
 /* Evaluates toks[0..n) into kv in pieces of `step` tokens, logits of every position. */
@@ -127,6 +124,15 @@ void arch_recurrent_runner_check(const char *case_name) {
     runner_destroy(warm);
     runner_destroy(fresh);
     model_free(m);
+}
+
+model *arch_load_file(const char *file) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "testdata/arch/%s", file);
+    const char *p = test_shared_path(rel);
+    model *m = NULL;
+    if (p && model_load(p, NULL, &m, NULL) != HL_OK) m = NULL;
+    return m;
 }
 
 void arch_steps_check(model *m, const int32_t *toks, int n, int n_ctx, const int *steps,

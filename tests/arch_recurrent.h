@@ -19,6 +19,9 @@
 model *arch_case_model(const char *case_name, int32_t *prompt, int32_t *n_prompt,
                        int32_t *greedy, int32_t *n_greedy);
 
+/* testdata/arch/<file> loaded (the caller frees it); NULL when absent or not loadable. */
+model *arch_load_file(const char *file);
+
 /* toks[0..n) evaluated into fresh caches of n_ctx positions in one batch, and again in
  * pieces of steps[k] tokens for each k: every position's logits within tol of the one
  * batch's, and those not all near 0. The caller keeps m. */

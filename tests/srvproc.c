@@ -177,6 +177,22 @@ bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, cons
     return sp_req(p, "POST", "/api/create", body, NULL) == 200;
 }
 
+bool sp_kv_dir(const srv_proc *p, const char *sub, char *out, size_t n) {
+    char base[1200];
+    snprintf(base, sizeof base, "%s/kvcache", p->models);
+    DIR *d = opendir(base);
+    if (!d) return false;
+    struct dirent *de;
+    bool found = false;
+    while (!found && (de = readdir(d)))
+        if (strncmp(de->d_name, "sha256-", 7) == 0) {
+            snprintf(out, n, "%s/%s%s%s", base, de->d_name, sub ? "/" : "", sub ? sub : "");
+            found = true;
+        }
+    closedir(d);
+    return found;
+}
+
 int sp_ps_count(const srv_proc *p) {
     json_t *j;
     if (sp_req(p, "GET", "/api/ps", NULL, &j) != 200) return -1;

@@ -205,21 +205,12 @@ TEST(arch_deepseek2_bad_router_hparams_are_named) {
     }
 }
 
-static model *load_case(const char *file) {
-    char rel[128];
-    snprintf(rel, sizeof rel, "testdata/arch/%s", file);
-    const char *p = test_shared_path(rel);
-    model *m = NULL;
-    if (p && model_load(p, NULL, &m, NULL) != HL_OK) m = NULL;
-    return m;
-}
-
 #define N_TOK 48
 
 /* One batch (tokens grouped by expert, every head's absorbed query in one matmul per
  * head) against the same tokens one at a time: every position's logits within 1e-4. */
 TEST(arch_deepseek2_batch_equals_token_by_token) {
-    model *m = load_case("deepseek2-groups-yarn.gguf");
+    model *m = arch_load_file("deepseek2-groups-yarn.gguf");
     if (!m) SKIP("testdata/arch/deepseek2-groups-yarn.gguf not found (HEARTH_SHARED)");
     const int32_t V = model_get_hparams(m)->n_vocab;
     int32_t toks[N_TOK];
@@ -232,7 +223,7 @@ TEST(arch_deepseek2_batch_equals_token_by_token) {
  * different widths, prefix cache): a conversation continued from the cache gives the
  * greedy tokens of model_eval. */
 TEST(arch_deepseek2_runner_greedy_matches_model_eval) {
-    model *m = load_case("deepseek2.gguf");
+    model *m = arch_load_file("deepseek2.gguf");
     if (!m) SKIP("testdata/arch/deepseek2.gguf not found (HEARTH_SHARED)");
     const int32_t V = model_get_hparams(m)->n_vocab;
     int32_t prompt[24];

@@ -25,15 +25,6 @@ TEST(arch_gemma4_keqv) { arch_golden_check("gemma4-keqv"); }
 TEST(arch_gemma4_keqv_f16) { arch_golden_check("gemma4-keqv-f16"); }
 TEST(arch_gemma4_keqv_q8_0) { arch_golden_check("gemma4-keqv-q8_0"); }
 
-static model *load_case(const char *file) {
-    char rel[128];
-    snprintf(rel, sizeof rel, "testdata/arch/%s", file);
-    const char *p = test_shared_path(rel);
-    model *m = NULL;
-    if (p && model_load(p, NULL, &m, NULL) != HL_OK) m = NULL;
-    return m;
-}
-
 static int32_t argmax(const float *l, int32_t n) {
     int32_t best = 0;
     for (int32_t v = 1; v < n; v++)
@@ -54,7 +45,7 @@ static void fill_tokens(int32_t *p, int n, int seed, int32_t n_vocab) {
  * alone as a contiguous cache (up to the order of the attention's blocks). */
 #define NSEQ 4
 TEST(gemma4_block_pool_batch_matches_each_alone_and_model_eval) {
-    model *m = load_case("gemma4.gguf");
+    model *m = arch_load_file("gemma4.gguf");
     if (!m) SKIP("testdata/arch/gemma4.gguf not found");
     const model_hparams *hp = model_get_hparams(m);
     const int32_t V = hp->n_vocab;
@@ -140,7 +131,7 @@ TEST(gemma4_block_pool_batch_matches_each_alone_and_model_eval) {
 /* Through the runner (the server's path): a conversation past the window, continued from
  * the prefix cache, gives the greedy tokens of model_eval. */
 TEST(gemma4_runner_greedy_matches_model_eval) {
-    model *m = load_case("gemma4.gguf");
+    model *m = arch_load_file("gemma4.gguf");
     if (!m) SKIP("testdata/arch/gemma4.gguf not found");
     int32_t prompt[24];
     fill_tokens(prompt, 24, 5, model_get_hparams(m)->n_vocab);

@@ -575,23 +575,6 @@ static bool gen(const srv_proc *p, const char *prompt, gen_out *o) {
     return ok;
 }
 
-/* The model's block directory under a server's store (the only one in kvcache/). */
-static bool kv_dir(const srv_proc *p, char *out, size_t n) {
-    char base[1200];
-    snprintf(base, sizeof base, "%s/kvcache", p->models);
-    DIR *d = opendir(base);
-    if (!d) return false;
-    struct dirent *de;
-    bool found = false;
-    while (!found && (de = readdir(d)))
-        if (strncmp(de->d_name, "sha256-", 7) == 0) {
-            snprintf(out, n, "%s/%s", base, de->d_name);
-            found = true;
-        }
-    closedir(d);
-    return found;
-}
-
 /* Waits (up to 10 s) until the directory holds `want` block files. */
 static bool wait_files(const char *dir, int want) {
     for (int i = 0; i < 200; i++) {
@@ -620,7 +603,7 @@ TEST(kvstore_serve_restart_is_a_cache_hit_and_a_corrupt_block_is_recomputed) {
         CHECK_EQ_INT(cold.cached, 0);
         n_blocks = (int)((cold.prompt - 1) / 32);
         CHECK(n_blocks >= 4);
-        CHECK(kv_dir(&p, dir, sizeof dir));
+        CHECK(sp_kv_dir(&p, NULL, dir, sizeof dir));
         CHECK_MSG(wait_files(dir, n_blocks), "%d block files in %s", count_files(dir, ".kvb"), dir);
         if (test_failed()) sp_dump_log(&p);
         CHECK_EQ_INT(sp_stop(&p), 0);
