@@ -693,3 +693,109 @@ TEST(sched_runner_stall_client_leaves) {
                                       "HEARTH_MAX_LOADED_MODELS=1", NULL};
     WITH_SRV("stalldc", env, stall_disconnect_api);
 }
+
+typedef struct bg_req {
+    const srv_proc *p;
+    const char *body;
+    int status;
+    json_t *out;
+    pthread_t th;
+} bg_req;
+
+static void *bg_req_main(void *arg) {
+    bg_req *b = arg;
+    b->status = req_within(b->p, b->body, 20000, &b->out);
+    return NULL;
+}
+
+static void sigstop_api(srv_proc *p) {
+    CHECK(make_models(p));
+    /* mid-decode (a token every 50 ms), the runner is stopped with SIGSTOP: alive, but it
+     * sends nothing, not even heartbeats */
+    json_t *first = NULL;
+    net_http *h = stream_open(p, "{\"model\":\"a\",\"prompt\":\"x\",\"options\":{\"num_predict\":400}}",
+                              &first);
+    CHECK(h != NULL && first && json_object_get(first, "response"));
+    json_decref(first);
+    pid_t runner = only_child(p);
+    CHECK_MSG(runner > 0, "runner processes: %d", -runner);
+    if (!h || runner <= 0) {
+        net_http_close(h);
+        return;
+    }
+    kill(runner, SIGSTOP);
+    uint64_t t0 = hl_time_ns();
+    /* a second request for the model queues on the stopped runner and gets nothing */
+    bg_req q = {.p = p, .body = "{\"model\":\"a\",\"prompt\":\"y\",\"stream\":false,"
+                                "\"options\":{\"num_predict\":3,\"temperature\":0}}"};
+    bool started = pthread_create(&q.th, NULL, bg_req_main, &q) == 0;
+    CHECK(started);
+    /* the in-flight stream ends with an error line within the stall timeout (2 s) */
+    net_http_set_timeout(h, 10000);
+    json_t *last = NULL;
+    char *line;
+    size_t len;
+    while (net_http_read_line(h, &line, &len, NULL) == HL_OK && line) {
+        json_decref(last);
+        last = json_loadb(line, len, 0, NULL);
+    }
+    net_http_close(h);
+    double took = (double)(hl_time_ns() - t0) / 1e9;
+    CHECK_MSG(took < 2.0 + 2.5, "the stream ended after %.1f s", took);
+    const char *msg = json_string_value(json_object_get(last, "error"));
+    CHECK_MSG(msg && strstr(msg, "model runner has unexpectedly stopped") &&
+                  strstr(msg, "sent nothing"),
+              "last line: %s", msg ? msg : "(none)");
+    json_decref(last);
+    /* the queued one runs on a fresh runner and succeeds */
+    if (started) pthread_join(q.th, NULL);
+    CHECK_MSG(q.status == 200, "queued request: %d %s", q.status,
+              json_string_value(json_object_get(q.out, "error")) ?: "");
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(q.out, "eval_count")), 3);
+    json_decref(q.out);
+    CHECK_MSG(!process_exists(runner), "the stopped runner %d is still there", (int)runner);
+    pid_t again = only_child(p);
+    CHECK_MSG(again > 0 && again != runner, "runner %d, then %d", (int)runner, (int)again);
+    if (process_exists(runner)) {
+        kill(runner, SIGCONT);
+        kill(runner, SIGKILL);
+    }
+}
+
+TEST(sched_sigstopped_runner_fails_inflight_retries_queued) {
+    static const char *const env[] = {"HEARTH_RUNNER_STALL_TIMEOUT=2s",
+                                      "HEARTH_RUNNER_TEST_TOKEN_DELAY_MS=50", NULL};
+    WITH_SRV("sigstop", env, sigstop_api);
+}
+
+static void queued_beats_api(srv_proc *p) {
+    CHECK(make_models(p));
+    /* one slot, a token every 100 ms: b waits ~3 s in the runner's queue behind a, twice
+     * the stall timeout; the runner's heartbeats keep both alive */
+    bg_req a = {.p = p, .body = "{\"model\":\"a\",\"prompt\":\"x\",\"stream\":false,"
+                                "\"options\":{\"num_predict\":30}}"};
+    bg_req b = {.p = p, .body = "{\"model\":\"a\",\"prompt\":\"z\",\"stream\":false,"
+                                "\"options\":{\"num_predict\":2}}"};
+    CHECK_EQ_INT(load(p, "a", "10m"), 200);
+    pid_t runner = only_child(p);
+    bool sa = pthread_create(&a.th, NULL, bg_req_main, &a) == 0;
+    sp_sleep_ms(300);
+    bool sb = pthread_create(&b.th, NULL, bg_req_main, &b) == 0;
+    if (sa) pthread_join(a.th, NULL);
+    if (sb) pthread_join(b.th, NULL);
+    CHECK_MSG(a.status == 200, "a: %d %s", a.status,
+              json_string_value(json_object_get(a.out, "error")) ?: "");
+    CHECK_MSG(b.status == 200, "b: %d %s", b.status,
+              json_string_value(json_object_get(b.out, "error")) ?: "");
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(a.out, "eval_count")), 30);
+    json_decref(a.out);
+    json_decref(b.out);
+    CHECK_EQ_INT(only_child(p), runner); /* never killed */
+}
+
+TEST(sched_runner_queue_heartbeats) {
+    static const char *const env[] = {"HEARTH_RUNNER_STALL_TIMEOUT=1500ms",
+                                      "HEARTH_RUNNER_TEST_TOKEN_DELAY_MS=100",
+                                      "HEARTH_NUM_PARALLEL=1", NULL};
+    WITH_SRV("beats", env, queued_beats_api);
+}

@@ -95,6 +95,9 @@ struct runner {
     job *q_head, *q_tail;
     int32_t n_queued, n_active;
     bool stop;
+    /* the batch thread is waiting (for callers' acknowledgements or for work), not inside
+     * a step: waiting requests get heartbeats meanwhile (runner_generate) */
+    bool batch_idle;
     uint64_t n_steps, n_step_tokens, n_admitted;
 
     pthread_mutex_t kv_mu;
@@ -549,14 +552,18 @@ static bool gather(runner *r) {
             if (any_ready) break;
         }
         if (!any_ready) {
+            r->batch_idle = true;
             pthread_cond_wait(&r->loop_cv, &r->mu);
+            r->batch_idle = false;
             continue;
         }
         if (any_waiting) {
             /* give the callers of the last step a moment, so their sequences join this one
              * (callers already late before it are not waited for again) */
             if (r->ack_wait_ns < 0) {
+                r->batch_idle = true;
                 pthread_cond_wait(&r->loop_cv, &r->mu);
+                r->batch_idle = false;
                 continue;
             }
             struct timespec dl;
@@ -572,7 +579,9 @@ static bool gather(runner *r) {
                         waiting = true;
                 }
                 if (!waiting || r->stop || timed_out) break;
+                r->batch_idle = true;
                 timed_out = pthread_cond_timedwait(&r->loop_cv, &r->mu, &dl) == ETIMEDOUT;
+                r->batch_idle = false;
             }
         }
         break;
@@ -836,9 +845,35 @@ hl_status runner_generate(runner *r, const runner_request *req, runner_stats *st
     r->n_queued++;
     pthread_cond_signal(&r->loop_cv);
     bool refused = false;
+    uint64_t beat_steps = r->n_steps;
     for (;;) {
-        while (!j.has_progress && !j.has_token && !j.finished) pthread_cond_wait(&j.cv, &r->mu);
-        if (!j.has_progress && !j.has_token) break; /* finished, all delivered */
+        /* waiting (queued, or not stepped): a heartbeat through progress every
+         * RUNNER_BEAT_MS while the batch thread makes progress (runner_heartbeat_fn) */
+        bool beat = false;
+        while (!j.has_progress && !j.has_token && !j.finished && !beat) {
+            if (!req->heartbeat) {
+                pthread_cond_wait(&j.cv, &r->mu);
+                continue;
+            }
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl); /* j.cv's clock */
+            add_ns(&dl, (int64_t)RUNNER_BEAT_MS * 1000000);
+            if (pthread_cond_timedwait(&j.cv, &r->mu, &dl) != ETIMEDOUT) continue;
+            beat = r->n_steps != beat_steps || r->batch_idle;
+            beat_steps = r->n_steps;
+        }
+        if (!j.has_progress && !j.has_token) {
+            if (!beat) break; /* finished, all delivered */
+            pthread_mutex_unlock(&r->mu);
+            if (!refused) refused = !req->heartbeat(req->user);
+            pthread_mutex_lock(&r->mu);
+            if (refused && !j.refused) {
+                j.refused = true;
+                pthread_cond_signal(&r->loop_cv);
+            }
+            continue;
+        }
+        beat_steps = r->n_steps;
         const bool progress = j.has_progress;
         const int32_t processed = j.processed;
         const sampler_out so = j.so; /* copied: the callback runs without the lock */

@@ -171,6 +171,13 @@ static bool bridge_progress(void *user, int32_t processed, int32_t total) {
     return !(b->req->cancelled && b->req->cancelled(b->req->ud));
 }
 
+/* the runner's heartbeat while the request waits: polls the caller's cancel flag, which
+ * in a runner process sends the server a keep-alive line (runner_srv.c) */
+static bool bridge_heartbeat(void *user) {
+    gen_bridge *b = user;
+    return !(b->req->cancelled && b->req->cancelled(b->req->ud));
+}
+
 static void bridge_logits(void *user, float *logits, int32_t n_vocab) {
     gen_bridge *b = user;
     b->req->logits_hook(b->req->ud, logits, n_vocab);
@@ -193,6 +200,7 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
         .sampling = req->sp,
         .emit = bridge_emit,
         .progress = bridge_progress,
+        .heartbeat = bridge_heartbeat,
         .logits_hook = req->logits_hook ? bridge_logits : NULL,
         .user = &b,
     };

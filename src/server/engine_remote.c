@@ -30,6 +30,7 @@
 #include "server/runner_srv.h"
 
 #define LAST_LINE_MAX 256
+#define EMBED_STALL_FACTOR 10
 #define DIED_MSG                                                                          \
     "model runner has unexpectedly stopped, this may be due to resource limitations or " \
     "an internal error, check the server logs for details"
@@ -196,12 +197,12 @@ static void runner_kill(eremote *r) {
     wait_exit(r, 2000);
 }
 
-static hl_status runner_stalled(eremote *r, hl_err *err) {
+static hl_status runner_stalled(eremote *r, int64_t stall_ns, hl_err *err) {
     runner_kill(r);
     fprintf(stderr, "[hearth] runner pid %d sent nothing for %.1f s: killed\n", (int)r->pid,
-            (double)r->stall_ns / 1e9);
+            (double)stall_ns / 1e9);
     return hl_fail(err, HL_ERR_IO, "%s: the runner sent nothing for %.1f s", DIED_MSG,
-                   (double)r->stall_ns / 1e9);
+                   (double)stall_ns / 1e9);
 }
 
 /* ---- spawning ---- */
@@ -415,7 +416,7 @@ hl_status eremote_open(const char *gguf_path, const engine_config *cfg, eremote 
     r->out_fd = r->lifeline_fd = -1;
     /* generous: the runner beats only between prefill chunks, and one chunk of a large
      * model on a small CPU can take minutes; this catches a runner that is stuck */
-    r->stall_ns = env_duration_ns("HEARTH_RUNNER_STALL_TIMEOUT", NULL, 20LL * 60 * 1000000000LL);
+    r->stall_ns = env_duration_ns("HEARTH_RUNNER_STALL_TIMEOUT", NULL, EREMOTE_STALL_DEFAULT_NS);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     /* the tokenizer lives here too: requests are tokenized and rendered in the server */
@@ -566,6 +567,7 @@ enum { WAIT_NONE, WAIT_CANCELLED, WAIT_DIED, WAIT_STALLED };
 typedef struct read_wait {
     eremote *r;
     const engine_request *req; /* NULL: not cancellable */
+    int64_t stall_ns;          /* silence that ends the read (0: none) */
     uint64_t last_out;         /* the runner's last line (or the request's start) */
     int why;
 } read_wait;
@@ -582,7 +584,7 @@ static hl_status read_waiter(void *ud, hl_err *err) {
     }
     /* the runner sends a line per token and a heartbeat while queued or in prefill:
      * silence this long means it is stuck */
-    if (w->r->stall_ns > 0 && (int64_t)(hl_time_ns() - w->last_out) > w->r->stall_ns) {
+    if (w->stall_ns > 0 && (int64_t)(hl_time_ns() - w->last_out) > w->stall_ns) {
         w->why = WAIT_STALLED;
         return hl_fail(err, HL_ERR_TIMEOUT, "the runner stalled");
     }
@@ -593,7 +595,7 @@ static hl_status read_waiter(void *ud, hl_err *err) {
  * is killed and the request fails with the runner-stopped message. */
 static hl_status read_failed(eremote *r, const read_wait *w, hl_status st, hl_err *err) {
     if (w->why == WAIT_CANCELLED) return st;
-    if (w->why == WAIT_STALLED) return runner_stalled(r, err);
+    if (w->why == WAIT_STALLED) return runner_stalled(r, w->stall_ns, err);
     return runner_died(r, err);
 }
 
@@ -608,9 +610,9 @@ static hl_status post_text(eremote *r, const char *path, const char *text, read_
     if (!st) {
         net_http_set_waiter(h, read_waiter, w);
         /* sending a large body must not block forever either */
-        if (r->stall_ns > 0)
-            net_http_set_timeout(h, r->stall_ns / 1000000 > INT_MAX ? INT_MAX
-                                                                    : (int)(r->stall_ns / 1000000));
+        if (w->stall_ns > 0)
+            net_http_set_timeout(h, w->stall_ns / 1000000 > INT_MAX ? INT_MAX
+                                                                    : (int)(w->stall_ns / 1000000));
         st = net_http_send(h, text, len, err);
     }
     if (!st) st = net_http_finish(h, err);
@@ -641,12 +643,18 @@ static hl_status error_line(const json_t *j, hl_err *err) {
 hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *stats,
                            hl_err *err) {
     *stats = (engine_stats){0};
-    if (!eremote_alive(r)) return runner_died(r, err);
+    if (!eremote_alive(r)) {
+        stats->runner_lost = true;
+        return runner_died(r, err);
+    }
     net_http *h;
     long long id = atomic_fetch_add(&r->next_id, 1) + 1;
-    read_wait w = {.r = r, .req = req, .last_out = hl_time_ns()};
+    read_wait w = {.r = r, .req = req, .stall_ns = r->stall_ns, .last_out = hl_time_ns()};
     hl_status st = post_json(r, "/completion", request_json(req, id), &w, &h, err);
-    if (st) return st;
+    if (st) {
+        stats->runner_lost = st != HL_ERR_CANCELLED && !eremote_alive(r);
+        return st;
+    }
     int32_t n_tok = 0;
     bool finished = false, stopped = false;
     while (!finished) {
@@ -692,7 +700,7 @@ hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *
                 char body[64];
                 snprintf(body, sizeof body, "{\"id\":%lld}", id);
                 net_http *sh;
-                read_wait sw = {.r = r, .last_out = hl_time_ns()};
+                read_wait sw = {.r = r, .stall_ns = r->stall_ns, .last_out = hl_time_ns()};
                 if (post_text(r, "/stop", body, &sw, &sh, NULL) == HL_OK) {
                     char *resp = NULL;
                     size_t rlen;
@@ -724,6 +732,8 @@ hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *
         json_decref(j);
     }
     net_http_close(h); /* early: the runner sees the connection go and cancels */
+    /* the runner died or was killed under it (not an error line it sent) */
+    stats->runner_lost = st && st != HL_ERR_CANCELLED && !eremote_alive(r);
     return st;
 }
 
@@ -732,7 +742,10 @@ hl_status eremote_embed(eremote *r, const int32_t *tokens, size_t n, float *out,
     json_t *toks = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(toks, json_integer(tokens[i]));
     net_http *h;
-    read_wait w = {.r = r, .last_out = hl_time_ns()};
+    /* an embedding's reply comes whole, with no heartbeat before it: a longer bound */
+    int64_t stall = r->stall_ns > INT64_MAX / EMBED_STALL_FACTOR ? INT64_MAX
+                                                                  : r->stall_ns * EMBED_STALL_FACTOR;
+    read_wait w = {.r = r, .stall_ns = stall, .last_out = hl_time_ns()};
     hl_status st = post_json(r, "/embedding", json_pack("{s:o}", "tokens", toks), &w, &h, err);
     if (st) return st;
     char *body = NULL;

@@ -79,8 +79,10 @@ static bool comp_token(void *ud, int32_t token, const sampler_out *so) {
     return false;
 }
 
-/* Polled while queued and between prefill chunks: the heartbeat lets the server notice
- * its own client leaving (it checks between lines). */
+/* Polled between prefill chunks and, as the runner's heartbeat, while the request waits
+ * in the queue or outside the steps (runner_heartbeat_fn): the line tells the server's
+ * stall detector that the batch loop is alive, and lets the server notice its own
+ * client leaving (it checks between lines). */
 static bool comp_cancelled(void *ud) {
     comp_ctx *c = ud;
     uint64_t now = hl_time_ns();

@@ -9,7 +9,8 @@
  *                      "mem_bytes","pooling"} once loaded (before that nothing listens);
  *   POST /completion  {"prompt":[ids],"num_predict":N,"options":{sampler fields},
  *                      "format_json":bool} -> NDJSON: {"t":id[,"l":logprob,"k":[[id,lp]..]]}
- *                      per token, {"p":1} now and then while waiting or prefilling, and one
+ *                      per token, {"p":1} now and then while queued, prefilling or left out
+ *                      of a step (the batch's heartbeat: none while a step hangs), and one
  *                      final {"done":true,"stats":{...},"mem_bytes":N} or
  *                      {"error":msg,"code":hl_status}. Closing the connection cancels.
  *   POST /embedding   {"tokens":[ids]} -> {"embedding":[floats]} or {"error","code"}.
