@@ -3,12 +3,16 @@
  * Models: stories260K under several names (different Modelfile SYSTEMs) and
  * llama-2-tiny-random. Every server started is stopped, also on failure. */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <ftw.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -798,4 +802,154 @@ TEST(sched_runner_queue_heartbeats) {
                                       "HEARTH_RUNNER_TEST_TOKEN_DELAY_MS=100",
                                       "HEARTH_NUM_PARALLEL=1", NULL};
     WITH_SRV("beats", env, queued_beats_api);
+}
+
+/* ---- one memory budget (HEARTH_MAX_MEMORY) with KV paged to disk ---- */
+
+#define MEM_N_CONV 10
+static const char *const k_mem_models[] = {"t", "a", "b"}; /* the largest first */
+static char g_mem_env[64];
+static uint64_t g_mem_budget;
+
+static uint64_t file_bytes(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Three models resident together, each left with a KV share of ~1.5 MiB (sched.h). */
+static void mem_budget_env(void) {
+    uint64_t files = file_bytes(tiny()) + 2 * file_bytes(stories());
+    g_mem_budget = SCHED_SERVER_RESERVE + files + 3 * SCHED_RUNNER_OVERHEAD +
+                   3 * (SCHED_KV_MIN + ((uint64_t)512 << 10));
+    snprintf(g_mem_env, sizeof g_mem_env, "HEARTH_MAX_MEMORY=%" PRIu64, g_mem_budget);
+}
+
+/* A long conversation of its own for each i (no shared prefix beyond a few tokens). */
+static void mem_prompt(int i, char *out, size_t cap) {
+    static const char *const words[] = {"cat", "dog", "sun", "tree", "ball", "girl", "boy",
+                                        "park", "red", "big", "happy", "run", "jump", "sky"};
+    size_t n = (size_t)snprintf(out, cap, "Story %d:", i);
+    unsigned x = 2654435761u * (unsigned)(i + 1);
+    for (int w = 0; w < 110 && n + 16 < cap; w++) {
+        x = x * 1103515245u + 12345u;
+        n += (size_t)snprintf(out + n, cap - n, " %s", words[(x >> 16) % 14]);
+    }
+}
+
+/* Runs every conversation on every model; resp[m][i] gets the answers (malloc'd). */
+static bool mem_run_all(const srv_proc *p, char *resp[3][MEM_N_CONV]) {
+    bool ok = true;
+    for (int m = 0; m < 3; m++)
+        for (int i = 0; i < MEM_N_CONV; i++) {
+            char prompt[2048], body[4096];
+            mem_prompt(i, prompt, sizeof prompt);
+            snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":\"%s\",\"stream\":false,"
+                     "\"keep_alive\":\"10m\",\"options\":{\"num_predict\":24,"
+                     "\"temperature\":0,\"num_ctx\":512}}", k_mem_models[m], prompt);
+            json_t *j = NULL;
+            int st = sp_req(p, "POST", "/api/generate", body, &j);
+            const char *r = json_string_value(json_object_get(j, "response"));
+            if (st != 200 || !r) {
+                test_fail_at(__FILE__, __LINE__, "%s #%d: %d %s", k_mem_models[m], i, st,
+                             json_string_value(json_object_get(j, "error")) ?: "");
+                ok = false;
+            }
+            resp[m][i] = strdup(r ? r : "");
+            json_decref(j);
+        }
+    return ok;
+}
+
+static void mem_free_all(char *resp[3][MEM_N_CONV]) {
+    for (int m = 0; m < 3; m++)
+        for (int i = 0; i < MEM_N_CONV; i++) free(resp[m][i]);
+}
+
+static int g_spill_files;
+static int count_file(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)path, (void)ftw;
+    if (flag == FTW_F && S_ISREG(sb->st_mode) && sb->st_size > 0) g_spill_files++;
+    return 0;
+}
+
+static int spill_files(const srv_proc *p) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/kvspill", p->models);
+    g_spill_files = 0;
+    nftw(dir, count_file, 16, FTW_PHYS);
+    return g_spill_files;
+}
+
+static int spill_dirs(const srv_proc *p) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/kvspill", p->models);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+/* VmRSS of the server and its runners together. */
+static uint64_t total_rss(const srv_proc *p) {
+    pid_t kids[16];
+    int n = sp_children(p->pid, kids, 16);
+    uint64_t sum = (uint64_t)sp_rss(p->pid);
+    for (int i = 0; i < n; i++) sum += (uint64_t)sp_rss(kids[i]);
+    return sum;
+}
+
+static char *g_ample[3][MEM_N_CONV];
+
+static void mem_ample_api(srv_proc *p) {
+    CHECK(make_models(p));
+    CHECK(mem_run_all(p, g_ample));
+}
+
+static void mem_tight_api(srv_proc *p) {
+    CHECK(make_models(p));
+    char *first[3][MEM_N_CONV] = {{0}}, *again[3][MEM_N_CONV] = {{0}};
+    CHECK(mem_run_all(p, first));
+    /* all three stay loaded, and the server with its runners stays under the budget */
+    CHECK_EQ_INT(sp_ps_count(p), 3);
+    CHECK_EQ_INT(sp_children(p->pid, (pid_t[8]){0}, 8), 3);
+    uint64_t rss = total_rss(p);
+    CHECK_MSG(rss > 0 && rss < g_mem_budget, "RSS %" PRIu64 " KiB, budget %" PRIu64 " KiB",
+              rss >> 10, g_mem_budget >> 10);
+    /* the cached conversations did not fit in the KV budgets: paged out to disk */
+    CHECK_EQ_INT(spill_dirs(p), 3);
+    int files = spill_files(p);
+    CHECK_MSG(files > 0, "no KV spilled under %s/kvspill", p->models);
+    /* every conversation again: their KV comes back from the disk with the same result */
+    CHECK(mem_run_all(p, again));
+    for (int m = 0; m < 3; m++)
+        for (int i = 0; i < MEM_N_CONV; i++) {
+            CHECK_MSG(first[m][i] && again[m][i] && !strcmp(first[m][i], again[m][i]),
+                      "%s #%d: \"%s\" then \"%s\"", k_mem_models[m], i, first[m][i],
+                      again[m][i]);
+            CHECK_MSG(first[m][i] && g_ample[m][i] && !strcmp(first[m][i], g_ample[m][i]),
+                      "%s #%d: \"%s\" with an ample budget, \"%s\" under a tight one",
+                      k_mem_models[m], i, g_ample[m][i], first[m][i]);
+        }
+    rss = total_rss(p);
+    CHECK_MSG(rss < g_mem_budget, "RSS %" PRIu64 " KiB, budget %" PRIu64 " KiB", rss >> 10,
+              g_mem_budget >> 10);
+    /* an unloaded model's runner leaves no spill directory behind */
+    CHECK_EQ_INT(load(p, "a", "0"), -2);
+    for (int i = 0; i < 100 && spill_dirs(p) != 2; i++) sp_sleep_ms(20);
+    CHECK_EQ_INT(spill_dirs(p), 2);
+    mem_free_all(first);
+    mem_free_all(again);
+}
+
+TEST(sched_memory_budget_pages_kv_to_disk) {
+    static const char *const ample[] = {"HEARTH_KV_SPILL_DIR=off", NULL};
+    WITH_SRV("memample", ample, mem_ample_api);
+    mem_budget_env();
+    const char *const tight[] = {g_mem_env, NULL};
+    WITH_SRV("memtight", tight, mem_tight_api);
+    mem_free_all(g_ample);
 }

@@ -204,7 +204,8 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     const size_t state_floats = model_state_floats(m);
     r->n_caches = n_slots + (state_floats > 0);
     /* recurrent snapshots are copies outside the pools: they share the KV budget */
-    if (state_floats > 0) r->pools.snapshot_budget = budget;
+    if (state_floats > 0)
+        r->pools.snapshot_budget = cfg->snapshot_budget_bytes ? cfg->snapshot_budget_bytes : budget;
     if (r->n_caches == 0) st = hl_fail(err, HL_ERR_INVALID, "the model keeps no cache at all");
     if (!st) {
         for (int32_t i = 0; i < r->n_parallel && !st; i++) {

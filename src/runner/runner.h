@@ -81,6 +81,9 @@ typedef struct runner_config {
     int32_t prefill_chunk;   /* <= 0: RUNNER_PREFILL_CHUNK */
     int32_t block_tokens;    /* <= 0: RUNNER_BLOCK_TOKENS */
     size_t kv_budget_bytes;  /* RAM for cached KV; 0: kv_default_budget() */
+    /* RAM for the prefix trie's whole-state snapshots of a recurrent model (kept beside
+     * the KV pools); 0: kv_budget_bytes' value */
+    size_t snapshot_budget_bytes;
     const char *spill_dir;   /* NULL: inactive blocks are only compressed in RAM */
     size_t spill_max_bytes;  /* 0: unlimited */
     int32_t n_parallel;      /* active requests; <= 0: $HEARTH_NUM_PARALLEL, else 4 */

@@ -50,6 +50,12 @@ typedef struct engine_config {
     /* may be NULL: when it turns true, a load waiting for its runner process fails
      * ("server shutting down"); not a load option (ignored when comparing configs) */
     const _Atomic bool *abort;
+    /* Memory the loaded-model manager grants (not load options either): RAM for cached
+     * KV and for recurrent state snapshots (runner_config; 0: the runner's defaults), and
+     * the directory KV pages spill to (NULL: none). engine_open creates spill_dir and
+     * engine_close removes it with what is left in it. */
+    size_t kv_budget_bytes, snapshot_budget_bytes;
+    const char *spill_dir;
 } engine_config;
 
 typedef struct engine_info {
@@ -59,6 +65,7 @@ typedef struct engine_info {
     int32_t n_vocab;
     uint64_t mem_bytes;  /* measured (after load and after each request): weights read +
                             KV cache + scratch; engine_get_info never blocks on a run */
+    uint64_t kv_disk_bytes; /* KV paged out to the spill directory (measured likewise) */
     int pooling;         /* ENGINE_POOL_* the GGUF asks for (mean when it does not say) */
     bool embedding_only; /* no output layer (BERT): engine_generate cannot serve it */
 } engine_info;

@@ -42,6 +42,7 @@ struct eremote {
     char *chat_template;
     engine_info info;
     _Atomic uint64_t mem_bytes;
+    _Atomic uint64_t kv_disk; /* spilled KV, as the runner last reported */
     int out_fd;      /* read end of the child's stdout+stderr */
     int lifeline_fd; /* write end of the child's stdin: it exits when this closes */
     pthread_t out_th, reap_th;
@@ -52,6 +53,7 @@ struct eremote {
     int exit_status;
     char last_line[LAST_LINE_MAX + 1]; /* guarded by mu */
     atomic_bool dead;
+    _Atomic int64_t stalled_ns; /* killed for a stall that long (0: not) */
     atomic_llong next_id; /* completion ids, for POST /stop */
     int64_t stall_ns;     /* a request with no runner output for this long fails; 0: none */
     /* this start's secret: the runner answers only paths under "/<secret>/" (it gets
@@ -174,6 +176,10 @@ static void last_line(eremote *r, char *buf, size_t cap) {
 
 /* The runner failed under a request: kill it, let the output drain, describe. */
 static hl_status runner_died(eremote *r, hl_err *err) {
+    int64_t stalled = atomic_load(&r->stalled_ns);
+    if (stalled) /* another request found it stuck and killed it */
+        return hl_fail(err, HL_ERR_IO, "%s: the runner sent nothing for %.1f s", DIED_MSG,
+                       (double)stalled / 1e9);
     atomic_store(&r->dead, true);
     if (!wait_exit(r, 300)) kill(r->pid, SIGKILL);
     wait_exit(r, 2000);
@@ -198,11 +204,20 @@ static void runner_kill(eremote *r) {
 }
 
 static hl_status runner_stalled(eremote *r, int64_t stall_ns, hl_err *err) {
+    int64_t none = 0;
+    bool first = atomic_compare_exchange_strong(&r->stalled_ns, &none, stall_ns);
     runner_kill(r);
-    fprintf(stderr, "[hearth] runner pid %d sent nothing for %.1f s: killed\n", (int)r->pid,
-            (double)stall_ns / 1e9);
+    if (first)
+        fprintf(stderr, "[hearth] runner pid %d sent nothing for %.1f s: killed\n", (int)r->pid,
+                (double)stall_ns / 1e9);
     return hl_fail(err, HL_ERR_IO, "%s: the runner sent nothing for %.1f s", DIED_MSG,
                    (double)stall_ns / 1e9);
+}
+
+/* mem_bytes and kv_disk from a runner's reply */
+static void store_mem(eremote *r, const json_t *j) {
+    atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+    atomic_store(&r->kv_disk, (uint64_t)json_integer_value(json_object_get(j, "kv_disk")));
 }
 
 /* ---- spawning ---- */
@@ -262,10 +277,15 @@ static hl_status spawn(eremote *r, const char *path, const engine_config *cfg, i
     snprintf(sctx, sizeof sctx, "%d", (int)cfg->num_ctx);
     snprintf(sbatch, sizeof sbatch, "%d", (int)cfg->num_batch);
     snprintf(sthr, sizeof sthr, "%d", cfg->n_threads);
+    char skv[24], ssnap[24];
+    snprintf(skv, sizeof skv, "%zu", cfg->kv_budget_bytes);
+    snprintf(ssnap, sizeof ssnap, "%zu", cfg->snapshot_budget_bytes);
     char *argv[] = {(char *)bin, "runner", "--model", (char *)path, "--port", sport, "--ctx",
                     sctx, "--batch", sbatch, "--threads", sthr, "--mmap",
                     cfg->use_mmap ? "1" : "0", "--kv-type",
-                    (char *)(cfg->kv_type && *cfg->kv_type ? cfg->kv_type : "f16"), NULL};
+                    (char *)(cfg->kv_type && *cfg->kv_type ? cfg->kv_type : "f16"),
+                    "--kv-budget", skv, "--snapshot-budget", ssnap,
+                    cfg->spill_dir ? "--spill-dir" : NULL, (char *)cfg->spill_dir, NULL};
     /* the environment plus the secret (built before fork: the child may not allocate) */
     extern char **environ;
     size_t n_env = 0;
@@ -337,7 +357,7 @@ static void apply_health(eremote *r, const json_t *j) {
     r->info.n_vocab = (int32_t)json_integer_value(json_object_get(j, "n_vocab"));
     r->info.pooling = (int)json_integer_value(json_object_get(j, "pooling"));
     r->info.embedding_only = json_is_true(json_object_get(j, "embedding_only"));
-    atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+    store_mem(r, j);
 }
 
 /* One GET /health with a short timeout: 1 ready, 0 not (yet) answering. */
@@ -470,6 +490,7 @@ const char *eremote_chat_template(const eremote *r) { return r->chat_template; }
 void eremote_get_info(const eremote *r, engine_info *out) {
     *out = r->info;
     out->mem_bytes = atomic_load(&((eremote *)r)->mem_bytes);
+    out->kv_disk_bytes = atomic_load(&((eremote *)r)->kv_disk);
 }
 
 /* GET /health on a raw non-blocking socket, every step (connect included: a runner whose
@@ -595,7 +616,10 @@ static hl_status read_waiter(void *ud, hl_err *err) {
  * is killed and the request fails with the runner-stopped message. */
 static hl_status read_failed(eremote *r, const read_wait *w, hl_status st, hl_err *err) {
     if (w->why == WAIT_CANCELLED) return st;
-    if (w->why == WAIT_STALLED) return runner_stalled(r, w->stall_ns, err);
+    /* the connection's own timeout (the stall bound, set for sending) may see the
+     * silence before the waiter's next slice does: a stall too */
+    if (w->why == WAIT_STALLED || (w->why == WAIT_NONE && st == HL_ERR_TIMEOUT))
+        return runner_stalled(r, w->stall_ns, err);
     return runner_died(r, err);
 }
 
@@ -719,7 +743,7 @@ hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *
             stats->done = json_integer_value(json_object_get(s, "done")) == ENGINE_DONE_LENGTH
                               ? ENGINE_DONE_LENGTH
                               : ENGINE_DONE_STOP;
-            atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+            store_mem(r, j);
             if (stopped) {
                 stats->eval_count = n_tok;
                 stats->done = ENGINE_DONE_STOP;
@@ -762,7 +786,7 @@ hl_status eremote_embed(eremote *r, const int32_t *tokens, size_t n, float *out,
     if (json_is_array(e) && json_array_size(e) == (size_t)r->info.n_embd) {
         for (size_t i = 0; i < json_array_size(e); i++)
             out[i] = (float)json_number_value(json_array_get(e, i));
-        atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+        store_mem(r, j);
     } else if (j && json_object_get(j, "error")) {
         st = error_line(j, err);
     } else {

@@ -28,11 +28,12 @@ static enum MHD_Result handle_health(srv_request *r) {
     engine_info info;
     engine_get_info(g_eng, &info);
     return srv_reply_json(r, 200,
-                          json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:b}", "status",
-                                    "ok", "pid", (int)getpid(), "n_ctx", info.n_ctx,
+                          json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:b}",
+                                    "status", "ok", "pid", (int)getpid(), "n_ctx", info.n_ctx,
                                     "n_ctx_train", info.n_ctx_train, "n_embd", info.n_embd,
                                     "n_vocab", info.n_vocab, "mem_bytes",
-                                    (json_int_t)info.mem_bytes, "pooling", info.pooling,
+                                    (json_int_t)info.mem_bytes, "kv_disk",
+                                    (json_int_t)info.kv_disk_bytes, "pooling", info.pooling,
                                     "embedding_only", (int)info.embedding_only));
 }
 
@@ -133,11 +134,12 @@ static void comp_run(srv_stream *s, void *ctx) {
     engine_info info;
     engine_get_info(g_eng, &info);
     srv_stream_send(
-        s, json_pack("{s:b, s:{s:i, s:I, s:i, s:i, s:I, s:i}, s:I}", "done", 1, "stats",
+        s, json_pack("{s:b, s:{s:i, s:I, s:i, s:i, s:I, s:i}, s:I, s:I}", "done", 1, "stats",
                      "prompt_eval_count", stats.prompt_eval_count, "prompt_eval_ns",
                      (json_int_t)stats.prompt_eval_ns, "cached_tokens", stats.cached_tokens,
                      "eval_count", stats.eval_count, "eval_ns", (json_int_t)stats.eval_ns, "done",
-                     (int)stats.done, "mem_bytes", (json_int_t)info.mem_bytes));
+                     (int)stats.done, "mem_bytes", (json_int_t)info.mem_bytes, "kv_disk",
+                     (json_int_t)info.kv_disk_bytes));
 }
 
 static double num(const json_t *o, const char *k, double dflt) {
@@ -209,7 +211,8 @@ static enum MHD_Result handle_embedding(srv_request *r) {
         json_t *a = json_array();
         for (int32_t i = 0; i < info.n_embd; i++) json_array_append_new(a, json_real(vec[i]));
         engine_get_info(g_eng, &info);
-        out = json_pack("{s:o, s:I}", "embedding", a, "mem_bytes", (json_int_t)info.mem_bytes);
+        out = json_pack("{s:o, s:I, s:I}", "embedding", a, "mem_bytes",
+                        (json_int_t)info.mem_bytes, "kv_disk", (json_int_t)info.kv_disk_bytes);
     }
     free(vec);
     return srv_reply_json(r, 200, out);
@@ -255,7 +258,8 @@ static void *lifeline_main(void *arg) {
 
 static int usage(void) {
     fprintf(stderr, "Error: usage: hearth runner --model PATH --port P [--ctx N] [--batch N] "
-                    "[--threads N] [--mmap 0|1]\n");
+                    "[--threads N] [--mmap 0|1] [--kv-type T] [--kv-budget BYTES] "
+                    "[--snapshot-budget BYTES] [--spill-dir DIR]\n");
     return 2;
 }
 
@@ -273,6 +277,10 @@ int runner_srv_main(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) cfg.n_threads = atoi(v);
         else if (!strcmp(a, "--mmap")) cfg.use_mmap = atoi(v) != 0;
         else if (!strcmp(a, "--kv-type")) cfg.kv_type = v;
+        else if (!strcmp(a, "--kv-budget")) cfg.kv_budget_bytes = (size_t)strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--snapshot-budget"))
+            cfg.snapshot_budget_bytes = (size_t)strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--spill-dir")) cfg.spill_dir = v;
         else return usage();
         i++;
     }
@@ -342,6 +350,7 @@ int runner_srv_main(int argc, char **argv) {
     int sig = 0;
     sigwait(&set, &sig);
     server_stop(srv);
-    engine_close(g_eng);
+    engine_close(g_eng); /* removes the spill files */
+    if (cfg.spill_dir) rmdir(cfg.spill_dir); /* the server removes it too, after a kill */
     return 0;
 }
