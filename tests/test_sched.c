@@ -953,3 +953,55 @@ TEST(sched_memory_budget_pages_kv_to_disk) {
     WITH_SRV("memtight", tight, mem_tight_api);
     mem_free_all(g_ample);
 }
+
+TEST(sched_memory_budget_env) {
+    CHECK_EQ_INT(sched_parse_bytes("4GiB"), (uint64_t)4 << 30);
+    CHECK_EQ_INT(sched_parse_bytes("512MiB"), (uint64_t)512 << 20);
+    CHECK_EQ_INT(sched_parse_bytes("512M"), (uint64_t)512 << 20);
+    CHECK_EQ_INT(sched_parse_bytes("1.5G"), (uint64_t)3 << 29);
+    CHECK_EQ_INT(sched_parse_bytes("64K"), 65536);
+    CHECK_EQ_INT(sched_parse_bytes("123"), 123);
+    CHECK_EQ_INT(sched_parse_bytes("2TB"), (uint64_t)2 << 40);
+    CHECK_EQ_INT(sched_parse_bytes("lots"), 0);
+    CHECK_EQ_INT(sched_parse_bytes("4GiBs"), 0);
+    CHECK_EQ_INT(sched_parse_bytes("-1G"), 0);
+    const char *old = getenv("HEARTH_MAX_MEMORY");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("HEARTH_MAX_MEMORY", "3GiB", 1);
+    CHECK_EQ_INT(sched_memory_budget(), (uint64_t)3 << 30);
+    /* the default: 90% of the machine's memory less a margin, never all of it */
+    unsetenv("HEARTH_MAX_MEMORY");
+    uint64_t dflt = sched_memory_budget();
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    uint64_t total = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+    CHECK(dflt >= ((uint64_t)256 << 20));
+    CHECK_MSG(total == 0 || dflt < total, "default %" PRIu64 " of %" PRIu64, dflt, total);
+    if (saved) setenv("HEARTH_MAX_MEMORY", saved, 1);
+    free(saved);
+}
+
+/* A starting server removes the spill directories of servers that are gone, not those of
+ * live ones (two servers may share a models directory). */
+TEST(sched_removes_stale_spill_dirs) {
+    char root[1024], dead[1200], live[1200], file[1300];
+    snprintf(root, sizeof root, "%s/stale-models", test_tmpdir());
+    snprintf(dead, sizeof dead, "%s/kvspill", root);
+    mkdir(root, 0700);
+    mkdir(dead, 0700);
+    snprintf(live, sizeof live, "%s/kvspill/%d-1", root, (int)getpid());
+    snprintf(dead, sizeof dead, "%s/kvspill/2147483600-1", root); /* past any pid_max */
+    CHECK(mkdir(live, 0700) == 0 && mkdir(dead, 0700) == 0);
+    snprintf(file, sizeof file, "%s/block-0", dead);
+    CHECK(hl_file_write(file, "kv", 2, NULL) == HL_OK);
+    const char *old = getenv("HEARTH_KV_SPILL_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    unsetenv("HEARTH_KV_SPILL_DIR");
+    sched *s = NULL;
+    hl_status st = sched_create(root, &s, NULL);
+    if (saved) setenv("HEARTH_KV_SPILL_DIR", saved, 1);
+    free(saved);
+    CHECK(st == HL_OK);
+    sched_destroy(s);
+    CHECK_MSG(access(dead, F_OK) != 0, "%s is still there", dead);
+    CHECK_MSG(access(live, F_OK) == 0, "%s was removed", live);
+}

@@ -2,9 +2,12 @@
 #define _GNU_SOURCE
 #include "server/sched.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +205,32 @@ static char *spill_base(const char *models_root) {
     return out;
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)ftw;
+    if (flag == FTW_DP) rmdir(path);
+    else unlink(path);
+    return 0;
+}
+
+/* Spill directories a killed server left behind: "<pid>-<n>" whose process is gone
+ * (another server may share the base: its directories stay). */
+static void remove_stale_spill(const char *base) {
+    DIR *d = opendir(base);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '-' || pid <= 0 || pid > INT32_MAX) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno == EPERM) continue; /* alive */
+        char *path = NULL;
+        if (asprintf(&path, "%s/%s", base, e->d_name) < 0) continue;
+        nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        free(path);
+    }
+    closedir(d);
+}
+
 hl_status sched_create(const char *models_root, sched **out, hl_err *err) {
     sched *s = calloc(1, sizeof *s);
     if (!s) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
@@ -212,6 +241,7 @@ hl_status sched_create(const char *models_root, sched **out, hl_err *err) {
     if (s->max_loaded > SCHED_MAX_SLOTS) s->max_loaded = SCHED_MAX_SLOTS;
     s->mem_budget = sched_memory_budget();
     s->spill_base = spill_base(models_root);
+    if (s->spill_base) remove_stale_spill(s->spill_base);
     s->health_ms = sched_health_timeout_ms();
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_t ca;

@@ -22,8 +22,9 @@
  * of the same size as the loaded-model limit allows still fit (at least SCHED_KV_MIN). A
  * runner past its KV budget pages cold KV out: compressed in RAM, then spilled to its own
  * directory, <$HEARTH_KV_SPILL_DIR or <models>/kvspill>/<server pid>-<n> ("off": no
- * spilling), which is removed with the runner. (The KV of the sequences being decoded
- * stays resident whatever the budget.)
+ * spilling), which is removed with the runner (a starting server also removes those
+ * of servers that are gone). (The KV of the sequences being decoded stays resident
+ * whatever the budget.)
  * A model that does not fit makes room by
  * unloading idle models, shortest keep_alive first (then by name); when every model is
  * busy, the shortest-keep_alive one is marked to unload once idle (new requests for it
