@@ -12,6 +12,10 @@ BUILD   ?= build
 PKGS    := libpcre2-8 libutf8proc jansson zlib libxxhash libmicrohttpd libcurl libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
+# the CLI binary alone uses libedit (the REPL's line editing and history)
+CLI_PKGS   := libedit
+CLI_PKG_CFLAGS := $(shell pkg-config --cflags $(CLI_PKGS))
+CLI_PKG_LIBS   := $(shell pkg-config --libs $(CLI_PKGS))
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wformat=2 -Wvla -Wundef -Wno-format-nonliteral
@@ -36,6 +40,8 @@ BENCH_SRC := $(wildcard bench/*.c)
 WEB_ASSETS := $(sort $(wildcard web/*.html web/*.css web/*.js))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/webui_assets.o
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
+# CLI modules with no CLI dependencies, linked into the tests too (their unit tests)
+CLI_TESTED := $(BUILD)/src/cli/format.o
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 # helpers linked into every bench (the synthetic vocabulary comes from the tests' model_synth)
@@ -62,10 +68,15 @@ $(BUILD)/gen/webui_assets.o: $(BUILD)/gen/webui_assets.c
 	$(CC) $(CFLAGS_ALL) -c -o $@ $<
 
 $(BUILD)/hearth: $(CLI_OBJ) $(BUILD)/libhearth.a
-	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
+	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libhearth.a $(CLI_PKG_LIBS) $(LDLIBS)
 
-$(BUILD)/hearth-tests: $(TEST_OBJ) $(BUILD)/libhearth.a
-	$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJ) $(BUILD)/libhearth.a $(LDLIBS)
+# the REPL's pty test needs forkpty (-lutil); the test binary alone links it
+$(BUILD)/hearth-tests: $(TEST_OBJ) $(CLI_TESTED) $(BUILD)/libhearth.a
+	$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJ) $(CLI_TESTED) $(BUILD)/libhearth.a $(LDLIBS) -lutil
+
+$(BUILD)/src/cli/%.o: src/cli/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(CLI_PKG_CFLAGS) -c -o $@ $<
 
 $(BUILD)/bench/%: bench/%.c $(BENCH_LIB) $(BUILD)/libhearth.a
 	@mkdir -p $(dir $@)

@@ -355,6 +355,93 @@ static void check_embed(run_state *s, report *r, const arch_golden_tol *tol, int
              json_array_size(embs), min_cos, tol->cos_min);
 }
 
+/* The golden's state_check: after the prompt the sequence's state is saved and n_after
+ * greedy tokens are fed; then the state is restored and the same tokens fed again: every
+ * logit must be bitwise that of the first pass. A model with a recurrent state: a second
+ * model_kv that evaluated the same prompt (its KV rows below the prompt's length are then
+ * the same: only the state differs), its state overwritten with the later one so that only
+ * the restore can make it right, gets the saved state. A KV-only model: the restore is the
+ * rewind to the prompt's length (model_kv_truncate). */
+static void check_state(run_state *s, report *r, int n_threads, char *summary, size_t cap) {
+    json_t *sc = json_object_get(s->root, "state_check");
+    const size_t S = model_state_floats(s->m);
+    if (!sc) return;
+    hl_err err = {0};
+    size_t n_prompt, n_greedy;
+    int32_t *prompt = NULL, *greedy = NULL;
+    const int n_after = (int)num_at(sc, "n_tokens_after_snapshot", NULL);
+    const int32_t V = model_get_hparams(s->m)->n_vocab;
+    model_ctx *c = NULL;
+    model_kv *a = NULL, *b = NULL;
+    float *saved = malloc((S ? S : 1) * sizeof(float));
+    float *later = malloc((S ? S : 1) * sizeof(float));
+    float *first = malloc(sizeof(float) * (size_t)V * (size_t)(n_after > 0 ? n_after : 1));
+    int n_diff = 0;
+    if (!ids_of(json_object_get(s->root, "prompt_ids"), &prompt, &n_prompt) ||
+        !ids_of(json_object_get(s->root, "greedy_ids"), &greedy, &n_greedy) || n_after < 1 ||
+        (size_t)n_after > n_greedy) {
+        bad(r, "golden: state_check needs prompt_ids and n_tokens_after_snapshot greedy_ids");
+        goto done;
+    }
+    if (!saved || !later || !first || model_ctx_create(s->m, n_threads, 0, &c, &err) ||
+        model_kv_create(s->m, (int32_t)(n_prompt + n_greedy), &a, &err) ||
+        (S > 0 && model_kv_create(s->m, (int32_t)(n_prompt + n_greedy), &b, &err))) {
+        bad(r, "state check setup: %s", err.msg[0] ? err.msg : "out of memory");
+        goto done;
+    }
+    if (model_eval(c, a, prompt, (int32_t)n_prompt, NULL, &err)) goto eval_fail;
+    if (S == 0) { /* KV only: the rewind is the restore */
+        for (int i = 0; i < n_after; i++) {
+            if (model_eval(c, a, &greedy[i], 1, NULL, &err)) goto eval_fail;
+            memcpy(first + (size_t)i * V, model_ctx_logits(c), sizeof(float) * (size_t)V);
+        }
+        if (model_kv_truncate(a, (int32_t)n_prompt, &err)) goto eval_fail;
+        b = a, a = NULL;
+        goto replay;
+    }
+    memcpy(saved, model_kv_state(a), S * sizeof(float));
+    for (int i = 0; i < n_after; i++) {
+        if (model_eval(c, a, &greedy[i], 1, NULL, &err)) goto eval_fail;
+        memcpy(first + (size_t)i * V, model_ctx_logits(c), sizeof(float) * (size_t)V);
+    }
+    memcpy(later, model_kv_state(a), S * sizeof(float));
+    if (memcmp(saved, later, S * sizeof(float)) == 0) {
+        bad(r, "state check: %d more tokens left the recurrent state unchanged", n_after);
+        goto done;
+    }
+    if (model_eval(c, b, prompt, (int32_t)n_prompt, NULL, &err)) goto eval_fail;
+    memcpy(model_kv_state(b), later, S * sizeof(float));
+    memcpy(model_kv_state(b), saved, S * sizeof(float)); /* the restore */
+replay:
+    for (int i = 0; i < n_after; i++) {
+        if (model_eval(c, b, &greedy[i], 1, NULL, &err)) goto eval_fail;
+        if (memcmp(first + (size_t)i * V, model_ctx_logits(c), sizeof(float) * (size_t)V) != 0 &&
+            n_diff++ == 0)
+            bad(r, "state check: token %d after the restore gives other logits", i);
+    }
+    if (n_diff == 0) {
+        size_t o = strlen(summary);
+        if (S)
+            snprintf(summary + o, cap - o, "; state restore: %d tokens bitwise equal (%zu floats)",
+                     n_after, S);
+        else
+            snprintf(summary + o, cap - o, "; state restore (KV rewind): %d tokens bitwise equal",
+                     n_after);
+    }
+    goto done;
+eval_fail:
+    bad(r, "state check model_eval: %s", err.msg);
+done:
+    free(prompt);
+    free(greedy);
+    free(saved);
+    free(later);
+    free(first);
+    model_kv_free(a);
+    model_kv_free(b);
+    model_ctx_free(c);
+}
+
 bool arch_golden_run(const char *gguf_path, const char *json_path, const arch_golden_tol *tol,
                      int n_threads, char *msg, size_t cap) {
     report r = {0};
@@ -384,6 +471,7 @@ bool arch_golden_run(const char *gguf_path, const char *json_path, const arch_go
         check_embed(&s, &r, &t, n_threads, summary, sizeof summary);
     else
         check_causal(&s, &r, &t, n_threads, summary, sizeof summary);
+    if (!r.n_bad) check_state(&s, &r, n_threads, summary, sizeof summary);
     if (r.n_bad)
         snprintf(msg, cap, "%d mismatch%s; first: %s\n    (%s)", r.n_bad, r.n_bad > 1 ? "es" : "",
                  r.first, summary);

@@ -24,6 +24,10 @@
  *     choice is right): there the sequences may part, and comparing stops at the first
  *     such parting. While they agree the greedy_top10 logits are checked like the
  *     prompt's.
+ *   - state_check (a JSON that records one, a model with a recurrent state): the state
+ *     after the prompt is saved, n_tokens_after_snapshot greedy tokens fed; a second
+ *     sequence that ran the same prompt gets the saved state restored (over a later one)
+ *     and the same tokens: its logits must be bitwise those of the first pass.
  * Embedding cases (a JSON with embeddings: [{prompt_ids, embedding}]): model_embed (pooled
  * as the GGUF declares, L2-normalised) must have cosine similarity > tol.cos_min with
  * each golden vector.

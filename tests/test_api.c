@@ -245,6 +245,34 @@ TEST(api_go_template_subset) {
     json_decref(msgs);
     prompt_renderer_free(pr);
 
+    /* Ollama appends {{ .Response }} to a template that mentions neither .Messages nor
+     * .Response, so earlier replies stay: U1 A1 U2, not U1 U2; consecutive user messages
+     * collate into one .Prompt */
+    CHECK_OK(prompt_renderer_create("<{{ .Prompt }}>", NULL, NULL, &pr, &err), &err);
+    msgs = json_loads("[{\"role\":\"user\",\"content\":\"U1\"},"
+                      "{\"role\":\"assistant\",\"content\":\"A1\"},"
+                      "{\"role\":\"user\",\"content\":\"U2\"},"
+                      "{\"role\":\"user\",\"content\":\"U2b\"}]", 0, NULL);
+    CHECK_OK(prompt_render_chat(pr, msgs, NULL, -1, NULL, &out, &err), &err);
+    CHECK_STR(out, "<U1>A1<U2\n\nU2b>");
+    free(out);
+    prompt_renderer_free(pr);
+    /* no template at all: {{ .Prompt }}{{ .Response }} */
+    CHECK_OK(prompt_renderer_create(NULL, NULL, NULL, &pr, &err), &err);
+    CHECK_OK(prompt_render_chat(pr, msgs, NULL, -1, NULL, &out, &err), &err);
+    CHECK_STR(out, "U1A1U2\n\nU2b");
+    free(out);
+    prompt_renderer_free(pr);
+    /* a template that mentions .Response anywhere (here lower-case, via $) is left alone */
+    CHECK_OK(prompt_renderer_create("<{{ .Prompt }}>{{ if false }}{{ $.response }}{{ end }}", NULL,
+                                    NULL, &pr, &err),
+             &err);
+    CHECK_OK(prompt_render_chat(pr, msgs, NULL, -1, NULL, &out, &err), &err);
+    CHECK_STR(out, "<U1><U2\n\nU2b>");
+    free(out);
+    prompt_renderer_free(pr);
+    json_decref(msgs);
+
     /* an Ollama-style template over .Messages (Llama 3.2's shape), tools and tool calls */
     static const char *llama_tpl =
         "{{- if or .System .Tools }}<|start_header_id|>system<|end_header_id|>\n"
@@ -1248,6 +1276,48 @@ static void chat_api(srv_proc *p) {
 
 TEST(api_chat_templates_tools_thinking) { WITH_SERVER(chat_api); }
 
+/* A Modelfile TEMPLATE without .Messages or .Response (and a model without any
+ * template): Ollama appends {{ .Response }} and runs the template once per turn, so a
+ * multi-turn chat keeps the assistant's replies. Expected strings follow that rule by
+ * hand: each finished turn renders with its .Prompt and .Response (.System only where a
+ * system message came first), the last one is cut after the (empty) .Response. */
+static void legacy_template_api(srv_proc *p) {
+    CHECK(create_model(p, "legacy", stories(),
+                       "\"template\":\"{{ if .System }}[S]{{ .System }}\\n{{ end }}[U]{{ .Prompt }}\\n[A]\","
+                       "\"system\":\"Be brief.\""));
+    const char *conv = "\"messages\":[{\"role\":\"user\",\"content\":\"U1\"},"
+                       "{\"role\":\"assistant\",\"content\":\"A1\"},"
+                       "{\"role\":\"user\",\"content\":\"U2\"},"
+                       "{\"role\":\"assistant\",\"content\":\"A2\"},"
+                       "{\"role\":\"user\",\"content\":\"U3\"}]";
+    char body[1024];
+    snprintf(body, sizeof body, "{\"model\":\"legacy\",\"_debug_render_only\":true,%s}", conv);
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", body), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"),
+              "[S]Be brief.\n[U]U1\n[A]A1[U]U2\n[A]A2[U]U3\n[A]");
+    /* a request system message replaces the Modelfile's; one in mid-conversation starts
+     * a new turn */
+    snprintf(body, sizeof body, "{\"model\":\"legacy\",\"_debug_render_only\":true,"
+             "\"messages\":[{\"role\":\"system\",\"content\":\"S1\"},"
+             "{\"role\":\"user\",\"content\":\"U1\"},{\"role\":\"assistant\",\"content\":\"A1\"},"
+             "{\"role\":\"system\",\"content\":\"S2\"},{\"role\":\"user\",\"content\":\"U2\"}]}");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", body), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"),
+              "[S]S1\n[U]U1\n[A]A1[S]S2\n[U]U2\n[A]");
+    /* no template: {{ .Prompt }}{{ .Response }} per turn */
+    CHECK(create_model(p, "bare", stories(), ""));
+    snprintf(body, sizeof body, "{\"model\":\"bare\",\"_debug_render_only\":true,%s}", conv);
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", body), 200);
+    CHECK_STR(jstr(json_object_get(g_json, "_debug_info"), "rendered_template"), "U1A1U2A2U3");
+    /* and a real multi-turn chat on it generates after the whole history */
+    snprintf(body, sizeof body, "{\"model\":\"legacy\",\"stream\":false,%s,"
+             "\"options\":{\"temperature\":0,\"num_predict\":3}}", conv);
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", body), 200);
+    CHECK_EQ_INT((int)jint(g_json, "eval_count"), 3);
+}
+
+TEST(api_chat_template_without_response_keeps_replies) { WITH_SERVER(legacy_template_api); }
+
 /* ---------------- embeddings ---------------- */
 
 static double l2(const json_t *v) {
@@ -1623,6 +1693,7 @@ static int run_pty(const char *input, const char *const *args, char *out, size_t
         char hostv[64];
         snprintf(hostv, sizeof hostv, "127.0.0.1:%d", g_port);
         setenv("HEARTH_HOST", hostv, 1);
+        setenv("HOME", test_tmpdir(), 1); /* the REPL's history file goes there */
         const char *argv[16];
         int n = 0;
         argv[n++] = bin;

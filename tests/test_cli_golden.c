@@ -155,7 +155,7 @@ TEST(cli_golden_bad_input) {
     CHECK_EQ_INT(run_bin("generate --help"), 0);
     CHECK(strstr(g_out, "--top-logits") && strstr(g_out, "--prompt-ids"));
     CHECK_EQ_INT(run_bin("embed --help"), 0);
-    CHECK(strstr(g_out, "usage: hearth embed"));
+    CHECK(strstr(g_out, "Usage:\n  hearth embed "));
 }
 
 /* One JSON array of n_embd floats of unit norm, equal to model_embed here, for ids and

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "base/file.h"
+#include "gguf/gguf.h"
+#include "tensor/types.h"
 #include "net/http_client.h"
 #include "server/compat.h"
 #include "server/server.h"
@@ -309,6 +311,147 @@ TEST(compat_encoders_tool_calls_and_thinking) {
     json_decref(j);
 }
 
+/* The Responses encoder in-process: the event sequence for reasoning, text and a tool
+ * call, the one-reply object, and errors before and after the first frame. */
+static enum MHD_Result route_resp_stream(srv_request *r) {
+    if (!compat_attach_openai_responses(r)) return MHD_NO;
+    return srv_stream_run(r, true, think_text_tools, NULL, NULL);
+}
+static enum MHD_Result route_resp_reply(srv_request *r) {
+    if (!compat_attach_openai_responses(r)) return MHD_NO;
+    return srv_stream_run(r, false, all_at_once, NULL, NULL);
+}
+static enum MHD_Result route_resp_mid(srv_request *r) {
+    if (!compat_attach_openai_responses(r)) return MHD_NO;
+    return srv_stream_run(r, true, chunk_then_fail, NULL, NULL);
+}
+static enum MHD_Result route_resp_early(srv_request *r) {
+    if (!compat_attach_openai_responses(r)) return MHD_NO;
+    return srv_stream_run(r, true, fail_at_once, NULL, NULL);
+}
+
+static const srv_route k_resp_routes[] = {
+    {"/t/resp", false, "GET", route_resp_stream, false},
+    {"/t/resp-ns", false, "GET", route_resp_reply, false},
+    {"/t/resp-mid", false, "GET", route_resp_mid, false},
+    {"/t/resp-early", false, "GET", route_resp_early, false},
+};
+
+TEST(compat_responses_encoder_events_and_object) {
+    server_config cfg = {.extra_routes = k_resp_routes, .n_extra_routes = 4, .quiet = 1};
+    hl_server *srv;
+    srv_proc p;
+    hl_err err;
+    CHECK_OK(sp_start_in_process(&cfg, &srv, &p, &err), &err);
+    const net_host h = p.host;
+    static char b1[32768], b2[8192], b3[8192], b4[2048];
+    int st1 = get_body(&h, "/t/resp", b1, sizeof b1);
+    int st2 = get_body(&h, "/t/resp-ns", b2, sizeof b2);
+    int st3 = get_body(&h, "/t/resp-mid", b3, sizeof b3);
+    int st4 = get_body(&h, "/t/resp-early", b4, sizeof b4);
+    server_stop(srv);
+    CHECK(st1 == 200 && st2 == 200 && st3 == 200);
+
+    /* the stream: every event named as its type, sequence numbers 0, 1, 2, ... */
+    json_t *ev = sse_parse(b1);
+    static const char *const names[] = {
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added",
+        "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done",
+        "response.output_item.added", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done", "response.output_item.done",
+        "response.completed"};
+    size_t n_names = sizeof names / sizeof names[0];
+    CHECK_EQ_INT((int)json_array_size(ev), (int)n_names);
+    for (size_t i = 0; i < n_names && i < json_array_size(ev); i++) {
+        CHECK_STR(jstr(json_array_get(ev, i), "event"), names[i]);
+        CHECK_STR(pstr(json_array_get(ev, i), "data.type"), names[i]);
+        CHECK_EQ_INT(pint(json_array_get(ev, i), "data.sequence_number"), (long long)i);
+    }
+    const char *resp_id = pstr(ev, "0.data.response.id");
+    CHECK(!strncmp(resp_id, "resp_", 5));
+    CHECK_STR(pstr(ev, "0.data.response.object"), "response");
+    CHECK_STR(pstr(ev, "0.data.response.status"), "in_progress");
+    CHECK_STR(pstr(ev, "16.data.response.id"), resp_id);
+    /* reasoning item 0, message item 1, function call item 2 */
+    CHECK_STR(pstr(ev, "2.data.item.type"), "reasoning");
+    CHECK_EQ_INT(pint(ev, "2.data.output_index"), 0);
+    CHECK_STR(pstr(ev, "3.data.delta"), "hmm");
+    CHECK_STR(pstr(ev, "4.data.text"), "hmm");
+    CHECK_STR(pstr(ev, "6.data.item.type"), "message");
+    CHECK_STR(pstr(ev, "6.data.item.status"), "in_progress");
+    CHECK_EQ_INT(pint(ev, "6.data.output_index"), 1);
+    CHECK_STR(pstr(ev, "7.data.part.type"), "output_text");
+    CHECK_STR(pstr(ev, "8.data.delta"), "Hi");
+    CHECK_STR(pstr(ev, "8.data.item_id"), pstr(ev, "6.data.item.id"));
+    CHECK_EQ_INT(pint(ev, "8.data.content_index"), 0);
+    CHECK_STR(pstr(ev, "9.data.text"), "Hi");
+    CHECK_STR(pstr(ev, "11.data.item.content.0.text"), "Hi");
+    CHECK_STR(pstr(ev, "11.data.item.status"), "completed");
+    CHECK_STR(pstr(ev, "12.data.item.type"), "function_call");
+    CHECK_STR(pstr(ev, "12.data.item.status"), "in_progress");
+    CHECK_STR(pstr(ev, "12.data.item.call_id"), "call_abc");
+    CHECK_STR(pstr(ev, "12.data.item.name"), "get_weather");
+    CHECK_STR(pstr(ev, "12.data.item.arguments"), "");
+    CHECK_EQ_INT(pint(ev, "12.data.output_index"), 2);
+    CHECK_STR(pstr(ev, "13.data.delta"), "{\"city\":\"Paris\"}");
+    CHECK_STR(pstr(ev, "14.data.arguments"), "{\"city\":\"Paris\"}");
+    CHECK_STR(pstr(ev, "15.data.item.status"), "completed");
+    /* the completed response holds the three items and the usage */
+    json_t *fin = jpath(ev, "16.data.response");
+    CHECK_STR(jstr(fin, "status"), "completed");
+    CHECK(pint(fin, "completed_at") > 1600000000);
+    CHECK_EQ_INT((int)json_array_size(json_object_get(fin, "output")), 3);
+    CHECK_STR(pstr(fin, "output.0.summary.0.text"), "hmm");
+    CHECK_STR(pstr(fin, "output.1.content.0.text"), "Hi");
+    CHECK_STR(pstr(fin, "output.2.call_id"), "call_abc");
+    CHECK_EQ_INT(pint(fin, "usage.input_tokens"), 10);
+    CHECK_EQ_INT(pint(fin, "usage.output_tokens"), 3);
+    CHECK_EQ_INT(pint(fin, "usage.total_tokens"), 13);
+    CHECK_EQ_INT(pint(fin, "usage.input_tokens_details.cached_tokens"), 4);
+    json_decref(ev);
+
+    /* one reply: the same items and usage */
+    json_t *j = json_loads(b2, 0, NULL);
+    CHECK(j != NULL);
+    CHECK(!strncmp(jstr(j, "id"), "resp_", 5));
+    CHECK_STR(jstr(j, "object"), "response");
+    CHECK_STR(jstr(j, "status"), "completed");
+    CHECK(pint(j, "created_at") > 1600000000);
+    CHECK_STR(pstr(j, "output.0.type"), "reasoning");
+    CHECK_STR(pstr(j, "output.1.type"), "message");
+    CHECK_STR(pstr(j, "output.1.role"), "assistant");
+    CHECK_STR(pstr(j, "output.1.content.0.type"), "output_text");
+    CHECK_STR(pstr(j, "output.1.content.0.text"), "Hi");
+    CHECK_STR(pstr(j, "output.2.type"), "function_call");
+    CHECK_STR(pstr(j, "output.2.call_id"), "call_abc");
+    CHECK_STR(pstr(j, "output.2.name"), "get_weather");
+    CHECK_STR(pstr(j, "output.2.arguments"), "{\"city\":\"Paris\"}");
+    CHECK_EQ_INT(pint(j, "usage.input_tokens"), 10);
+    CHECK_EQ_INT(pint(j, "usage.output_tokens"), 3);
+    CHECK_EQ_INT(pint(j, "usage.total_tokens"), 13);
+    CHECK_EQ_INT(pint(j, "usage.input_tokens_details.cached_tokens"), 4);
+    CHECK_EQ_INT(pint(j, "usage.output_tokens_details.reasoning_tokens"), 0);
+    json_decref(j);
+
+    /* an error after the first frame: response.failed carrying it, nothing after */
+    ev = sse_parse(b3);
+    size_t n = json_array_size(ev);
+    CHECK(n >= 3);
+    CHECK_STR(pstr(json_array_get(ev, n - 1), "event"), "response.failed");
+    CHECK_STR(pstr(json_array_get(ev, n - 1), "data.response.status"), "failed");
+    CHECK_STR(pstr(json_array_get(ev, n - 1), "data.response.error.message"), "boom");
+    CHECK_EQ_INT(pint(json_array_get(ev, n - 1), "data.sequence_number"), (long long)n - 1);
+    json_decref(ev);
+    /* before it: the HTTP status with OpenAI's error object */
+    CHECK_EQ_INT(st4, 503);
+    CHECK_STR(b4, "{\"error\":{\"message\":\"busy\",\"type\":\"api_error\",\"param\":null,"
+                  "\"code\":null}}");
+}
+
 /* ---------------- the server process ---------------- */
 
 static const char *stories(void) { return test_shared_path("models/stories260K/stories260K.gguf"); }
@@ -458,6 +601,98 @@ static bool create_model(const srv_proc *p, const char *name, const char *tmpl) 
 
 static bool setup_models(const srv_proc *p) {
     return create_model(p, "s260", NULL) && create_model(p, "chat", k_chatml);
+}
+
+/* ---------------- a model that calls a tool ---------------- */
+
+/* A 260K model never emits a tool call, so the function-call tests use a one-layer llama
+ * GGUF built to be a bigram machine: the embedding of token t is the one-hot e_t and the
+ * attention and FFN outputs are zero, so the logits are the output matrix's column t
+ * (scaled by the RMS norm), and the output matrix maps each token to the one that
+ * follows it: <Q> -> <tool_call> {"name":"get_weather",...} </tool_call> </s>, and
+ * <R> -> "It is sunny." </s>. The template below ends the prompt with <Q> after a user
+ * turn and with <R> after a tool result: every sampler (any temperature) calls the tool
+ * first and answers after the result. */
+enum { TB_V = 16 };
+static const char *const k_tb_tokens[TB_V] = {
+    "<unk>", "<s>", "</s>", "<Q>", "<R>", "<tool_call>",
+    "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}", "</tool_call>",
+    "It", "\xe2\x96\x81is", "\xe2\x96\x81sunny", ".", "\xe2\x96\x81w12",
+    "\xe2\x96\x81w13", "\xe2\x96\x81w14", "\xe2\x96\x81w15"};
+static const int32_t k_tb_types[TB_V] = {2, 3, 3, 3, 3, 4, 1, 4, 1, 1, 1, 1, 1, 1, 1, 1};
+static const int k_tb_next[TB_V] = {2, 2, 2, 5, 8, 6, 7, 2, 9, 10, 11, 2, 2, 2, 2, 2};
+static const char *k_tb_template =
+    "{{- if .Tools }}{{ range .Tools }}{{ end }}{{ end }}"
+    "{{- range $i, $_ := .Messages }}{{ .Content }}"
+    "{{- if .ToolCalls }}<tool_call>{{ range .ToolCalls }}{{ json .Function.Arguments }}{{ end }}"
+    "</tool_call>{{ end }}"
+    "{{- if eq (len (slice $.Messages $i)) 1 }}{{ if eq .Role \"tool\" }}<R>{{ else }}<Q>{{ end }}"
+    "{{- end }}{{- end }}";
+
+static bool write_tool_gguf(const char *path) {
+    gguf_writer *w = gguf_writer_create();
+    if (!w) return false;
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    gguf_writer_set_u32(w, "llama.context_length", 256);
+    gguf_writer_set_u32(w, "llama.embedding_length", TB_V);
+    gguf_writer_set_u32(w, "llama.block_count", 1);
+    gguf_writer_set_u32(w, "llama.feed_forward_length", TB_V);
+    gguf_writer_set_u32(w, "llama.attention.head_count", 1);
+    gguf_writer_set_u32(w, "llama.attention.head_count_kv", 1);
+    gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-6f);
+    gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
+    float scores[TB_V];
+    for (int i = 0; i < TB_V; i++) scores[i] = (float)-i;
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", k_tb_tokens, TB_V);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, TB_V);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, k_tb_types, TB_V);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    static float eye[TB_V * TB_V], out[TB_V * TB_V], ones[TB_V], zeros[TB_V * TB_V];
+    for (int t = 0; t < TB_V; t++) {
+        eye[t * TB_V + t] = 1.0f;
+        out[k_tb_next[t] * TB_V + t] = 10.0f; /* row next(t), column t */
+        ones[t] = 1.0f;
+    }
+    static const char *const zero_mats[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
+                                            "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+                                            "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
+                                            "blk.0.ffn_down.weight"};
+    static const char *const norms[] = {"output_norm.weight", "blk.0.attn_norm.weight",
+                                        "blk.0.ffn_norm.weight"};
+    int64_t ne2[2] = {TB_V, TB_V}, ne1[1] = {TB_V};
+    uint64_t mat = sizeof(float) * TB_V * TB_V;
+    hl_err err;
+    hl_status st = gguf_writer_add_tensor(w, "token_embd.weight", HL_TYPE_F32, 2, ne2, eye, mat, &err);
+    if (!st) st = gguf_writer_add_tensor(w, "output.weight", HL_TYPE_F32, 2, ne2, out, mat, &err);
+    for (size_t i = 0; !st && i < sizeof norms / sizeof norms[0]; i++)
+        st = gguf_writer_add_tensor(w, norms[i], HL_TYPE_F32, 1, ne1, ones, sizeof ones, &err);
+    for (size_t i = 0; !st && i < sizeof zero_mats / sizeof zero_mats[0]; i++)
+        st = gguf_writer_add_tensor(w, zero_mats[i], HL_TYPE_F32, 2, ne2, zeros, mat, &err);
+    if (!st) st = gguf_writer_write_file(w, path, &err);
+    gguf_writer_destroy(w);
+    if (st) fprintf(stderr, "    tool model: %s\n", err.msg);
+    return st == HL_OK;
+}
+
+/* Creates "toolbot" (the model above with its template). */
+static bool create_toolbot(const srv_proc *p) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/toolbot.gguf", test_tmpdir());
+    if (!write_tool_gguf(path)) return false;
+    char digest[80];
+    int up = sp_upload_file(p, path, digest);
+    if (up != 201 && up != 200) return false;
+    json_t *body = json_pack("{s:s, s:{s:s}, s:s, s:b}", "model", "toolbot", "files", "m.gguf",
+                             digest, "template", k_tb_template, "stream", 0);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    int st = req(p, "POST", "/api/create", text);
+    free(text);
+    if (st != 200) fprintf(stderr, "    create toolbot: %d %s\n", st, g_resp ? g_resp : "");
+    return st == 200;
 }
 
 /* Concatenated text of the OpenAI chat chunks (delta.content) in g_events. */
@@ -664,9 +899,36 @@ static void oai_completions(srv_proc *p) {
     CHECK_EQ_INT(pint(lp, "text_offset.0"), 0);
     CHECK_EQ_INT(pint(lp, "text_offset.1"), (long long)strlen(pstr(lp, "tokens.0")));
 
-    /* prompt must be a string; stop items must be strings */
-    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":[1,2]}"), 400);
+    /* prompt as a one-string list is that prompt; several prompts or token ids are a
+     * clear 400; stop items must be strings */
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":"
+                     "[\"Once upon a time\"],\"temperature\":0,\"max_tokens\":8}"), 200);
+    CHECK_STR(pstr(g_json, "choices.0.text"), text);
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":[\"a\",\"b\"]}"), 400);
     CHECK_STR(pstr(g_json, "error.type"), "invalid_request_error");
+    CHECK_STR(pstr(g_json, "error.message"), "'prompt' as a list must hold exactly one string "
+                                             "(got 2): send one request per prompt");
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":[]}"), 400);
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":[[1,2]]}"), 400);
+    CHECK(strstr(pstr(g_json, "error.message"), "token ids are not supported") != NULL);
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"s260\",\"prompt\":{}}"), 400);
+    CHECK_STR(pstr(g_json, "error.type"), "invalid_request_error");
+    /* OpenAI requests have no context field: as Ollama documents, the model's
+     * PARAMETER num_ctx (or OLLAMA_CONTEXT_LENGTH, test_compat's responses test) sets it */
+    CHECK(sp_create_model(p, "ctx64", stories(), "\"parameters\":{\"num_ctx\":64}"));
+    CHECK_EQ_INT(req(p, "POST", "/v1/completions", "{\"model\":\"ctx64\",\"prompt\":\"Once\","
+                     "\"max_tokens\":2}"), 200);
+    CHECK_EQ_INT(req(p, "GET", "/api/ps", NULL), 200);
+    bool found = false;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(g_json, "models"), i, m) {
+        if (!strncmp(jstr(m, "name"), "ctx64", 5)) {
+            found = true;
+            CHECK_EQ_INT(jint(m, "context_length"), 64);
+        }
+    }
+    CHECK(found);
     CHECK_EQ_INT(req(p, "POST", "/v1/completions",
                      "{\"model\":\"s260\",\"prompt\":\"x\",\"stop\":[\"a\",3]}"), 400);
     CHECK_STR(pstr(g_json, "error.message"), "invalid type for 'stop' field: number");
@@ -1042,6 +1304,213 @@ static void disconnect(srv_proc *p) {
 
 TEST(compat_client_disconnect_cancels) { WITH_SERVER(disconnect); }
 
+/* ---------------- /v1/responses over HTTP ---------------- */
+
+/* The concatenated response.output_text.delta texts of g_events. */
+static void resp_stream_text(char *out, size_t cap) {
+    out[0] = '\0';
+    size_t i;
+    json_t *ev;
+    json_array_foreach(g_events, i, ev) {
+        if (strcmp(jstr(ev, "event"), "response.output_text.delta")) continue;
+        const char *t = pstr(ev, "data.delta");
+        strncat(out, t, cap - strlen(out) - 1);
+    }
+}
+
+static json_t *find_event(const char *name) {
+    size_t i;
+    json_t *ev;
+    json_array_foreach(g_events, i, ev) if (!strcmp(jstr(ev, "event"), name)) return ev;
+    return NULL;
+}
+
+static void responses_api(srv_proc *p) {
+    /* text: the response object, its settings echoed, usage */
+    const char *body = "{\"model\":\"chat\",\"instructions\":\"You tell stories.\","
+                       "\"input\":\"Once upon a time\",\"max_output_tokens\":8,\"temperature\":0}";
+    CHECK_EQ_INT(req(p, "POST", "/v1/responses", body), 200);
+    CHECK(strstr(g_ctype, "application/json") != NULL);
+    CHECK(!strncmp(jstr(g_json, "id"), "resp_", 5));
+    CHECK_STR(jstr(g_json, "object"), "response");
+    CHECK_STR(jstr(g_json, "status"), "completed");
+    CHECK_STR(jstr(g_json, "model"), "chat");
+    CHECK_STR(jstr(g_json, "instructions"), "You tell stories.");
+    CHECK_EQ_INT(jint(g_json, "max_output_tokens"), 8);
+    CHECK_STR(pstr(g_json, "text.format.type"), "text");
+    CHECK_EQ_INT((int)json_array_size(json_object_get(g_json, "output")), 1);
+    CHECK_STR(pstr(g_json, "output.0.type"), "message");
+    CHECK(!strncmp(pstr(g_json, "output.0.id"), "msg_", 4));
+    CHECK_STR(pstr(g_json, "output.0.role"), "assistant");
+    CHECK_STR(pstr(g_json, "output.0.content.0.type"), "output_text");
+    char text[2048];
+    snprintf(text, sizeof text, "%s", pstr(g_json, "output.0.content.0.text"));
+    CHECK(strlen(text) > 0);
+    CHECK_EQ_INT(pint(g_json, "usage.output_tokens"), 8);
+    long long in_tokens = pint(g_json, "usage.input_tokens");
+    CHECK(in_tokens > 5);
+    CHECK_EQ_INT(pint(g_json, "usage.total_tokens"), in_tokens + 8);
+    CHECK(json_is_integer(jpath(g_json, "usage.input_tokens_details.cached_tokens")));
+
+    /* streamed: the same text as deltas; the repeated prompt comes from the cache */
+    char sbody[1024];
+    snprintf(sbody, sizeof sbody, "%.*s,\"stream\":true}", (int)strlen(body) - 1, body);
+    CHECK_EQ_INT(req_sse(p, "/v1/responses", sbody), 200);
+    CHECK(strstr(g_ctype, "text/event-stream") != NULL);
+    CHECK_EQ_INT(g_done_frames, 0);
+    size_t n = json_array_size(g_events);
+    CHECK(n >= 9);
+    CHECK_STR(pstr(g_events, "0.event"), "response.created");
+    CHECK_STR(pstr(g_events, "1.event"), "response.in_progress");
+    CHECK_STR(pstr(g_events, "2.event"), "response.output_item.added");
+    CHECK_STR(pstr(g_events, "3.event"), "response.content_part.added");
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ_INT(pint(json_array_get(g_events, i), "data.sequence_number"), (long long)i);
+    char streamed[2048];
+    resp_stream_text(streamed, sizeof streamed);
+    CHECK_STR(streamed, text);
+    json_t *last = json_array_get(g_events, n - 1);
+    CHECK_STR(jstr(last, "event"), "response.completed");
+    CHECK_STR(pstr(last, "data.response.output.0.content.0.text"), text);
+    CHECK_EQ_INT(pint(last, "data.response.usage.output_tokens"), 8);
+    CHECK(pint(last, "data.response.usage.input_tokens_details.cached_tokens") > 0);
+    CHECK_STR(pstr(json_array_get(g_events, n - 2), "event"), "response.output_item.done");
+    CHECK_STR(pstr(find_event("response.output_text.done"), "data.text"), text);
+
+    /* OLLAMA_CONTEXT_LENGTH (this server's environment) is the context of OpenAI requests */
+    CHECK_EQ_INT(req(p, "GET", "/api/ps", NULL), 200);
+    CHECK_EQ_INT(pint(g_json, "models.0.context_length"), 1536);
+
+    /* input items reach the template: developer -> system, output_text parts, a function
+     * call and its output (a tool message named after the call) */
+    body = "{\"model\":\"chat\",\"_debug_render_only\":true,\"instructions\":\"I\","
+           "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"description\":\"d\","
+           "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}],"
+           "\"input\":[{\"role\":\"developer\",\"content\":\"Dev\"},"
+           "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"Q\"},"
+           "{\"type\":\"input_text\",\"text\":\"2\"}]},"
+           "{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"get_weather\","
+           "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"},"
+           "{\"type\":\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"sunny\"},"
+           "{\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Nice.\"}]},"
+           "{\"role\":\"user\",\"content\":\"And?\"}]}";
+    CHECK_EQ_INT(req(p, "POST", "/v1/responses", body), 200);
+    const char *r = pstr(g_json, "_debug_info.rendered_template");
+    CHECK_MSG(strstr(r, "<tools>{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"") != NULL,
+              "%s", r);
+    CHECK_MSG(strstr(r, "<|im_start|>system\nDev<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+                        "<|im_start|>assistant\n<|im_end|>\n<|im_start|>tool\nsunny<|im_end|>\n"
+                        "<|im_start|>assistant\nNice.<|im_end|>\n<|im_start|>user\nAnd?<|im_end|>\n"
+                        "<|im_start|>assistant\n") != NULL, "%s", r);
+    CHECK(!strncmp(r, "<|im_start|>systemI\n# Tools", 27)); /* k_chatml eats the newline */
+
+    /* text.format: json_object / json_schema become the native format (JSON output) and
+     * are echoed */
+    body = "{\"model\":\"s260\",\"input\":\"Once\",\"max_output_tokens\":6,\"temperature\":0,"
+           "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"p\",\"schema\":{\"type\":"
+           "\"object\",\"properties\":{\"name\":{\"type\":\"string\"}}}}}}";
+    CHECK_EQ_INT(req(p, "POST", "/v1/responses", body), 200);
+    CHECK_STR(pstr(g_json, "text.format.type"), "json_schema");
+    CHECK_STR(pstr(g_json, "text.format.name"), "p");
+    /* (unconstrained, stories260K says ", there was ..."; under a JSON format the text
+     * is whitespace or an object's start) */
+    const char *jt = pstr(g_json, "output.0.content.0.text");
+    char c0 = jt[strspn(jt, " \n\t\r")];
+    CHECK_MSG(c0 == '\0' || c0 == '{', "not JSON: '%s'", jt);
+    CHECK(strlen(jt) > 0);
+
+    /* client mistakes: 400 in OpenAI's shape; an unknown model 404 */
+    static const struct {
+        const char *body, *msg;
+    } bad[] = {
+        {"{\"model\":\"chat\"}", "missing required parameter: 'input'"},
+        {"{\"model\":\"chat\",\"input\":5}", "invalid type for 'input': expected a string or an array, got number"},
+        {"{\"model\":\"chat\",\"input\":[{\"type\":\"nope\"}]}", "input[0]: unknown input item type: \"nope\""},
+        {"{\"model\":\"chat\",\"input\":[{\"content\":\"x\"}]}", "input[0]: input item missing required 'type' field"},
+        {"{\"model\":\"chat\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"bogus\"}]}]}",
+         "input[0]: content[0]: unknown content type: bogus"},
+        {"{\"model\":\"chat\",\"input\":[{\"role\":\"robot\",\"content\":\"x\"}]}", NULL},
+        {"{\"model\":\"chat\",\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\","
+         "\"arguments\":\"{bad\"}]}", "failed to parse function call arguments: not a JSON object"},
+        {"{\"model\":\"chat\",\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", NULL},
+        {"{\"model\":\"chat\",\"input\":\"x\",\"text\":{\"format\":{\"type\":\"yaml\"}}}", NULL},
+        {"{\"model\":\"chat\",\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", NULL},
+        {"{\"model\":\"chat\",\"input\":\"x\",\"max_output_tokens\":\"9\"}", NULL},
+        {"{\"model\":\"chat\",\"input\":\"x\",\"reasoning\":{\"effort\":\"huge\"}}", NULL},
+        {"{\"model\":\"s260\",\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}",
+         "registry.ollama.ai/library/s260:latest does not support tools"},
+        {"{\"model\":\"chat\",\"input\":[]}", "'input' is empty"},
+        {"[1]", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int st = req(p, "POST", "/v1/responses", bad[i].body);
+        CHECK_MSG(st == 400, "%s -> %d %s", bad[i].body, st, g_resp ? g_resp : "");
+        CHECK_STR(pstr(g_json, "error.type"), "invalid_request_error");
+        CHECK(json_is_null(jpath(g_json, "error.param")) && json_is_null(jpath(g_json, "error.code")));
+        if (bad[i].msg) CHECK_STR(pstr(g_json, "error.message"), bad[i].msg);
+        else CHECK(strlen(pstr(g_json, "error.message")) > 0);
+    }
+    CHECK_EQ_INT(req(p, "POST", "/v1/responses", "{\"model\":\"nope\",\"input\":\"x\"}"), 404);
+    CHECK_STR(pstr(g_json, "error.type"), "not_found_error");
+}
+
+static const char *const k_ctx_env[] = {"OLLAMA_CONTEXT_LENGTH=1536", NULL};
+
+TEST(compat_openai_responses) {
+    if (!stories()) SKIP("models/stories260K/stories260K.gguf not found");
+    SP_WITH_SERVER("compat-resp", k_ctx_env, setup_models, responses_api);
+}
+
+/* A function-call round trip with the tool-calling model (toolbot above): the call
+ * comes out as a function_call item (one reply and streamed), and the conversation sent
+ * back with the call and its output gets the model's answer. */
+static void responses_tools(srv_proc *p) {
+    CHECK(create_toolbot(p));
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\","
+                        "\"description\":\"Current weather\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}]";
+    char body[2048];
+    snprintf(body, sizeof body, "{\"model\":\"toolbot\",\"input\":\"Weather in Paris?\",%s}", tools);
+    CHECK_EQ_INT(req(p, "POST", "/v1/responses", body), 200);
+    CHECK_EQ_INT((int)json_array_size(json_object_get(g_json, "output")), 1);
+    CHECK_STR(pstr(g_json, "output.0.type"), "function_call");
+    CHECK_STR(pstr(g_json, "output.0.status"), "completed");
+    CHECK_STR(pstr(g_json, "output.0.name"), "get_weather");
+    CHECK_STR(pstr(g_json, "output.0.arguments"), "{\"city\":\"Paris\"}");
+    CHECK(!strncmp(pstr(g_json, "output.0.call_id"), "call_", 5));
+    CHECK(!strncmp(pstr(g_json, "output.0.id"), "fc_", 3));
+    CHECK_STR(pstr(g_json, "tools.0.name"), "get_weather");
+    char call_id[64];
+    snprintf(call_id, sizeof call_id, "%s", pstr(g_json, "output.0.call_id"));
+
+    snprintf(body, sizeof body, "{\"model\":\"toolbot\",\"input\":\"Weather in Paris?\","
+             "\"stream\":true,%s}", tools);
+    CHECK_EQ_INT(req_sse(p, "/v1/responses", body), 200);
+    json_t *added = find_event("response.output_item.added");
+    CHECK_STR(pstr(added, "data.item.type"), "function_call");
+    CHECK_STR(pstr(added, "data.item.arguments"), "");
+    CHECK_STR(pstr(find_event("response.function_call_arguments.delta"), "data.delta"),
+              "{\"city\":\"Paris\"}");
+    CHECK_STR(pstr(find_event("response.function_call_arguments.done"), "data.arguments"),
+              "{\"city\":\"Paris\"}");
+    CHECK(find_event("response.output_text.delta") == NULL);
+    json_t *done = json_array_get(g_events, json_array_size(g_events) - 1);
+    CHECK_STR(jstr(done, "event"), "response.completed");
+    CHECK_STR(pstr(done, "data.response.output.0.name"), "get_weather");
+
+    /* the round trip: the call and its output go back, the model answers */
+    snprintf(body, sizeof body, "{\"model\":\"toolbot\",\"input\":[{\"role\":\"user\","
+             "\"content\":\"Weather in Paris?\"},{\"type\":\"function_call\",\"call_id\":\"%s\","
+             "\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"},"
+             "{\"type\":\"function_call_output\",\"call_id\":\"%s\",\"output\":\"sunny, 21C\"}],%s}",
+             call_id, call_id, tools);
+    CHECK_EQ_INT(req(p, "POST", "/v1/responses", body), 200);
+    CHECK_STR(pstr(g_json, "output.0.type"), "message");
+    CHECK_STR(pstr(g_json, "output.0.content.0.text"), "It is sunny.");
+}
+
+TEST(compat_openai_responses_function_call_round_trip) { WITH_SERVER(responses_tools); }
+
 /* ---------------- the official openai and @anthropic-ai/sdk npm packages ---------------- */
 
 static void npm_sdks(srv_proc *p) {
@@ -1049,6 +1518,22 @@ static void npm_sdks(srv_proc *p) {
     bool ok = sp_run_node(p, "tests/npm/sdk_clients.mjs", "chat", "s260", &text);
     CHECK_MSG(ok, "node SDK clients: %s", text ? text : "(no output)");
     free(text);
+}
+
+/* responses.create / responses.stream, and a function-call round trip with toolbot */
+static void npm_responses(srv_proc *p) {
+    CHECK(create_toolbot(p));
+    char *text = NULL;
+    bool ok = sp_run_node(p, "tests/npm/responses_client.mjs", "chat", "toolbot", &text);
+    CHECK_MSG(ok, "node openai responses client: %s", text ? text : "(no output)");
+    free(text);
+}
+
+TEST(compat_npm_openai_responses) {
+    if (!sp_node_available()) SKIP("node is not installed (the SDK client test needs Node.js)");
+    if (access("tests/npm/node_modules/openai/package.json", R_OK) != 0)
+        SKIP("tests/npm/node_modules lacks openai: run `npm ci` in tests/npm (.ci/run does)");
+    WITH_SERVER(npm_responses);
 }
 
 TEST(compat_npm_openai_anthropic_sdks) {

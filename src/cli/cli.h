@@ -42,6 +42,25 @@ int cmd_push(int argc, char **argv);
  * returns 0 on success, else 1 after printing the error. */
 int cli_transfer(const char *path, const char *model, bool insecure);
 
+/* Every command's -h/--help prints its usage (Ollama's layout: a line of what it does,
+ * "Usage:", "Flags:") to stdout and returns 0: cli_help(text). Flags are parsed with
+ * getopt_long (optind reset to 0 first, opterr 0, ":" leading the short options);
+ * cli_flag_error(c, argv) reports what getopt_long returned ('?' or ':') the way Ollama's
+ * CLI does ("unknown flag: --x", "flag needs an argument: --format") and returns 1. */
+int cli_help(const char *text);
+int cli_flag_error(int c, char **argv);
+/* Usage for `hearth help CMD` / `hearth CMD --help`; NULL for an unknown command. */
+const char *cli_usage_of(const char *cmd);
+/* For a command whose only flag is -h: returns -1 to go on (its arguments are then
+ * argv[optind..argc-1]), else the exit status after printing the usage or the error. */
+int cli_no_flags(int argc, char **argv, const char *cmd);
+
+/* A spinner on stderr while something loads; NULL (and nothing drawn) when stderr is not
+ * a terminal. stop clears its line and frees it; accepts NULL. */
+typedef struct cli_spinner cli_spinner;
+cli_spinner *cli_spinner_start(const char *msg);
+void cli_spinner_stop(cli_spinner *s);
+
 /* Prints "Error: <msg>" to stderr; returns 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The server address (HEARTH_HOST / OLLAMA_HOST); prints the error and returns false. */

@@ -1,9 +1,11 @@
-/* create.c - `hearth create NAME [-f Modelfile]`: parses the Modelfile here, uploads a
- * FROM file as a blob (POST /api/blobs/<digest>, skipped when the server has it), then
- * streams /api/create progress. */
+/* create.c - `hearth create NAME [-f Modelfile] [-q TYPE]`: parses the Modelfile here,
+ * uploads a FROM file as a blob (POST /api/blobs/<digest>, skipped when the server has it),
+ * then streams /api/create progress. -q/--quantize TYPE is /api/create's "quantize": the
+ * server converts the weights (src/quant) as the model is created. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,20 +156,22 @@ static int run_create(const net_host *host, json_t *req) {
 }
 
 int cmd_create(int argc, char **argv) {
-    const char *name = NULL, *file = NULL;
-    for (int i = 1; i < argc; i++) {
-        if ((strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--file") == 0) && i + 1 < argc)
-            file = argv[++i];
-        else if (strcmp(argv[i], "-q") == 0 || strcmp(argv[i], "--quantize") == 0)
-            return cli_fail("quantization is not supported by hearth yet");
-        else if (argv[i][0] == '-')
-            return cli_fail("unknown flag: %s", argv[i]);
-        else if (!name)
-            name = argv[i];
-        else
-            return cli_fail("usage: hearth create MODEL [-f Modelfile]");
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"file", required_argument, NULL, 'f'},
+                                         {"quantize", required_argument, NULL, 'q'},
+                                         {NULL, 0, NULL, 0}};
+    const char *file = NULL, *quantize = NULL;
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":hf:q:", opts, NULL)) != -1) {
+        if (c == 'h') return cli_help(cli_usage_of("create"));
+        if (c == 'f') file = optarg;
+        else if (c == 'q') quantize = optarg;
+        else return cli_flag_error(c, argv);
     }
-    if (!name) return cli_fail("usage: hearth create MODEL [-f Modelfile]");
+    if (argc - optind != 1) return cli_fail("usage: hearth create MODEL [-f Modelfile] [-q TYPE]");
+    const char *name = argv[optind];
     bool explicit_file = file != NULL;
     if (!file) file = "Modelfile";
     char *text;
@@ -187,6 +191,7 @@ int cmd_create(int argc, char **argv) {
         json_decref(req);
         return cli_fail("%s: %s", file, err.msg);
     }
+    if (quantize && *quantize) json_object_set_new(req, "quantize", json_string(quantize));
     net_host host;
     if (!cli_host(&host)) {
         json_decref(req);

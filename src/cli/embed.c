@@ -10,6 +10,7 @@
  * Any error is one line on stderr and exit status 1.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,17 +19,6 @@
 #include "cli/cli.h"
 #include "model/model.h"
 #include "tok/tok.h"
-
-static void embed_usage(FILE *out) {
-    fprintf(out,
-            "usage: hearth embed -m MODEL [--prompt-ids L | TEXT] [options]\n"
-            "  -m FILE          model (GGUF)\n"
-            "  --prompt-ids L   the input as token ids, comma-separated (used as given)\n"
-            "  TEXT             the input as text (tokenized with the model's vocabulary)\n"
-            "  -t N             threads (default: the physical cores this process may use)\n"
-            "  --mmap           map the model file instead of reading it into memory\n"
-            "Prints the pooled, L2-normalised embedding as one JSON array.\n");
-}
 
 static int embed_fail(const char *msg) {
     fprintf(stderr, "hearth embed: %s\n", msg);
@@ -39,40 +29,41 @@ int cli_embed(int argc, char **argv) {
     const char *model_path = NULL, *ids_arg = NULL, *text = NULL;
     long n_threads = 0;
     bool use_mmap = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            embed_usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "--mmap") == 0) {
-            use_mmap = true;
-            continue;
-        }
-        if (a[0] != '-' || a[1] == '\0') { /* TEXT ("-" alone is text too) */
-            if (text) return embed_fail("give one TEXT argument (quote it if it has spaces)");
-            text = a;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "hearth embed: %s needs a value (see --help)\n", a);
-            return 1;
-        }
-        const char *v = argv[++i];
-        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
-            model_path = v;
-        } else if (strcmp(a, "--prompt-ids") == 0) {
-            ids_arg = v;
-        } else if (strcmp(a, "-t") == 0) {
+    enum { O_PROMPT_IDS = 256, O_MMAP };
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"prompt-ids", required_argument, NULL, O_PROMPT_IDS},
+                                         {"mmap", no_argument, NULL, O_MMAP},
+                                         {NULL, 0, NULL, 0}};
+    optind = 0;
+    opterr = 0;
+    int opt;
+    /* "-" leading: TEXT arguments come back in order as 1 ("-" alone is text too) */
+    while ((opt = getopt_long(argc, argv, "-:hm:t:", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'h': return cli_help(cli_usage_of("embed"));
+        case O_MMAP: use_mmap = true; break;
+        case 'm': model_path = optarg; break;
+        case O_PROMPT_IDS: ids_arg = optarg; break;
+        case 't': {
             char *end;
             errno = 0;
-            n_threads = strtol(v, &end, 10);
-            if (errno || end == v || *end || n_threads < 1 || n_threads > 512) {
-                fprintf(stderr, "hearth embed: invalid value '%s' for -t\n", v);
+            n_threads = strtol(optarg, &end, 10);
+            if (errno || end == optarg || *end || n_threads < 1 || n_threads > 512) {
+                fprintf(stderr, "hearth embed: invalid value '%s' for -t\n", optarg);
                 return 1;
             }
-        } else {
-            fprintf(stderr, "hearth embed: unknown option '%s' (see --help)\n", a);
+            break;
+        }
+        case 1:
+            if (text) return embed_fail("give one TEXT argument (quote it if it has spaces)");
+            text = optarg;
+            break;
+        case ':':
+            fprintf(stderr, "hearth embed: %s needs a value (see --help)\n", argv[optind - 1]);
+            return 1;
+        default:
+            fprintf(stderr, "hearth embed: unknown option '%s' (see --help)\n", argv[optind - 1]);
             return 1;
         }
     }

@@ -21,6 +21,7 @@
  * ids (used as they are: no BOS is added).
  */
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -54,32 +55,6 @@ typedef struct gen_opts {
     sampler_opts sp;
 } gen_opts;
 
-static void gen_usage(FILE *out) {
-    fprintf(out,
-            "usage: hearth generate -m MODEL -p PROMPT [options]\n"
-            "  -m FILE          model: a GGUF, or a llama2.c .bin (then --tokenizer is needed)\n"
-            "  --tokenizer FILE llama2.c tokenizer (tok512.bin, tokenizer.bin)\n"
-            "  -p TEXT          prompt (empty: start from BOS)\n"
-            "  --prompt-ids L   prompt as token ids, comma-separated (no BOS added)\n"
-            "  --top-logits K   print one JSON line per position: {\"pos\", \"token\",\n"
-            "                   \"top\": [[id, logit] x K]} (prompt, then generated tokens)\n"
-            "  -n N             tokens to generate (default %d)\n"
-            "  --temp T         temperature; 0 is greedy (default 0.8)\n"
-            "  --top-k K        (default 40, 0 = off)\n"
-            "  --top-p P        (default 0.9, 1 = off)\n"
-            "  --min-p P        (default 0 = off)\n"
-            "  --repeat-penalty R  (default 1 = off)\n"
-            "  --repeat-last-n N   penalty window (default 64, 0 = off, -1 = context)\n"
-            "  --seed S         RNG seed (default: from the clock)\n"
-            "  -t N             threads (default: the physical cores this process may use)\n"
-            "  -c N             context size (default: the model's, at most %d)\n"
-            "  --tokens         print token ids instead of text\n"
-            "  --mmap           map the model file instead of reading it into memory\n"
-            "  --kv-type T      KV cache element type: f32, f16 or q8_0 (default f16; q8_0\n"
-            "                   needs heads of a multiple of 32, else f16 is used)\n",
-            GEN_DEFAULT_PREDICT, GEN_DEFAULT_CTX);
-}
-
 static bool parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
     errno = 0;
@@ -110,59 +85,84 @@ static bool parse_u64(const char *s, uint64_t *out) {
 
 /* Returns 0 on success, 1 on a bad argument (message printed), -1 for --help. */
 static int parse_args(int argc, char **argv, gen_opts *o) {
+    enum { O_TOKENIZER = 256, O_PROMPT_IDS, O_TOP_LOGITS, O_KV_TYPE, O_TEMP, O_TOP_P, O_MIN_P,
+           O_TOP_K, O_SEED, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_TOKENS, O_MMAP };
+    static const struct option opts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"model", required_argument, NULL, 'm'},
+        {"prompt", required_argument, NULL, 'p'},
+        {"tokenizer", required_argument, NULL, O_TOKENIZER},
+        {"prompt-ids", required_argument, NULL, O_PROMPT_IDS},
+        {"top-logits", required_argument, NULL, O_TOP_LOGITS},
+        {"kv-type", required_argument, NULL, O_KV_TYPE},
+        {"temp", required_argument, NULL, O_TEMP},
+        {"top-p", required_argument, NULL, O_TOP_P},
+        {"min-p", required_argument, NULL, O_MIN_P},
+        {"top-k", required_argument, NULL, O_TOP_K},
+        {"seed", required_argument, NULL, O_SEED},
+        {"repeat-penalty", required_argument, NULL, O_REPEAT_PENALTY},
+        {"repeat-last-n", required_argument, NULL, O_REPEAT_LAST_N},
+        {"tokens", no_argument, NULL, O_TOKENS},
+        {"mmap", no_argument, NULL, O_MMAP},
+        {NULL, 0, NULL, 0}};
     *o = (gen_opts){.n_predict = GEN_DEFAULT_PREDICT, .kv_type = HL_TYPE_F16,
                     .sp = sampler_opts_defaults()};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return -1;
-        if (strcmp(a, "--tokens") == 0) {
-            o->print_tokens = true;
-            continue;
-        }
-        if (strcmp(a, "--mmap") == 0) {
-            o->use_mmap = true;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "hearth generate: %s needs a value (see --help)\n", a);
-            return 1;
-        }
-        const char *v = argv[++i];
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":hm:p:n:t:c:", opts, NULL)) != -1) {
+        const char *v = optarg;
         long l;
         bool ok = true;
-        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) o->model_path = v;
-        else if (strcmp(a, "--tokenizer") == 0) o->tokenizer_path = v;
-        else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) o->prompt = v;
-        else if (strcmp(a, "--prompt-ids") == 0) o->prompt_ids = v;
-        else if (strcmp(a, "--top-logits") == 0) ok = parse_long(v, 1, INT32_MAX, &o->top_logits);
-        else if (strcmp(a, "-n") == 0) ok = parse_long(v, 0, 1L << 30, &o->n_predict);
-        else if (strcmp(a, "-t") == 0) ok = parse_long(v, 1, 512, &o->n_threads);
-        else if (strcmp(a, "-c") == 0) ok = parse_long(v, 1, 1L << 24, &o->n_ctx);
-        else if (strcmp(a, "--kv-type") == 0) ok = kv_type_parse(v, &o->kv_type);
-        else if (strcmp(a, "--temp") == 0) ok = parse_float(v, 0.0f, 100.0f, &o->sp.temperature);
-        else if (strcmp(a, "--top-p") == 0) ok = parse_float(v, 0.0f, 1.0f, &o->sp.top_p);
-        else if (strcmp(a, "--min-p") == 0) ok = parse_float(v, 0.0f, 1.0f, &o->sp.min_p);
-        else if (strcmp(a, "--top-k") == 0) {
+        switch (c) {
+        case 'h': return -1;
+        case O_TOKENS: o->print_tokens = true; break;
+        case O_MMAP: o->use_mmap = true; break;
+        case 'm': o->model_path = v; break;
+        case O_TOKENIZER: o->tokenizer_path = v; break;
+        case 'p': o->prompt = v; break;
+        case O_PROMPT_IDS: o->prompt_ids = v; break;
+        case O_TOP_LOGITS: ok = parse_long(v, 1, INT32_MAX, &o->top_logits); break;
+        case 'n': ok = parse_long(v, 0, 1L << 30, &o->n_predict); break;
+        case 't': ok = parse_long(v, 1, 512, &o->n_threads); break;
+        case 'c': ok = parse_long(v, 1, 1L << 24, &o->n_ctx); break;
+        case O_KV_TYPE: ok = kv_type_parse(v, &o->kv_type); break;
+        case O_TEMP: ok = parse_float(v, 0.0f, 100.0f, &o->sp.temperature); break;
+        case O_TOP_P: ok = parse_float(v, 0.0f, 1.0f, &o->sp.top_p); break;
+        case O_MIN_P: ok = parse_float(v, 0.0f, 1.0f, &o->sp.min_p); break;
+        case O_TOP_K:
             ok = parse_long(v, 0, 1L << 30, &l);
             o->sp.top_k = (int32_t)l;
-        } else if (strcmp(a, "--seed") == 0) {
+            break;
+        case O_SEED: {
             uint64_t seed = 0;
             ok = parse_u64(v, &seed) && seed <= (uint64_t)INT64_MAX;
             o->sp.seed = (int64_t)seed;
             o->seed_set = true;
-        } else if (strcmp(a, "--repeat-penalty") == 0) {
-            ok = parse_float(v, 0.0f, 100.0f, &o->sp.repeat_penalty);
-        } else if (strcmp(a, "--repeat-last-n") == 0) {
+            break;
+        }
+        case O_REPEAT_PENALTY: ok = parse_float(v, 0.0f, 100.0f, &o->sp.repeat_penalty); break;
+        case O_REPEAT_LAST_N:
             ok = parse_long(v, -1, 1L << 24, &l);
             o->sp.repeat_last_n = (int32_t)l;
-        } else {
-            fprintf(stderr, "hearth generate: unknown option '%s' (see --help)\n", a);
+            break;
+        case ':':
+            fprintf(stderr, "hearth generate: %s needs a value (see --help)\n", argv[optind - 1]);
+            return 1;
+        default:
+            fprintf(stderr, "hearth generate: unknown option '%s' (see --help)\n", argv[optind - 1]);
             return 1;
         }
         if (!ok) {
-            fprintf(stderr, "hearth generate: invalid value '%s' for %s\n", v, a);
+            /* "--temp 5": the flag is the argument before its value; "--temp=5", "-n5": the same */
+            const char *flag = optind >= 2 && argv[optind - 1] == v ? argv[optind - 2] : argv[optind - 1];
+            fprintf(stderr, "hearth generate: invalid value '%s' for %s\n", v, flag);
             return 1;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "hearth generate: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 1;
     }
     if (!o->model_path) {
         fprintf(stderr, "hearth generate: -m MODEL is required (see --help)\n");
@@ -271,8 +271,7 @@ int cli_generate(int argc, char **argv) {
     gen_opts o;
     int r = parse_args(argc, argv, &o);
     if (r < 0) {
-        gen_usage(stdout);
-        return 0;
+        return cli_help(cli_usage_of("generate"));
     }
     if (r > 0) return 1;
 

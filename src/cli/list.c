@@ -1,4 +1,5 @@
 /* list.c - `hearth list [PREFIX]`: NAME ID SIZE MODIFIED. */
+#include <getopt.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -16,10 +17,14 @@ static void modified_cell(json_t *m, char **cells) {
 }
 
 int cmd_list(int argc, char **argv) {
+    int rc = cli_no_flags(argc, argv, "list");
+    if (rc >= 0) return rc;
+    if (argc - optind > 1) return cli_fail("usage: hearth list [PREFIX]");
+    const char *prefix = optind < argc ? argv[optind] : NULL;
     json_t *resp;
     if (cli_call("GET", "/api/tags", NULL, &resp)) return 1;
     static const char *header[] = {"NAME", "ID", "SIZE", "MODIFIED"};
-    int rc = cli_print_models(json_object_get(resp, "models"), argc > 1 ? argv[1] : NULL, header,
+    rc = cli_print_models(json_object_get(resp, "models"), prefix, header,
                               4, modified_cell);
     json_decref(resp);
     return rc;

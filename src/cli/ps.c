@@ -1,4 +1,5 @@
 /* ps.c - `hearth ps`: NAME ID SIZE PROCESSOR CONTEXT UNTIL. */
+#include <getopt.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -22,10 +23,14 @@ static void running_cells(json_t *m, char **cells) {
 }
 
 int cmd_ps(int argc, char **argv) {
+    int rc = cli_no_flags(argc, argv, "ps");
+    if (rc >= 0) return rc;
+    if (argc - optind > 1) return cli_fail("usage: hearth ps [PREFIX]");
+    const char *prefix = optind < argc ? argv[optind] : NULL;
     json_t *resp;
     if (cli_call("GET", "/api/ps", NULL, &resp)) return 1;
     static const char *header[] = {"NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"};
-    int rc = cli_print_models(json_object_get(resp, "models"), argc > 1 ? argv[1] : NULL, header,
+    rc = cli_print_models(json_object_get(resp, "models"), prefix, header,
                               6, running_cells);
     json_decref(resp);
     return rc;

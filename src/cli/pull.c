@@ -6,6 +6,7 @@
  * prints once as a plain line ("pulling 6a0746a1ec1a: 100% 4.7 GB" when a layer is done).
  */
 #define _GNU_SOURCE
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,16 +195,20 @@ int cli_transfer(const char *path, const char *model, bool insecure) {
 }
 
 static int transfer_cmd(int argc, char **argv, const char *path) {
-    const char *name = NULL;
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"insecure", no_argument, NULL, 'i'},
+                                         {NULL, 0, NULL, 0}};
     bool insecure = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--insecure") == 0) insecure = true;
-        else if (argv[i][0] == '-') return cli_fail("unknown flag: %s", argv[i]);
-        else if (!name) name = argv[i];
-        else return cli_fail("usage: hearth %s MODEL [--insecure]", argv[0]);
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        if (c == 'h') return cli_help(cli_usage_of(argv[0]));
+        if (c == 'i') insecure = true;
+        else return cli_flag_error(c, argv);
     }
-    if (!name) return cli_fail("usage: hearth %s MODEL [--insecure]", argv[0]);
-    return cli_transfer(path, name, insecure);
+    if (argc - optind != 1) return cli_fail("usage: hearth %s MODEL [--insecure]", argv[0]);
+    return cli_transfer(path, argv[optind], insecure);
 }
 
 int cmd_pull(int argc, char **argv) { return transfer_cmd(argc, argv, "/api/pull"); }

@@ -4,6 +4,7 @@
  * llama.cpp's mixes (src/quant/quantize.h has the rules). Errors: one line on stderr,
  * exit status 1; usage errors exit 2.
  */
+#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,41 +15,51 @@
 #include "quant/quantize.h"
 
 static void quantize_usage(FILE *out) {
-    fprintf(out,
-            "usage: hearth quantize IN.gguf OUT.gguf TYPE [-t THREADS]\n"
-            "  TYPE: %s\n"
-            "        (Q3_K, Q4_K, Q5_K mean the _M mixes)\n",
-            quant_ftype_names());
+    fputs(cli_usage_of("quantize"), out);
+    fprintf(out, "  %s\n", quant_ftype_names());
 }
 
 int cli_quantize(int argc, char **argv) {
     const char *pos[3];
     int n_pos = 0;
     long n_threads = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+    static const struct option opts[] = {{"help", no_argument, NULL, 'h'},
+                                         {"threads", required_argument, NULL, 't'},
+                                         {NULL, 0, NULL, 0}};
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "-:ht:", opts, NULL)) != -1) {
+        if (c == 'h') {
             quantize_usage(stdout);
             return 0;
         }
-        if (strcmp(argv[i], "-t") == 0 || strcmp(argv[i], "--threads") == 0) {
+        if (c == 't') {
             char *end = NULL;
-            if (i + 1 < argc) n_threads = strtol(argv[i + 1], &end, 10);
-            if (i + 1 >= argc || !end || *end || n_threads < 0 || n_threads > 512) {
+            n_threads = strtol(optarg, &end, 10);
+            if (!*optarg || *end || n_threads < 0 || n_threads > 512) {
                 fprintf(stderr, "hearth quantize: -t needs a thread count (0..512)\n");
                 return 2;
             }
-            i++;
-            continue;
-        }
-        if (n_pos == 3) {
-            fprintf(stderr, "hearth quantize: unexpected argument '%s'\n", argv[i]);
+        } else if (c == 1) {
+            if (n_pos == 3) {
+                fprintf(stderr, "hearth quantize: unexpected argument '%s'\n", optarg);
+                quantize_usage(stderr);
+                return 2;
+            }
+            pos[n_pos++] = optarg;
+        } else if (c == ':') {
+            fprintf(stderr, "hearth quantize: -t needs a thread count (0..512)\n");
+            return 2;
+        } else {
+            fprintf(stderr, "hearth quantize: unknown option '%s'\n", argv[optind - 1]);
             quantize_usage(stderr);
             return 2;
         }
-        pos[n_pos++] = argv[i];
     }
     if (n_pos != 3) {
-        quantize_usage(stderr);
+        fprintf(stderr, "hearth quantize: usage: hearth quantize IN.gguf OUT.gguf TYPE [-t THREADS]\n"
+                        "  TYPE: %s\n", quant_ftype_names());
         return 2;
     }
     quant_ftype ftype;

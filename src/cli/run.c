@@ -4,25 +4,36 @@
  * run: checks the model exists (/api/show) and pulls it when it does not (pull.c). With a prompt argument, or when stdin is not
  * a terminal (its text goes before the prompt), it answers once through /api/generate,
  * streaming the response to stdout. On a terminal it loads the model (an empty
- * /api/generate) and starts a REPL: each turn sends the whole conversation to
- * /api/chat. REPL commands: /bye /exit, /clear, /set parameter NAME VALUE,
+ * /api/generate, a spinner on stderr meanwhile) and starts a REPL on libedit (line editing,
+ * Up/Down through the history, Ctrl-R search; history in ~/.hearth/history, one line per
+ * entry, not saved with HEARTH_NOHISTORY / OLLAMA_NOHISTORY or after /set nohistory): each
+ * turn sends the whole conversation to /api/chat. REPL commands: /bye /exit, /clear,
+ * /list, /load MODEL, /save NAME (a new model from this one with the session's system,
+ * parameters and conversation as its messages), /set parameter NAME VALUE,
  * /set system TEXT, /set verbose|quiet, /set format json, /set noformat, /set think,
- * /set nothink, /show info|license|modelfile|parameters|system|template, /? /help;
- * `"""` starts and ends a multi-line message; Ctrl-D exits; Ctrl-C stops a response.
- * Flags: --keepalive D, --verbose, --format json, --think[=false|low|medium|high],
- * --hidethinking, --insecure (for that pull; --nowordwrap is accepted and ignored).
+ * /set nothink, /set history|nohistory, /show info|license|modelfile|parameters|system|
+ * template, /? /help [set|show|shortcuts]; `"""` starts and ends a multi-line message;
+ * Ctrl-D exits; Ctrl-C stops a response.
+ * Flags (getopt_long): --keepalive D, --verbose (Ollama's timing lines, cli_fmt.h),
+ * --format json, --think[=false|low|medium|high], --hidethinking, --insecure (for that
+ * pull); --nowordwrap and --truncate are accepted and ignored.
  *
  * stop: /api/generate with keep_alive 0 and no prompt.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <editline/readline.h>
+
 #include "cli/cli.h"
+#include "cli/cli_fmt.h"
 #include "net/http_client.h"
 #include "store/modelfile.h"
 
@@ -36,9 +47,13 @@ typedef struct run_state {
     json_t *options;  /* /set parameter */
     json_t *messages; /* the conversation */
     char *system;     /* /set system */
+    char *model_owned; /* model after /load */
 } run_state;
 
 static volatile sig_atomic_t g_interrupted;
+static bool g_edit;           /* stdin is a terminal: lines come from libedit */
+static char g_hist_path[4096]; /* "" : history is not saved */
+static bool g_hist_save = true; /* /set history | nohistory */
 
 static void on_sigint(int sig) {
     (void)sig;
@@ -106,6 +121,7 @@ typedef struct print_ctx {
     char *reply; /* the assistant's content (chat) */
     size_t reply_len;
     json_t *final;
+    cli_spinner *spin; /* until the first output */
 } print_ctx;
 
 static void print_ctx_append(print_ctx *p, const char *s) {
@@ -119,6 +135,8 @@ static void print_ctx_append(print_ctx *p, const char *s) {
 
 static void out_text(print_ctx *p, const char *s) {
     if (!*s) return;
+    cli_spinner_stop(p->spin);
+    p->spin = NULL;
     fputs(s, stdout);
     p->last_char = s[strlen(s) - 1];
     fflush(stdout);
@@ -159,20 +177,15 @@ static bool print_chunk(void *ud, json_t *chunk) {
 
 static void print_stats(const json_t *f) {
     if (!f) return;
-    double total = (double)json_integer_value(json_object_get(f, "total_duration")) / 1e9;
-    double load = (double)json_integer_value(json_object_get(f, "load_duration")) / 1e9;
-    long long pc = json_integer_value(json_object_get(f, "prompt_eval_count"));
-    double pd = (double)json_integer_value(json_object_get(f, "prompt_eval_duration")) / 1e9;
-    long long ec = json_integer_value(json_object_get(f, "eval_count"));
-    double ed = (double)json_integer_value(json_object_get(f, "eval_duration")) / 1e9;
-    fprintf(stderr, "total duration:       %.6fs\n", total);
-    fprintf(stderr, "load duration:        %.6fs\n", load);
-    fprintf(stderr, "prompt eval count:    %lld token(s)\n", pc);
-    fprintf(stderr, "prompt eval duration: %.6fs\n", pd);
-    fprintf(stderr, "prompt eval rate:     %.2f tokens/s\n", pd > 0 ? (double)pc / pd : 0.0);
-    fprintf(stderr, "eval count:           %lld token(s)\n", ec);
-    fprintf(stderr, "eval duration:        %.6fs\n", ed);
-    fprintf(stderr, "eval rate:            %.2f tokens/s\n", ed > 0 ? (double)ec / ed : 0.0);
+    cli_metrics m = {
+        .total_ns = json_integer_value(json_object_get(f, "total_duration")),
+        .load_ns = json_integer_value(json_object_get(f, "load_duration")),
+        .prompt_eval_count = json_integer_value(json_object_get(f, "prompt_eval_count")),
+        .prompt_eval_ns = json_integer_value(json_object_get(f, "prompt_eval_duration")),
+        .eval_count = json_integer_value(json_object_get(f, "eval_count")),
+        .eval_ns = json_integer_value(json_object_get(f, "eval_duration")),
+    };
+    cli_print_metrics(stderr, &m);
 }
 
 static json_t *base_request(const run_state *rs) {
@@ -192,7 +205,9 @@ static bool ignore_chunk(void *ud, json_t *chunk) {
 static int load_model(const run_state *rs) {
     json_t *b = json_pack("{s:s}", "model", rs->model);
     if (rs->keepalive) json_object_set_new(b, "keep_alive", json_string(rs->keepalive));
+    cli_spinner *spin = cli_spinner_start(NULL);
     int rc = stream_call("/api/generate", b, ignore_chunk, NULL);
+    cli_spinner_stop(spin);
     json_decref(b);
     return rc;
 }
@@ -200,8 +215,9 @@ static int load_model(const run_state *rs) {
 static int one_shot(run_state *rs, const char *prompt) {
     json_t *b = base_request(rs);
     json_object_set_new(b, "prompt", json_string(prompt));
-    print_ctx p = {.rs = rs};
+    print_ctx p = {.rs = rs, .spin = cli_spinner_start(NULL)};
     int rc = stream_call("/api/generate", b, print_chunk, &p);
+    cli_spinner_stop(p.spin);
     json_decref(b);
     if (p.in_thinking) out_text(&p, "\n...done thinking.\n\n");
     if (!rc || p.last_char) {
@@ -240,14 +256,107 @@ static void repl_help(const char *topic) {
                "  /show template     Show prompt template\n\n");
         return;
     }
+    if (topic && !strcmp(topic, "shortcuts")) {
+        printf("Available keyboard shortcuts:\n"
+               "  Ctrl + a            Move to the beginning of the line (Home)\n"
+               "  Ctrl + e            Move to the end of the line (End)\n"
+               "  Ctrl + r            Search the history backwards\n"
+               "  Up, Down            Recall earlier messages and commands\n"
+               "  Ctrl + k            Delete the sentence after the cursor\n"
+               "  Ctrl + u            Delete the sentence before the cursor\n"
+               "  Ctrl + w            Delete the word before the cursor\n\n"
+               "  Ctrl + l            Clear the screen\n"
+               "  Ctrl + c            Stop the model from responding\n"
+               "  Ctrl + d            Exit hearth (/bye)\n\n");
+        return;
+    }
     printf("Available Commands:\n"
            "  /set            Set session variables\n"
            "  /show           Show model information\n"
+           "  /load <model>   Load a session or model\n"
+           "  /save <model>   Save your current session\n"
+           "  /list           List models\n"
            "  /clear          Clear session context\n"
            "  /bye            Exit\n"
            "  /?, /help       Help for a command\n"
            "  /? shortcuts    Help for keyboard shortcuts\n\n"
            "Use \"\"\" to begin a multi-line message.\n\n");
+}
+
+/* /load MODEL: the conversation starts over with that model (Ollama's behaviour); a
+ * model that does not exist keeps the current one. */
+static void repl_load(run_state *rs, const char *name) {
+    printf("Loading model '%s'\n", name);
+    fflush(stdout);
+    json_t *show = json_pack("{s:s}", "model", name);
+    char *text = json_dumps(show, JSON_COMPACT);
+    json_decref(show);
+    net_host host;
+    hl_err err;
+    int status = 0;
+    char *out = NULL;
+    bool found = text && net_host_from_env(&host, &err) == HL_OK &&
+                 net_http_request(&host, "POST", "/api/show", text, strlen(text), &status, &out,
+                                  NULL, &err) == HL_OK &&
+                 status == 200;
+    free(text);
+    free(out);
+    if (!found) {
+        printf("Couldn't find model '%s'\n", name);
+        return;
+    }
+    char *owned = strdup(name);
+    if (!owned) return;
+    const char *prev = rs->model;
+    rs->model = owned;
+    if (load_model(rs) != 0) {
+        rs->model = prev;
+        free(owned);
+        return;
+    }
+    free(rs->model_owned);
+    rs->model_owned = owned;
+    json_array_clear(rs->messages);
+    if (rs->system)
+        json_array_append_new(rs->messages,
+                              json_pack("{s:s, s:s}", "role", "system", "content", rs->system));
+}
+
+/* /save NAME: a new model from the current one with this session's system message,
+ * parameters and conversation (its MESSAGE lines), as Ollama's NewCreateRequest. */
+static void repl_save(run_state *rs, const char *name) {
+    json_t *req = json_pack("{s:s, s:s}", "model", name, "from", rs->model);
+    if (rs->system) json_object_set_new(req, "system", json_string(rs->system));
+    if (json_object_size(rs->options) > 0) json_object_set(req, "parameters", rs->options);
+    if (json_array_size(rs->messages) > 0) json_object_set(req, "messages", rs->messages);
+    json_object_set_new(req, "stream", json_false());
+    net_host host;
+    hl_err err;
+    int status = 0;
+    char *out = NULL;
+    size_t out_len = 0;
+    char *text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    if (!text || net_host_from_env(&host, &err) != HL_OK ||
+        net_http_request(&host, "POST", "/api/create", text, strlen(text), &status, &out,
+                         &out_len, &err) != HL_OK) {
+        printf("error: %s\n", text ? err.msg : "out of memory");
+        free(text);
+        return;
+    }
+    free(text);
+    json_t *j = json_loadb(out, out_len, 0, NULL);
+    const char *emsg = json_string_value(json_object_get(j, "error"));
+    if (status >= 400 || emsg) {
+        if (emsg && strstr(emsg, "invalid model name"))
+            printf("error: The model name '%s' is invalid\n", name);
+        else
+            printf("error: %s\n", emsg ? emsg : "request failed");
+    } else {
+        printf("Created new model '%s'\n", name);
+    }
+    json_decref(j);
+    free(out);
 }
 
 static void set_system(run_state *rs, const char *text) {
@@ -321,8 +430,10 @@ static void repl_set(run_state *rs, char *args) {
         json_decref(rs->think);
         rs->think = json_false();
         printf("Set 'nothink' mode.\n");
-    } else if (!strcmp(args, "history") || !strcmp(args, "nohistory") ||
-               !strcmp(args, "wordwrap") || !strcmp(args, "nowordwrap")) {
+    } else if (!strcmp(args, "history") || !strcmp(args, "nohistory")) {
+        g_hist_save = !strcmp(args, "history");
+        printf("Set '%s' mode.\n", args);
+    } else if (!strcmp(args, "wordwrap") || !strcmp(args, "nowordwrap")) {
         printf("Set '%s' mode.\n", args);
     } else {
         printf("Unknown command '/set %s'. Type /? for help\n", args);
@@ -360,7 +471,80 @@ static void repl_show(run_state *rs, const char *what) {
     }
 }
 
+/* ---- line editing (libedit) and history ---- */
+
+
+/* History lives in ~/.hearth/history, one line per entry as Ollama's ~/.ollama/history
+ * (plain text, appended as lines are entered; the newest 1000 are kept); HEARTH_NOHISTORY
+ * or OLLAMA_NOHISTORY keeps it in memory only. */
+#define HISTORY_MAX 1000
+
+static void history_open(void) {
+    g_edit = true;
+    rl_readline_name = "hearth";
+    using_history();
+    stifle_history(HISTORY_MAX);
+    const char *no = getenv("HEARTH_NOHISTORY");
+    if (!no || !*no) no = getenv("OLLAMA_NOHISTORY");
+    const char *home = getenv("HOME");
+    if ((no && *no) || !home || !*home) return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/.hearth", home);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return;
+    snprintf(g_hist_path, sizeof g_hist_path, "%s/history", dir);
+    FILE *f = fopen(g_hist_path, "r");
+    if (!f) return; /* absent the first time */
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int count = 0;
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        if (n > 0 && line[n - 1] == '\n') line[--n] = '\0';
+        if (n > 0) {
+            add_history(line);
+            count++;
+        }
+    }
+    free(line);
+    fclose(f);
+    if (count <= HISTORY_MAX) return;
+    /* trim the file to what the history keeps */
+    f = fopen(g_hist_path, "w");
+    if (!f) return;
+    for (int i = 0; i < history_length; i++) {
+        HIST_ENTRY *e = history_get(history_base + i);
+        if (e && e->line) fprintf(f, "%s\n", e->line);
+    }
+    fclose(f);
+}
+
+static void history_add(const char *line) {
+    if (!*line) return;
+    add_history(line);
+    if (!g_hist_save || !g_hist_path[0]) return;
+    FILE *f = fopen(g_hist_path, "a");
+    if (!f) return;
+    fprintf(f, "%s\n", line);
+    fclose(f);
+}
+
 static char *read_line(const char *prompt, bool *eof) {
+    if (g_edit) {
+        for (;;) {
+            g_interrupted = 0;
+            char *line = readline(prompt);
+            if (line) {
+                history_add(line);
+                return line;
+            }
+            if (!g_interrupted) {
+                *eof = true;
+                return NULL;
+            }
+            printf("\nUse Ctrl + d or /bye to exit.\n");
+            fflush(stdout);
+        }
+    }
     fputs(prompt, stdout);
     fflush(stdout);
     char *line = NULL;
@@ -426,10 +610,11 @@ static void chat_turn(run_state *rs, const char *text) {
     json_array_append_new(rs->messages, json_pack("{s:s, s:s}", "role", "user", "content", text));
     json_t *b = base_request(rs);
     json_object_set(b, "messages", rs->messages);
-    print_ctx p = {.rs = rs, .chat = true};
+    print_ctx p = {.rs = rs, .chat = true, .spin = cli_spinner_start(NULL)};
     g_interrupted = 0;
     catch_sigint(true);
     int rc = stream_call("/api/chat", b, print_chunk, &p);
+    cli_spinner_stop(p.spin);
     catch_sigint(true);
     json_decref(b);
     if (p.in_thinking) out_text(&p, "\n...done thinking.\n");
@@ -449,6 +634,7 @@ static void chat_turn(run_state *rs, const char *text) {
 
 static int repl(run_state *rs) {
     if (load_model(rs)) return 1;
+    history_open();
     catch_sigint(true);
     for (;;) {
         bool eof = false;
@@ -473,6 +659,18 @@ static int repl(run_state *rs) {
                 json_array_append_new(rs->messages, json_pack("{s:s, s:s}", "role", "system",
                                                               "content", rs->system));
             printf("Cleared session context\n");
+        } else if (!strcmp(t, "/list")) {
+            char *argv[2] = {(char *)"list", NULL};
+            cmd_list(1, argv);
+        } else if ((!strncmp(t, "/load", 5) || !strncmp(t, "/save", 5)) && (t[5] == ' ' || !t[5])) {
+            char name[512] = "", extra[8] = "";
+            int n = sscanf(t + 5, "%511s %7s", name, extra);
+            if (n != 1)
+                printf("Usage:\n  %.5s <modelname>\n", t);
+            else if (t[1] == 'l')
+                repl_load(rs, name);
+            else
+                repl_save(rs, name);
         } else if (!strncmp(t, "/set", 4) && (t[4] == ' ' || !t[4])) {
             char *args = t + 4;
             while (*args == ' ') args++;
@@ -539,42 +737,51 @@ int cmd_run(int argc, char **argv) {
     size_t plen = 0;
     int rc = 0;
     bool insecure = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--verbose")) rs.verbose = true;
-        else if (!strcmp(a, "--hidethinking")) rs.hide_thinking = true;
-        else if (!strcmp(a, "--insecure")) insecure = true;
-        else if (!strcmp(a, "--nowordwrap") || !strcmp(a, "--truncate")) {
-        } else if (!strcmp(a, "--keepalive") || !strcmp(a, "--format")) {
-            if (i + 1 >= argc) {
-                rc = cli_fail("flag needs an argument: %s", a);
-                goto done;
-            }
-            if (!strcmp(a, "--keepalive")) rs.keepalive = argv[++i];
-            else rs.format = argv[++i];
-        } else if (!strncmp(a, "--think", 7) && (a[7] == '\0' || a[7] == '=')) {
-            const char *v = a[7] == '=' ? a + 8 : "true";
+    static const struct option opts[] = {
+        {"help", no_argument, NULL, 'h'},          {"verbose", no_argument, NULL, 'V'},
+        {"hidethinking", no_argument, NULL, 'H'},  {"insecure", no_argument, NULL, 'I'},
+        {"nowordwrap", no_argument, NULL, 'W'},    {"truncate", no_argument, NULL, 'R'},
+        {"keepalive", required_argument, NULL, 'K'}, {"format", required_argument, NULL, 'F'},
+        {"think", optional_argument, NULL, 'T'},   {NULL, 0, NULL, 0}};
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': rc = cli_help(cli_usage_of("run")); goto done;
+        case 'V': rs.verbose = true; break;
+        case 'H': rs.hide_thinking = true; break;
+        case 'I': insecure = true; break;
+        case 'W': case 'R': break; /* output is not wrapped; --truncate is the server's default */
+        case 'K': rs.keepalive = optarg; break;
+        case 'F': rs.format = optarg; break;
+        case 'T': {
+            const char *v = optarg ? optarg : "true";
             json_decref(rs.think);
             if (!strcmp(v, "true")) rs.think = json_true();
             else if (!strcmp(v, "false")) rs.think = json_false();
             else rs.think = json_string(v);
-        } else if (a[0] == '-' && a[1] == '-') {
-            rc = cli_fail("unknown flag: %s", a);
-            goto done;
-        } else if (!rs.model) {
-            rs.model = a;
-        } else {
-            size_t n = strlen(a);
-            char *p = realloc(prompt, plen + n + 2);
-            if (!p) {
-                rc = cli_fail("out of memory");
-                goto done;
-            }
-            prompt = p;
-            if (plen) prompt[plen++] = ' ';
-            memcpy(prompt + plen, a, n + 1);
-            plen += n;
+            break;
         }
+        default: rc = cli_flag_error(c, argv); goto done;
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        const char *a = argv[i];
+        if (!rs.model) {
+            rs.model = a;
+            continue;
+        }
+        size_t n = strlen(a);
+        char *p = realloc(prompt, plen + n + 2);
+        if (!p) {
+            rc = cli_fail("out of memory");
+            goto done;
+        }
+        prompt = p;
+        if (plen) prompt[plen++] = ' ';
+        memcpy(prompt + plen, a, n + 1);
+        plen += n;
     }
     if (!rs.model) {
         rc = cli_fail("usage: hearth run MODEL [PROMPT]");
@@ -630,6 +837,7 @@ int cmd_run(int argc, char **argv) {
 done:
     free(prompt);
     free(rs.system);
+    free(rs.model_owned);
     json_decref(rs.think);
     json_decref(rs.options);
     json_decref(rs.messages);
@@ -637,7 +845,10 @@ done:
 }
 
 int cmd_stop(int argc, char **argv) {
-    if (argc != 2) return cli_fail("usage: hearth stop MODEL");
+    int prc = cli_no_flags(argc, argv, "stop");
+    if (prc >= 0) return prc;
+    if (argc - optind != 1) return cli_fail("usage: hearth stop MODEL");
+    argv += optind - 1; /* argv[1]: the model */
     json_t *b = json_pack("{s:s, s:i, s:b}", "model", argv[1], "keep_alive", 0, "stream", 0);
     net_host host;
     if (!cli_host(&host)) {

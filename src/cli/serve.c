@@ -1,5 +1,6 @@
 /* serve.c - `hearth serve`: runs the API server until SIGINT/SIGTERM. */
 #define _GNU_SOURCE
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,9 @@ static void log_store_choice(void) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    (void)argv;
-    if (argc > 1) return cli_fail("usage: hearth serve (configure with HEARTH_HOST, HEARTH_MODELS)");
+    int rc = cli_no_flags(argc, argv, "serve");
+    if (rc >= 0) return rc;
+    if (optind < argc) return cli_fail("usage: hearth serve (configure with HEARTH_HOST, HEARTH_MODELS)");
     server_config cfg = {0};
     if (!cli_host(&cfg.bind)) return 1;
     /* Block the signals before any server thread exists, then wait for them here. */

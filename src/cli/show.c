@@ -1,4 +1,5 @@
 /* show.c - `hearth show MODEL [--modelfile|--parameters|--template|--system|--license|-v]`. */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,21 +20,31 @@ static void print_indented(const char *text) {
 static void row(const char *key, const char *value) { printf("    %-20s%s\n", key, value); }
 
 int cmd_show(int argc, char **argv) {
-    const char *model = NULL, *field = NULL;
+    static const struct option opts[] = {
+        {"help", no_argument, NULL, 'h'},       {"verbose", no_argument, NULL, 'v'},
+        {"modelfile", no_argument, NULL, 'M'},  {"parameters", no_argument, NULL, 'P'},
+        {"template", no_argument, NULL, 'T'},   {"system", no_argument, NULL, 'S'},
+        {"license", no_argument, NULL, 'L'},    {NULL, 0, NULL, 0}};
+    const char *field = NULL;
     bool verbose = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--modelfile") == 0) field = "modelfile";
-        else if (strcmp(a, "--parameters") == 0) field = "parameters";
-        else if (strcmp(a, "--template") == 0) field = "template";
-        else if (strcmp(a, "--system") == 0) field = "system";
-        else if (strcmp(a, "--license") == 0) field = "license";
-        else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) verbose = true;
-        else if (a[0] == '-') return cli_fail("unknown flag: %s", a);
-        else if (!model) model = a;
-        else return cli_fail("usage: hearth show MODEL [flags]");
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":hv", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': return cli_help(cli_usage_of("show"));
+        case 'v': verbose = true; break;
+        case 'M': field = "modelfile"; break;
+        case 'P': field = "parameters"; break;
+        case 'T': field = "template"; break;
+        case 'S': field = "system"; break;
+        case 'L': field = "license"; break;
+        default: return cli_flag_error(c, argv);
+        }
     }
-    if (!model) return cli_fail("usage: hearth show MODEL [--modelfile|--parameters|--template|--system|--license]");
+    if (argc - optind != 1)
+        return cli_fail("usage: hearth show MODEL [--modelfile|--parameters|--template|--system|--license]");
+    const char *model = argv[optind];
     json_t *body = json_pack("{s:s, s:b}", "model", model, "verbose", verbose);
     json_t *resp;
     int rc = cli_call("POST", "/api/show", body, &resp);

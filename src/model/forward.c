@@ -103,8 +103,8 @@ hl_status model_kv_truncate(model_kv *kv, int32_t n, hl_err *err) {
 
 static float *alloc_floats(size_t a, size_t b) {
     size_t n;
-    if (__builtin_mul_overflow(a, b, &n) || n == 0) return NULL;
-    return calloc(n, sizeof(float));
+    if (__builtin_mul_overflow(a, b, &n)) return NULL;
+    return calloc(n ? n : 1, sizeof(float)); /* 0: a buffer no layer uses (mamba2's q) */
 }
 
 /* The widest row of each activation buffer over all layers. */

@@ -50,6 +50,10 @@ typedef struct model_layer {
      * [channels][kernel], dt bias, A (-exp(A_log)), the gated norm, the output */
     model_weight ssm_z, ssm_beta, ssm_alpha, ssm_out;
     const float *ssm_conv1d, *ssm_dt_b, *ssm_a, *ssm_norm;
+    /* Mamba-2 (and lfm2's short conv): the input projection (mamba2: [z | xBC | dt];
+     * lfm2: [B | C | x]), the conv bias and the per-head skip D */
+    model_weight ssm_in;
+    const float *ssm_conv1d_b, *ssm_d;
     /* mixture of experts: the router [n_expert][n_embd] and the experts' gate, up and
      * down stacked (MT_EXPERTS: expert e's rows start at row e * ne[1]) */
     model_weight ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
@@ -242,6 +246,11 @@ enum {
     MD_SSM_HEAD_V,  /* d_inner / dt_rank */
     MD_EXPERTS,     /* x.n_expert */
     MD_FF_EXP,      /* x.n_ff_exp */
+    /* recurrent layers only (0 elsewhere): */
+    MD_SSM_INNER3,  /* 3 * d_inner (lfm2's in_proj: B | C | x) */
+    MD_SSM_IN_M2,   /* 2 * d_inner + 2 * n_group * d_state + dt_rank (mamba2's in_proj) */
+    MD_SSM_GROUPS,  /* n_group */
+    MD_SSM_GROUP_INNER, /* d_inner / n_group (mamba2's grouped norm) */
 };
 
 enum {
@@ -268,6 +277,7 @@ typedef struct model_arch_desc {
     const char *const *aliases; /* other general.architecture values, NULL-terminated */
     model_rope_kind rope_kind;
     bool no_output;             /* an embedding model: no output projection */
+    bool ffn_optional;          /* feed_forward_length may be 0 (mamba2: no feed-forward) */
     /* After the common keys are read (model.c: hp, lhp filled uniformly): the
      * architecture's own keys and per-layer differences. May be NULL. */
     hl_status (*read_hparams)(model_loader *L, hl_err *err);
@@ -290,6 +300,8 @@ extern const model_arch_desc model_arch_bert, model_arch_nomic_bert;
 extern const model_arch_desc model_arch_phi3;
 extern const model_arch_desc model_arch_qwen35;
 extern const model_arch_desc model_arch_qwen3moe;
+extern const model_arch_desc model_arch_lfm2;
+extern const model_arch_desc model_arch_mamba2, model_arch_nemotron_h;
 
 /* llama.c: the llama family's attention sublayer for layer l (x += attn(rmsnorm(x)) with
  * optional q/k/v biases and per-head q/k norms, rope of the model's kind), for

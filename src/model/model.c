@@ -26,6 +26,8 @@ static const model_arch_desc *const g_archs[] = {
     &model_arch_phi3,
     &model_arch_qwen35,
     &model_arch_qwen3moe,
+    &model_arch_lfm2,
+    &model_arch_mamba2, &model_arch_nemotron_h,
 };
 #define N_ARCHS (sizeof g_archs / sizeof g_archs[0])
 
@@ -268,7 +270,7 @@ static hl_status read_layer_widths(model_loader *L, hl_err *err) {
     /* per-layer arrays may hold 0: a layer without that part (recurrent hybrids) */
     const bool ff_array = key_is_array(L, "feed_forward_length");
     for (int32_t l = 0; !st && l < hp->n_layer; l++) {
-        if (tmp[l] <= 0 && !ff_array)
+        if (tmp[l] <= 0 && !ff_array && !m->arch->ffn_optional)
             st = hl_fail(err, HL_ERR_FORMAT, "feed_forward_length of layer %d is 0", l);
         m->lhp[l].n_ff = tmp[l];
         if (tmp[l] > hp->n_ff) hp->n_ff = tmp[l];
@@ -506,6 +508,15 @@ static int64_t model_dim(const model *m, int32_t l, uint8_t code) {
         return h->state_floats && m->x.ssm_dt_rank ? m->x.ssm_d_inner / m->x.ssm_dt_rank : 0;
     case MD_EXPERTS: return m->x.n_expert;
     case MD_FF_EXP: return m->x.n_ff_exp;
+    case MD_SSM_INNER3: return h->state_floats ? 3 * (int64_t)m->x.ssm_d_inner : 0;
+    case MD_SSM_IN_M2:
+        return h->state_floats ? 2 * (int64_t)m->x.ssm_d_inner +
+                                     2 * (int64_t)m->x.ssm_n_group * m->x.ssm_d_state +
+                                     m->x.ssm_dt_rank
+                               : 0;
+    case MD_SSM_GROUPS: return h->state_floats ? m->x.ssm_n_group : 0;
+    case MD_SSM_GROUP_INNER:
+        return h->state_floats && m->x.ssm_n_group ? m->x.ssm_d_inner / m->x.ssm_n_group : 0;
     default: return -1;
     }
 }

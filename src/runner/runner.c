@@ -458,6 +458,11 @@ static void seq_start(runner *r, seq *s) {
     if (!st) {
         s->rs.cached_tokens = s->sess.prefix;
         kv_session_schedule_prefill(&s->sess);
+        /* offsets the caller expects to be shared (offsets at or below the restored
+         * prefix, or past the prompt, are ignored by the session) */
+        if (model_state_floats(r->m) > 0)
+            for (int32_t i = 0; req->snapshot_at && i < req->n_snapshot_at; i++)
+                kv_session_request_snapshot(&s->sess, req->snapshot_at[i], true);
         /* decode must not allocate per token: size the bookkeeping for the whole request */
         st = kv_session_reserve_outputs(&s->sess, s->job->num_predict, &e);
     }

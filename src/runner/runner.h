@@ -11,7 +11,9 @@
  *   2. matches the longest cached prefix in the trie and restores it (a fully cached
  *      prompt still re-evaluates its last token to seed generation);
  *   3. prefills the rest in chunks of prefill_chunk (2048) tokens, cut at the snapshot
- *      offsets (every 8192 tokens and at len-4) so later requests can resume there;
+ *      offsets (every 8192 tokens and at len-4; for models with a recurrent state also
+ *      the request's snapshot_at, e.g. where a chat's system prompt ends) so later
+ *      requests can resume there;
  *   4. decodes with its own slot of the slot sampler, streaming each token (RUNNER_EV_TOKEN);
  *      exactly num_predict tokens unless an end-of-generation / stop token comes first
  *      (that token is not streamed);
@@ -154,6 +156,12 @@ typedef struct runner_request {
      * change it (e.g. set tokens a response format forbids to -inf). */
     void (*logits_hook)(void *user, float *logits, int32_t n_vocab);
     void *user;                   /* passed to emit, progress and logits_hook */
+    /* May be NULL. Prompt offsets later requests are expected to share (a chat's system
+     * prompt ends there): a model with a recurrent state snapshots its caches at each, so
+     * a conversation that diverges after one restores from it instead of recomputing from
+     * the start. KV alone rewinds to any token: ignored for models without a state. */
+    const int32_t *snapshot_at;
+    int32_t n_snapshot_at;
 } runner_request;
 
 typedef struct runner runner;

@@ -1,12 +1,16 @@
 /* api_create.c - POST /api/create: builds a manifest from uploaded GGUF blobs or an
- * existing model, plus template/system/parameters/messages/license layers. Progress
+ * existing model, plus template/system/parameters/messages/license layers; "quantize"
+ * (Ollama's field, e.g. "q8_0", "q4_K_M") converts the model layer with src/quant. Progress
  * is streamed as {"status": ...} lines (see internal.h for the stream contract). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "gguf/gguf.h"
+#include "quant/quantize.h"
 #include "server/internal.h"
 #include "store/ggufinfo.h"
 #include "store/modelfile.h"
@@ -113,6 +117,57 @@ static bool from_gguf_blob(srv_stream *s, const char *digest_in, store_manifest 
     return true;
 }
 
+/* Replaces m's model layer with its weights converted to ftype (src/quant: llama.cpp's
+ * rules, as `hearth quantize`), and config's file_type with the new one. */
+static bool quantize_model_layer(srv_stream *s, create_ctx *c, store_manifest *m, json_t *config,
+                                 quant_ftype ftype) {
+    store *st = srv_stream_server(s)->st;
+    const store_layer *model = NULL;
+    for (size_t i = 0; i < m->n_layers; i++)
+        if (!strcmp(m->layers[i].media_type, STORE_MT_MODEL)) model = &m->layers[i];
+    if (!model) {
+        srv_stream_fail(s, 400, "the model has no weights to quantize");
+        return false;
+    }
+    char in_path[4096], tmp[4200];
+    hl_err err;
+    if (store_blob_path(st, model->digest, in_path, sizeof in_path, &err) != HL_OK) {
+        srv_stream_fail(s, 500, "%s", err.msg);
+        return false;
+    }
+    const char *from = json_string_value(json_object_get(config, "file_type"));
+    srv_stream_status(s, "quantizing %s model to %s", from ? from : "", quant_ftype_name(ftype));
+    /* next to the blobs (same file system); a crash leaves it to the startup sweep */
+    snprintf(tmp, sizeof tmp, "%s-quantize-XXXXXX", in_path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        srv_stream_fail(s, 500, "quantize: cannot create a temporary file next to %s", in_path);
+        return false;
+    }
+    close(fd);
+    quant_stats qs;
+    char digest[STORE_DIGEST_LEN];
+    uint64_t size = 0;
+    bool existed = false;
+    hl_status rc = quant_model_file(in_path, tmp, ftype, 0, &qs, &err);
+    if (rc == HL_OK) rc = store_blob_import_file(st, tmp, digest, &size, &existed, &err);
+    unlink(tmp);
+    if (rc != HL_OK) {
+        srv_stream_fail(s, rc == HL_ERR_NOMEM || rc == HL_ERR_IO ? 500 : 400, "quantize: %s",
+                        err.msg);
+        return false;
+    }
+    if (!existed) store_manifest_add_layer(&c->created, STORE_MT_MODEL, digest, size, NULL);
+    store_manifest_remove_layers(m, STORE_MT_MODEL);
+    if (store_manifest_add_layer(m, STORE_MT_MODEL, digest, size, &err) != HL_OK) {
+        srv_stream_fail(s, 500, "%s", err.msg);
+        return false;
+    }
+    json_object_set_new(config, "file_type", json_string(ggufinfo_file_type_name((uint32_t)ftype)));
+    srv_stream_status(s, "%s layer %s", existed ? "using existing" : "creating new", digest);
+    return true;
+}
+
 static bool set_licenses(srv_stream *s, create_ctx *c, store_manifest *m, json_t *lic) {
     if (!json_is_string(lic) && !json_is_array(lic)) {
         srv_stream_fail(s, 400, "license must be a string or an array of strings");
@@ -206,8 +261,11 @@ static void create_run(srv_stream *s, void *arg) {
     if (!string_field(s, req, "from", &from)) goto done;
     json_t *quant = json_object_get(req, "quantize");
     if (!quant) quant = json_object_get(req, "quantization");
-    if (json_is_string(quant) && json_string_length(quant) > 0) {
-        srv_stream_fail(s, 400, "quantization is not supported by hearth yet");
+    quant_ftype qtype;
+    bool quantize = json_is_string(quant) && json_string_length(quant) > 0;
+    if (quantize && !quant_ftype_parse(json_string_value(quant), &qtype)) {
+        srv_stream_fail(s, 400, "unsupported quantization type %s (one of: %s)",
+                        json_string_value(quant), quant_ftype_names());
         goto done;
     }
     json_t *adapters = json_object_get(req, "adapters");
@@ -260,6 +318,8 @@ static void create_run(srv_stream *s, void *arg) {
         srv_stream_fail(s, 400, "neither 'from' or 'files' was specified");
         goto done;
     }
+    if (srv_stream_cancelled(s)) goto done;
+    if (quantize && !quantize_model_layer(s, c, &m, config, qtype)) goto done;
     if (srv_stream_cancelled(s)) goto done;
 
     const char *text;

@@ -42,6 +42,7 @@ typedef struct infer_ctx {
     bool sm_loaded;
     char *req_model;  /* as the client wrote it (echoed in responses) */
     bool compat;      /* an OpenAI/Anthropic request: bad options are the client's 400 */
+    int32_t sys_end;  /* chat: where the leading system messages end in the prompt (0: n/a) */
     char full_name[700];
     /* generate */
     char *prompt, *suffix, *system, *template_override;
@@ -507,6 +508,37 @@ static bool fail_status(infer_ctx *c, hl_status st, const hl_err *err) {
     return false;
 }
 
+/* Where a chat's leading system messages end in its prompt tokens: the common prefix of
+ * the prompt with the rendering of those messages alone (0: no system message, nothing
+ * after them, or an error). A model with a recurrent state snapshots there
+ * (engine_request.snapshot_at), so the next conversation with the same system prompt
+ * restores it instead of recomputing it. */
+static int32_t system_prompt_end(const prompt_renderer *pr, const json_t *msgs,
+                                 const json_t *tools, int think, const char *level,
+                                 const tok_vocab *v, const int32_t *toks, size_t n_toks) {
+    size_t k = 0;
+    const size_t n_msgs = json_array_size(msgs);
+    while (k < n_msgs) {
+        const char *role = json_string_value(json_object_get(json_array_get(msgs, k), "role"));
+        if (!role || strcmp(role, "system") != 0) break;
+        k++;
+    }
+    if (k == 0 || k == n_msgs) return 0;
+    json_t *sys = json_array();
+    for (size_t i = 0; sys && i < k; i++) json_array_append(sys, json_array_get(msgs, i));
+    char *text = NULL;
+    int32_t *st = NULL;
+    size_t n_st = 0, common = 0;
+    hl_err err;
+    if (sys && prompt_render_chat(pr, sys, tools, think, level, &text, &err) == HL_OK &&
+        tokenize_prompt(v, text, true, &st, &n_st, &err) == HL_OK)
+        while (common < n_st && common < n_toks && st[common] == toks[common]) common++;
+    free(text);
+    free(st);
+    json_decref(sys);
+    return common < n_toks && common <= INT32_MAX ? (int32_t)common : 0;
+}
+
 /* Builds the prompt tokens; false after reporting an error. */
 static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx, int32_t **toks,
                          size_t *n_toks, char **rendered_out) {
@@ -595,6 +627,7 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
             }
             json_decref(cut);
         }
+        if (!st) c->sys_end = system_prompt_end(pr, msgs, c->tools, think, level, v, *toks, *n_toks);
         json_decref(msgs);
         if (st) {
             free(text);
@@ -722,7 +755,9 @@ static bool run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns, bool 
                           .num_predict = c->opts.num_predict, .on_token = on_token,
                           .cancelled = ctx_cancelled,
                           .logits_hook = c->json ? ctx_logits : NULL,
-                          .format_json = c->json != NULL, .ud = c};
+                          .format_json = c->json != NULL, .ud = c,
+                          .snapshot_at = c->sys_end > 0 ? &c->sys_end : NULL,
+                          .n_snapshot_at = c->sys_end > 0};
     engine_stats stats;
     hl_status st = engine_generate(m->eng, &req, &stats, &err);
     if (st == HL_ERR_CANCELLED || srv_stream_cancelled(c->s)) goto out;

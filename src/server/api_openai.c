@@ -7,6 +7,9 @@
  * the native chunks: SSE `data: {...}\n\n` frames ending in `data: [DONE]`, or one
  * response object, and errors as {"error":{"message","type","param","code"}} with
  * type invalid_request_error (400), not_found_error (404) or api_error (other).
+ * /v1/completions takes `prompt` as a string or a one-string list (several prompts are
+ * a 400). The context length is the model's num_ctx as for the native API: the
+ * Modelfile's PARAMETER num_ctx, else OLLAMA_CONTEXT_LENGTH / HEARTH_CONTEXT_LENGTH.
  * Usage carries prompt_tokens_details.cached_tokens: prompt tokens the prefix cache
  * supplied (the runner's count). A stream that fails after its first frame gets one
  * `data: {"error":{...}}` frame and no [DONE].
@@ -622,6 +625,17 @@ static bool translate_chat(srv_err *x, oai_enc *o, const json_t *in, json_t *out
 static bool translate_completion(srv_err *x, oai_enc *o, const json_t *in, json_t *out) {
     if (!common_fields(x, o, in, out, true)) return false;
     json_t *prompt = json_object_get(in, "prompt");
+    /* a list of prompts asks for one completion each (OpenAI's batch form): one prompt
+     * in a list is that prompt; several are refused, as n > 1 is */
+    if (json_is_array(prompt)) {
+        if (json_array_size(prompt) != 1)
+            return srv_err_set(x, 400, "'prompt' as a list must hold exactly one string (got %zu): "
+                                       "send one request per prompt", json_array_size(prompt));
+        prompt = json_array_get(prompt, 0);
+        if (!json_is_string(prompt))
+            return srv_err_set(x, 400, "invalid type for 'prompt[0]': %s (token ids are not "
+                                       "supported, send text)", srv_json_kind(prompt));
+    }
     if (prompt && !json_is_null(prompt) && !json_is_string(prompt))
         return srv_err_set(x, 400, "invalid type for 'prompt' field: %s", srv_json_kind(prompt));
     json_object_set_new(out, "prompt", json_string(json_is_string(prompt) ? json_string_value(prompt) : ""));

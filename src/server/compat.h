@@ -52,5 +52,6 @@ bool compat_number(const json_t *obj, const char *key, double *out, bool *bad);
  * own producers. False: out of memory. */
 bool compat_attach_openai_chat(srv_request *r);
 bool compat_attach_anthropic(srv_request *r);
+bool compat_attach_openai_responses(srv_request *r); /* api_responses.c */
 
 #endif

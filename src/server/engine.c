@@ -278,6 +278,8 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
         .heartbeat = bridge_heartbeat,
         .logits_hook = req->logits_hook ? bridge_logits : NULL,
         .user = &b,
+        .snapshot_at = req->snapshot_at,
+        .n_snapshot_at = req->n_snapshot_at > 64 ? 64 : (int32_t)req->n_snapshot_at,
     };
     runner_stats rs = {0};
     hl_status st = runner_generate(e->run, &rr, &rs, err);

@@ -91,6 +91,10 @@ typedef struct engine_request {
      * runner applies format "json" itself (jsonfmt.h) */
     bool format_json;
     void *ud;
+    /* prompt offsets later requests are expected to share (the end of a chat's system
+     * prompt): runner_request.snapshot_at */
+    const int32_t *snapshot_at;
+    size_t n_snapshot_at;
 } engine_request;
 
 typedef struct engine_stats {

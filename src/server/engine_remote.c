@@ -575,9 +575,12 @@ static json_t *request_json(const engine_request *req, long long id) {
                           "frequency_penalty", (double)sp->frequency_penalty, "seed",
                           (json_int_t)sp->seed, "logprobs", sp->logprobs, "top_logprobs",
                           sp->top_logprobs, "order", (int)sp->order);
-    return json_pack("{s:o, s:I, s:o, s:b, s:I}", "prompt", toks, "num_predict",
+    json_t *snaps = json_array();
+    for (size_t i = 0; i < req->n_snapshot_at; i++)
+        json_array_append_new(snaps, json_integer(req->snapshot_at[i]));
+    return json_pack("{s:o, s:I, s:o, s:b, s:I, s:o}", "prompt", toks, "num_predict",
                      (json_int_t)req->num_predict, "options", o, "format_json", req->format_json,
-                     "id", (json_int_t)id);
+                     "id", (json_int_t)id, "snapshot_at", snaps);
 }
 
 /* Every read from the runner waits in slices (net_http_set_waiter): between them the

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_OUTPUT (16u << 20)
 #define MAX_ITER 100000
@@ -576,6 +577,35 @@ static bool list_uses(const list *l, const char *f) {
 }
 
 bool gotmpl_uses(const gotmpl *t, const char *field) { return list_uses(&t->root, field); }
+
+/* Ollama's Template.Vars(): every field name of every field or variable chain
+ * (.A.B, $.A, $x.A), compared case-insensitively. */
+static bool pipe_mentions(const pipe *p, const char *f);
+
+static bool arg_mentions(const arg *a, const char *f) {
+    if (a->k == A_FIELD || a->k == A_VAR)
+        for (int i = 0; i < a->nf; i++)
+            if (!strcasecmp(a->fields[i], f)) return true;
+    return a->sub && pipe_mentions(a->sub, f);
+}
+
+static bool pipe_mentions(const pipe *p, const char *f) {
+    if (!p) return false;
+    for (int c = 0; c < p->n; c++)
+        for (int i = 0; i < p->cmds[c].n; i++)
+            if (arg_mentions(&p->cmds[c].args[i], f)) return true;
+    return false;
+}
+
+static bool list_mentions(const list *l, const char *f) {
+    for (size_t i = 0; i < l->n; i++)
+        if (pipe_mentions(l->v[i].p, f) || list_mentions(&l->v[i].body, f) ||
+            list_mentions(&l->v[i].els, f))
+            return true;
+    return false;
+}
+
+bool gotmpl_mentions(const gotmpl *t, const char *name) { return list_mentions(&t->root, name); }
 
 /* ---------------- execution ---------------- */
 

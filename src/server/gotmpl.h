@@ -39,5 +39,8 @@ hl_status gotmpl_exec(const gotmpl *t, const json_t *data, bool cut_after_respon
                       hl_err *err);
 /* Whether the template refers to a top-level field (e.g. "Messages", "Suffix", "Tools"). */
 bool gotmpl_uses(const gotmpl *t, const char *field);
+/* Whether any field name anywhere in the template (.A.B, $.A, $x.A, at any depth) is
+ * name, case-insensitively: Ollama's Template.Vars() test. */
+bool gotmpl_mentions(const gotmpl *t, const char *name);
 
 #endif

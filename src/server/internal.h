@@ -215,6 +215,7 @@ enum MHD_Result srv_handle_oai_completions(srv_request *r);
 enum MHD_Result srv_handle_oai_models(srv_request *r);
 enum MHD_Result srv_handle_oai_model(srv_request *r);
 enum MHD_Result srv_handle_oai_embeddings(srv_request *r);
+enum MHD_Result srv_handle_oai_responses(srv_request *r); /* api_responses.c */
 enum MHD_Result srv_handle_anth_messages(srv_request *r);
 enum MHD_Result srv_handle_anth_count_tokens(srv_request *r);
 

@@ -68,6 +68,27 @@ static void token_text(const tok_vocab *v, tok_special which, char *buf, size_t 
     }
 }
 
+/* Compiles a chat template the way Ollama's template.Parse does: a template that
+ * mentions neither .Messages nor .Response gets {{ .Response }} appended, so that the
+ * per-turn (legacy) execution keeps earlier assistant replies (U1 A1 U2, not U1 U2). */
+static hl_status go_compile(const char *src, gotmpl **out, hl_err *err) {
+    hl_status st = gotmpl_compile(src, out, err);
+    if (st || gotmpl_mentions(*out, "Messages") || gotmpl_mentions(*out, "Response")) return st;
+    char *with = NULL;
+    if (asprintf(&with, "%s{{ .Response }}", src) < 0) {
+        gotmpl_free(*out);
+        *out = NULL;
+        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
+    gotmpl *t;
+    st = gotmpl_compile(with, &t, err);
+    free(with);
+    if (st) return HL_OK; /* keep the template as written */
+    gotmpl_free(*out);
+    *out = t;
+    return HL_OK;
+}
+
 hl_status prompt_renderer_create(const char *modelfile_template, const char *gguf_template,
                                  const tok_vocab *vocab, prompt_renderer **out, hl_err *err) {
     prompt_renderer *p = calloc(1, sizeof *p);
@@ -81,7 +102,7 @@ hl_status prompt_renderer_create(const char *modelfile_template, const char *ggu
             jinja_src = modelfile_template;
         } else {
             hl_err gerr;
-            st = gotmpl_compile(modelfile_template, &p->go, &gerr);
+            st = go_compile(modelfile_template, &p->go, &gerr);
             if (st) {
                 /* outside the subset: the GGUF's own template, else report why */
                 if (!gguf_template || !*gguf_template) {
@@ -95,7 +116,7 @@ hl_status prompt_renderer_create(const char *modelfile_template, const char *ggu
                 p->caps.tools = gotmpl_uses(p->go, "Tools");
                 p->caps.thinking = gotmpl_uses(p->go, "Think") &&
                                    strstr(modelfile_template, "<think>") != NULL;
-                p->go_messages = gotmpl_uses(p->go, "Messages");
+                p->go_messages = gotmpl_mentions(p->go, "Messages");
                 const char *tags[] = {"<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"};
                 snprintf(p->tool_tag, sizeof p->tool_tag, "{");
                 for (int i = 0; i < 2; i++)
@@ -119,7 +140,7 @@ hl_status prompt_renderer_create(const char *modelfile_template, const char *ggu
                  strstr(jinja_src, "<tool_call>") ? "<tool_call>" : "{");
     }
     if (!p->go && !p->jinja) { /* default template {{ .Prompt }} */
-        st = gotmpl_compile("{{ .Prompt }}", &p->go, err);
+        st = go_compile("{{ .Prompt }}", &p->go, err);
         if (st) {
             prompt_renderer_free(p);
             return st;
@@ -196,6 +217,10 @@ static hl_status render_go_chat(const prompt_renderer *p, const json_t *messages
     outbuf b = {0}, sys = {0};
     outbuf_add(&b, "", 0);
     outbuf_add(&sys, "", 0);
+    /* Ollama collates first: two user messages in a row are one .Prompt */
+    json_t *collated = collate(messages, &sys);
+    messages = collated;
+    outbuf_clear(&sys);
     const char *prompt = "", *response = "";
     bool have_sys = false;
     hl_status st = HL_OK;
@@ -236,7 +261,8 @@ static hl_status render_go_chat(const prompt_renderer *p, const json_t *messages
         if (!st) sb_str(&b, part);
         free(part);
     }
-    bool oom = b.oom || sys.oom;
+    bool oom = b.oom || sys.oom || !collated;
+    json_decref(collated);
     free(sys.p);
     if (st || oom) {
         free(b.p);

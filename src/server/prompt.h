@@ -8,7 +8,9 @@
  *      slice/index/json/printf...). Templates that use .Messages run once over the
  *      collated conversation (with .System, .Tools, .Think, .ThinkLevel); "legacy" ones
  *      (.System/.Prompt/.Response only) run once per user/assistant turn and the last
- *      run is cut just after {{ .Response }}, as Ollama does. A template outside the
+ *      run is cut just after {{ .Response }}, as Ollama does; a template that mentions
+ *      neither .Messages nor .Response (the default one too) gets {{ .Response }}
+ *      appended first, so earlier assistant replies stay in the prompt. A template outside the
  *      subset falls back to the GGUF's Jinja template when there is one, else rendering
  *      fails with a clear error;
  *   3. the GGUF's tokenizer.chat_template (Jinja, with messages, tools,

@@ -43,6 +43,8 @@ typedef struct comp_ctx {
     atomic_bool stop;
     int32_t *prompt;
     size_t n_prompt;
+    int32_t *snapshot_at; /* engine_request.snapshot_at */
+    size_t n_snapshot_at;
     int64_t num_predict;
     sampler_opts sp;
     bool format_json;
@@ -55,6 +57,7 @@ typedef struct comp_ctx {
 static void comp_free(void *p) {
     comp_ctx *c = p;
     free(c->prompt);
+    free(c->snapshot_at);
     jsonfmt_free(c->json);
     free(c);
 }
@@ -114,7 +117,8 @@ static void comp_run(srv_stream *s, void *ctx) {
         engine_request req = {.prompt = c->prompt, .n_prompt = c->n_prompt, .sp = c->sp,
                               .num_predict = c->num_predict, .on_token = comp_token,
                               .cancelled = comp_cancelled,
-                              .logits_hook = c->json ? comp_logits : NULL, .ud = c};
+                              .logits_hook = c->json ? comp_logits : NULL, .ud = c,
+                              .snapshot_at = c->snapshot_at, .n_snapshot_at = c->n_snapshot_at};
         st = engine_generate(g_eng, &req, &stats, &err);
     }
     pthread_mutex_lock(&g_active_mu);
@@ -165,6 +169,7 @@ static enum MHD_Result handle_completion(srv_request *r) {
         return srv_reply_error(r, 500, "out of memory");
     }
     c->prompt = token_array(json_object_get(req, "prompt"), &c->n_prompt);
+    c->snapshot_at = token_array(json_object_get(req, "snapshot_at"), &c->n_snapshot_at);
     c->num_predict = (int64_t)num(req, "num_predict", 0);
     c->format_json = json_is_true(json_object_get(req, "format_json"));
     c->id = (int64_t)num(req, "id", 0);
@@ -183,7 +188,7 @@ static enum MHD_Result handle_completion(srv_request *r) {
     sp->top_logprobs = (int32_t)num(o, "top_logprobs", 0);
     sp->order = (sampler_order)num(o, "order", 0);
     json_decref(req);
-    if (!c->prompt) {
+    if (!c->prompt || !c->snapshot_at) {
         comp_free(c);
         return srv_reply_error(r, 500, "out of memory");
     }

@@ -536,6 +536,14 @@ void sched_release(sched *s, sched_model *m, int64_t keep_alive_ns) {
     if (--m->refs == 0) {
         if (m->keep_alive_ns <= 0) m->unload_when_idle = true;
         m->expires_at_ns = expiry_from(wall_ns(), m->keep_alive_ns);
+        /* unload here rather than in the reaper, so that the reply (sent after this)
+         * never races a /api/ps that still lists the model */
+        if (m->unload_when_idle)
+            for (int i = 0; i < s->n_loaded; i++)
+                if (s->loaded[i] == m) {
+                    remove_at(s, i);
+                    break;
+                }
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->lock);

@@ -406,6 +406,7 @@ static const srv_route k_routes[] = {
     {"/v1/models", false, "GET", srv_handle_oai_models, false},
     {"/v1/models/", true, "GET", srv_handle_oai_model, false},
     {"/v1/embeddings", false, "POST", srv_handle_oai_embeddings, false},
+    {"/v1/responses", false, "POST", srv_handle_oai_responses, false},
     {"/v1/messages", false, "POST", srv_handle_anth_messages, false},
     {"/v1/messages/count_tokens", false, "POST", srv_handle_anth_count_tokens, false},
 };
