@@ -6,7 +6,9 @@
  * srv_stream_run. The producer thread then:
  *   1. answers load/unload requests (empty prompt/messages/input);
  *   2. acquires the model from the loaded-model manager (sched.h: load on first use,
- *      keep_alive);
+ *      keep_alive); when its runner is lost (crashed, or killed for a stall) before the
+ *      request got a token, nothing was sent yet: it acquires the model again (a fresh
+ *      runner) and runs once more;
  *   3. renders the prompt (prompt.h), tokenizes it and runs it through the engine
  *      (engine.h), turning each token into text (tok_stream), then stop strings,
  *      thinking and tool calls (outproc.h), streaming a chunk per piece of text;

@@ -29,7 +29,8 @@
  * in prefill or left out of the batch's steps as long as its batch loop makes progress
  * (runner_heartbeat_fn; a single forward pass must stay shorter than the timeout). It
  * is killed (SIGKILL, reaped) and the request fails with the same message ("...: the
- * runner sent nothing for N s"). POST /stop is bounded the same way; an embedding, whose
+ * runner sent nothing for N s"; the other requests on it too). POST /stop is bounded the
+ * same way; an embedding, whose
  * reply has no heartbeat, waits up to EMBED_STALL_FACTOR (10) times the timeout.
  * Whenever a generation fails because its runner died or was killed under it,
  * stats->runner_lost is set: a request that got no token yet may run again on a fresh
@@ -37,7 +38,9 @@
  * eremote_ping: GET /health within timeout_ms (connect included); a runner that does not
  * answer in time is killed (SIGKILL; the reaper thread reaps it) and eremote_alive turns
  * false. The scheduler pings an idle runner before reusing it (sched.h).
- * Memory: mem_bytes is what the runner measured (at load and after each request).
+ * Memory: the runner gets cfg's KV and snapshot budgets and spill directory on its
+ * command line (sched.h grants them); mem_bytes and kv_disk_bytes are what it measured
+ * (at load and after each request).
  * eremote_close: SIGKILL, wait for the reaper and the output thread, free everything.
  */
 #ifndef HL_SERVER_ENGINE_REMOTE_H
