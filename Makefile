@@ -9,7 +9,7 @@
 
 CC      ?= cc
 BUILD   ?= build
-PKGS    := libpcre2-8 libutf8proc jansson zlib libxxhash libmicrohttpd libcurl libcrypto
+PKGS    := libpcre2-8 libutf8proc jansson zlib libxxhash libmicrohttpd libcurl libcrypto libzstd hiredis
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
 # the CLI binary alone uses libedit (the REPL's line editing and history)

@@ -29,6 +29,7 @@ int sp_spawn(srv_proc *p, const char *tag, const char *const *env) {
     if (!bin || access(bin, X_OK) != 0) return 1;
     snprintf(p->models, sizeof p->models, "%s/models-%s", test_tmpdir(), tag);
     snprintf(p->log, sizeof p->log, "%s/serve-%s.log", test_tmpdir(), tag);
+    unlink(p->log); /* a restart under the same tag must not read the last run's port */
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();

@@ -1,5 +1,5 @@
 /*
- * test_kv_block.c - KV blocks: copy-on-write sharing, paging tiers (deflate in RAM, disk
+ * test_kv_block.c - KV blocks: copy-on-write sharing, paging tiers (zstd in RAM, disk
  * spill), the block cache kind under the prefix trie (every row checked against the
  * token prefix it must encode), and the whole-state kind's compact snapshots.
  */
@@ -165,7 +165,7 @@ TEST(kv_block_paging_compress_spill_restore) {
     kv_pool_stats st = kv_pool_get_stats(p);
     CHECK(st.n_compressed >= 5);
     CHECK(st.ram_bytes <= 3 * bb);
-    /* a budget no deflated block fits in spills to disk */
+    /* a budget no compressed block fits in spills to disk */
     kv_pool_set_budget(p, 1);
     CHECK(kv_pool_page(p));
     st = kv_pool_get_stats(p);

@@ -17,7 +17,7 @@
  * share all of its blocks except at most the one where they diverge.
  *
  * Memory. The pool counts every block it owns in one of three tiers: resident (f32 data),
- * compressed in RAM (byte-plane shuffle + deflate; lossless), spilled to a file in the
+ * compressed in RAM (byte-plane shuffle + zstd level 1; lossless), spilled to a file in the
  * spill directory. ram_bytes = resident blocks * block_bytes + compressed bytes.
  * kv_pool_page() moves the least recently used blocks that no live table holds down a
  * tier (compress, then spill) until ram_bytes <= budget; blocks come back on demand when a
@@ -58,7 +58,7 @@ hl_status kv_layout_geom(const kv_layout *l, kv_geom *out, hl_err *err);
 
 typedef enum kv_tier {
     KV_TIER_RESIDENT = 0,
-    KV_TIER_COMPRESSED, /* deflated in RAM */
+    KV_TIER_COMPRESSED, /* zstd-compressed in RAM */
     KV_TIER_SPILLED,    /* in a file of the spill directory */
 } kv_tier;
 
@@ -120,6 +120,11 @@ int32_t kv_block_valid(const kv_block *b); /* rows written from the block start 
 kv_tier kv_block_tier(const kv_block *b);
 /* The resident data (NULL when paged out). */
 void *kv_block_data(const kv_block *b);
+/* A new resident block with all block_tokens rows valid (one reference, held by no
+ * table), for data from outside the pool (kv/store.h): the caller fills
+ * kv_block_data() and installs it with kv_table_set, or drops it with kv_block_unref.
+ * NULL when out of memory. */
+kv_block *kv_block_new_full(kv_pool *p);
 /* Brings a block back to RAM (decompress / read the spill file). */
 hl_status kv_block_make_resident(kv_pool *p, kv_block *b, hl_err *err);
 

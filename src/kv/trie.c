@@ -713,6 +713,16 @@ hl_status kv_prefix_begin_lane(kv_prefix *pc, kv_lane *ln, const int32_t *inputs
     return HL_OK;
 }
 
+hl_status kv_session_advance(kv_session *s, hl_err *err) {
+    if (!s->open) return HL_OK;
+    int32_t off = lane_offset(s->pc, s->lane);
+    if (off >= s->n_inputs)
+        return hl_fail(err, HL_ERR_INVALID, "cache: offset %d reaches the end of %d inputs", off,
+                       s->n_inputs);
+    if (off > s->prefix) s->prefix = off;
+    return HL_OK;
+}
+
 void kv_session_request_snapshot(kv_session *s, int32_t offset, bool user) {
     if (!s->open || offset <= s->prefix || offset > s->n_inputs) return;
     for (int32_t i = 0; i < s->n_pending; i++)

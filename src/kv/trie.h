@@ -192,6 +192,12 @@ hl_status kv_prefix_begin_lane(kv_prefix *pc, kv_lane *lane, const int32_t *inpu
 void kv_lane_reset(kv_prefix *pc, kv_lane *lane);
 const kv_path *kv_lane_active(const kv_lane *lane);
 
+/* The caller moved the lane's live caches forward along the inputs from outside the trie
+ * (blocks found by hash in kv/store.h): the session's prefix becomes their offset, which
+ * must stay below n_inputs (the last prompt token is always computed). The trie learns
+ * those tokens at the next snapshot or at close, like computed ones. */
+hl_status kv_session_advance(kv_session *s, hl_err *err);
+
 /* Schedules a user snapshot at offset (ignored when <= prefix or > n_inputs). */
 void kv_session_request_snapshot(kv_session *s, int32_t offset, bool user);
 /* The reference's schedule: every KV_SNAPSHOT_INTERVAL tokens below n_inputs, and

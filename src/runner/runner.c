@@ -63,6 +63,8 @@ typedef struct seq {
     kv_cache caches[3];
     kv_lane *lane;
     kv_session sess;
+    kv_hash *hashes;    /* store keys of the prompt's full blocks (cap: n_ctx / B + 1) */
+    int32_t n_hashes;
     bool have_slot;
     int32_t done;       /* prompt positions in the cache while prefilling */
     int32_t next_token; /* decode: the token to forward next */
@@ -100,6 +102,10 @@ struct runner {
     bool batch_idle;
     uint64_t n_steps, n_step_tokens, n_admitted;
 
+    kv_store *store;   /* disk / shared tiers, or NULL */
+    kv_hash kv_seed;   /* key[0]: the model, KV types and block layout */
+    runner_cache_stats cstats; /* under kv_mu */
+
     pthread_mutex_t kv_mu;
     pthread_t thread;
     bool thread_started, locks_ready;
@@ -114,6 +120,114 @@ struct runner {
 };
 
 static void *batch_main(void *arg);
+
+/* The disk / shared tiers (kv/store.h), for a model whose cache is full KV alone. */
+static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
+    const bool redis = cfg->kv_redis && *cfg->kv_redis;
+    if (!cfg->kv_model_id || !*cfg->kv_model_id || (!cfg->kv_store_dir && !redis)) return HL_OK;
+    if (r->n_caches != 1 || !r->pool || r->wpool || !r->causal) {
+        fprintf(stderr, "runner: KV disk/shared tiers need a model whose cache is full-attention "
+                        "KV only: off for this one\n");
+        return HL_OK;
+    }
+    const kv_layout *l = kv_pool_layout(r->pool);
+    const kv_geom *g = kv_pool_geom(r->pool);
+    /* the identity: whatever changes a block's bytes */
+    size_t cap = strlen(cfg->kv_model_id) + 128 + (size_t)g->n_layer * 40;
+    char *id = malloc(cap);
+    if (!id) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    int len = snprintf(id, cap, "hearth-kv1|model=%s|slot=full|k=%s|v=%s|B=%d|layers=%d",
+                       cfg->kv_model_id, hl_type_name(l->k_type), hl_type_name(l->v_type),
+                       l->block_tokens, g->n_layer);
+    for (int32_t i = 0; i < g->n_layer && len > 0 && (size_t)len < cap; i++)
+        len += snprintf(id + len, cap - (size_t)len, "|%d,%d,%d", g->dims[i].n_head_kv,
+                        g->dims[i].head_dim_k, g->dims[i].head_dim_v);
+    r->kv_seed = kv_hash_seed(id, strlen(id));
+    free(id);
+    kv_store_config sc = {.dir = cfg->kv_store_dir, .disk_max = cfg->kv_disk_max,
+                          .redis_url = cfg->kv_redis, .ns = cfg->kv_model_id,
+                          .redis_ttl_s = cfg->kv_redis_ttl_s,
+                          .block_bytes = kv_layout_block_bytes(l)};
+    hl_err se;
+    if (kv_store_open(&sc, &r->store, &se) != HL_OK) { /* the model still serves, from RAM */
+        fprintf(stderr, "runner: KV disk/shared tiers off: %s\n", se.msg);
+        r->store = NULL;
+        return HL_OK;
+    }
+    const int32_t n_keys = r->n_ctx / l->block_tokens + 1;
+    for (int32_t i = 0; i < r->n_parallel; i++) {
+        r->seqs[i].hashes = malloc((size_t)n_keys * sizeof(kv_hash));
+        if (!r->seqs[i].hashes) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
+    r->cstats.store_on = true;
+    return HL_OK;
+}
+
+/* Under kv_mu, after the trie restored what it holds: continues the sequence's table with
+ * consecutive blocks found by key on disk or Redis (the prompt's last token is always
+ * computed), and advances the session past them. */
+static void store_extend(runner *r, seq *s) {
+    const runner_request *req = s->job->req;
+    const int32_t B = kv_pool_layout(r->pool)->block_tokens;
+    const int32_t n_full = (req->n_tokens - 1) / B;
+    kv_hash h = r->kv_seed;
+    for (int32_t k = 0; k < n_full; k++) s->hashes[k] = h = kv_hash_next(h, req->tokens + k * B, B);
+    s->n_hashes = n_full;
+    const int32_t prefix = s->sess.prefix;
+    int32_t end = prefix;
+    hl_err e;
+    enum { CHUNK = 16 }; /* blocks per look-up: one Redis round trip each */
+    kv_block *blk[CHUNK];
+    void *data[CHUNK];
+    kv_source src[CHUNK];
+    bool more = true;
+    for (int32_t k0 = prefix / B; more && k0 < n_full; k0 += CHUNK) {
+        int32_t n = n_full - k0 < CHUNK ? n_full - k0 : CHUNK, got = 0;
+        for (int32_t i = 0; i < n; i++) {
+            if (!(blk[i] = kv_block_new_full(r->pool))) {
+                n = i;
+                break;
+            }
+            data[i] = kv_block_data(blk[i]);
+        }
+        if (n > 0) got = kv_store_get_run(r->store, s->hashes + k0, n, data, src);
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t k = k0 + i;
+            if (i < got && more && kv_table_set(&s->table, k, blk[i], &e) == HL_OK) {
+                const int32_t from = k * B > prefix ? k * B : prefix;
+                if (src[i] == KV_SRC_DISK) s->rs.cached_disk += (k + 1) * B - from;
+                else s->rs.cached_remote += (k + 1) * B - from;
+                end = (k + 1) * B;
+            } else {
+                more = false;
+            }
+            kv_block_unref(r->pool, blk[i]);
+        }
+        if (got < CHUNK) more = false;
+    }
+    if (end > prefix && (kv_table_set_len(&s->table, end, &e) || kv_session_advance(&s->sess, &e))) {
+        /* cannot happen with whole blocks; stay with what the trie gave */
+        fprintf(stderr, "runner: KV blocks from the store not used: %s\n", e.msg);
+        kv_table_truncate(&s->table, prefix);
+        s->rs.cached_disk = s->rs.cached_remote = 0;
+    }
+}
+
+/* Queues the sequence's full blocks the tiers lack (written behind): after prefill the
+ * prompt's, at the end also those its generated tokens filled (a conversation's next
+ * turn sends them back as prompt). */
+static void store_publish(runner *r, seq *s) {
+    const int32_t B = kv_pool_layout(r->pool)->block_tokens;
+    int32_t n_full = s->table.len < s->sess.n_stored ? s->table.len / B : s->sess.n_stored / B;
+    if (n_full > r->n_ctx / B + 1) n_full = r->n_ctx / B + 1; /* the keys' capacity */
+    kv_hash h = s->n_hashes > 0 ? s->hashes[s->n_hashes - 1] : r->kv_seed;
+    for (int32_t k = s->n_hashes; k < n_full; k++)
+        s->hashes[k] = h = kv_hash_next(h, s->sess.stored + (size_t)k * B, B);
+    if (n_full > s->n_hashes) s->n_hashes = n_full;
+    for (int32_t k = 0; k < s->n_hashes && k < s->table.n_blocks; k++)
+        if (s->table.data[k] && !kv_store_known(r->store, s->hashes[k]))
+            kv_store_put(r->store, s->hashes[k], s->table.data[k]);
+}
 
 static int32_t env_int(const char *name, int32_t fallback) {
     const char *v = getenv(name);
@@ -227,6 +341,7 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
         }
         /* sequence 0 uses the config's caches: the trie's first lane (NULL) */
     }
+    if (!st) st = store_open(r, cfg, err);
     if (!st) {
         kv_prefix_config tc = {.caches = r->seqs[0].caches, .n_caches = r->n_caches,
                                .over_budget = kv_pool_set_over_budget, .budget_ctx = &r->pools,
@@ -285,6 +400,9 @@ void runner_destroy(runner *r) {
         pthread_mutex_destroy(&r->kv_mu);
         pthread_cond_destroy(&r->loop_cv);
     }
+    kv_store_close(r->store); /* writes what is queued */
+    if (r->seqs)
+        for (int32_t i = 0; i < r->n_parallel; i++) free(r->seqs[i].hashes);
     sampler_destroy(r->smp);
     model_ctx_free(r->ctx);
     kv_prefix_destroy(r->pc); /* releases the trie's blocks */
@@ -417,6 +535,7 @@ static void seq_finish(runner *r, seq *s, hl_status st, const hl_err *e) {
     if (s->job->hidden) {
         caches_clear(r, s); /* an embedding's KV is not kept */
     } else {
+        if (r->store && s->sess.open) store_publish(r, s);
         /* the trie must record what the cache holds, whatever happened */
         hl_err ce;
         hl_status cs = kv_session_close(&s->sess, &ce);
@@ -456,7 +575,17 @@ static void seq_start(runner *r, seq *s) {
     pthread_mutex_lock(&r->kv_mu);
     hl_status st = kv_prefix_begin_lane(r->pc, s->lane, req->tokens, n, &s->sess, &e);
     if (!st) {
+        const int32_t from_ram = s->sess.prefix;
+        if (r->store) store_extend(r, s);
         s->rs.cached_tokens = s->sess.prefix;
+        r->cstats.requests++;
+        r->cstats.prompt_tokens += (uint64_t)n;
+        r->cstats.cached_ram += (uint64_t)from_ram;
+        r->cstats.cached_disk += (uint64_t)s->rs.cached_disk;
+        r->cstats.cached_remote += (uint64_t)s->rs.cached_remote;
+        if (r->store)
+            fprintf(stderr, "runner: prompt %d tokens, cached %d (ram %d, disk %d, remote %d)\n",
+                    n, s->sess.prefix, from_ram, s->rs.cached_disk, s->rs.cached_remote);
         kv_session_schedule_prefill(&s->sess);
         /* offsets the caller expects to be shared (offsets at or below the restored
          * prefix, or past the prompt, are ignored by the session) */
@@ -480,6 +609,7 @@ static void seq_start(runner *r, seq *s) {
     } else {
         s->phase = SEQ_DECODE;
         s->next_token = req->tokens[n - 1];
+        if (r->store) store_publish(r, s);
     }
 }
 
@@ -750,6 +880,7 @@ static void step(runner *r) {
             if (s->job->req->n_tokens - s->done <= 1) {
                 s->phase = SEQ_DECODE;
                 s->next_token = s->job->req->tokens[s->job->req->n_tokens - 1];
+                if (r->store) store_publish(r, s);
             }
         } else {
             r->slots[n_sample] = s->slot;
@@ -984,6 +1115,18 @@ runner_memory runner_get_memory(const runner *r) {
     };
     m.total = m.weights + m.kv + m.scratch;
     return m;
+}
+
+runner_cache_stats runner_get_cache_stats(runner *r) {
+    pthread_mutex_lock(&r->kv_mu);
+    runner_cache_stats cs = r->cstats;
+    pthread_mutex_unlock(&r->kv_mu);
+    if (r->store) cs.store = kv_store_get_stats(r->store);
+    return cs;
+}
+
+void runner_kv_flush(runner *r) {
+    if (r->store) kv_store_flush(r->store);
 }
 
 void runner_page_out_idle(runner *r) {

@@ -9,7 +9,9 @@
  *      context length (M tokens)"; num_predict <= 0 or past the context end is clamped
  *      to the room left, so generation stops there with done reason "length";
  *   2. matches the longest cached prefix in the trie and restores it (a fully cached
- *      prompt still re-evaluates its last token to seed generation);
+ *      prompt still re-evaluates its last token to seed generation), then continues it
+ *      with consecutive blocks found by key on disk or Redis (kv_store_dir / kv_redis,
+ *      kv/store.h; stats say how many tokens came from each tier);
  *   3. prefills the rest in chunks of prefill_chunk (2048) tokens, cut at the snapshot
  *      offsets (every 8192 tokens and at len-4; for models with a recurrent state also
  *      the request's snapshot_at, e.g. where a chat's system prompt ends) so later
@@ -66,6 +68,7 @@
 
 #include "base/status.h"
 #include "kv/block.h"
+#include "kv/store.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 
@@ -96,6 +99,17 @@ typedef struct runner_config {
      * NULL or "": f16 (Ollama's and llama.cpp's default). q8_0 on a model whose heads are
      * not multiples of 32 elements falls back to f16 (logged). Another value: INVALID. */
     const char *kv_type;
+    /* The prefix cache beyond this process (kv/store.h): full blocks of every prompt are
+     * written behind to a directory that survives restarts and/or published to Redis, and
+     * a prompt the trie does not fully hold continues with consecutive blocks found there
+     * by their hash-chain key. Only for models whose whole cache is full-attention KV
+     * (window and recurrent snapshots stay in RAM). Independent of spill_dir, which pages
+     * this process's blocks out and deletes them when it exits. */
+    const char *kv_model_id; /* stable model identity (its digest); NULL: both tiers off */
+    const char *kv_store_dir; /* this model's block directory; NULL: no disk tier */
+    size_t kv_disk_max;       /* 0: KV_STORE_DISK_MAX_DEFAULT */
+    const char *kv_redis;     /* "redis://host:port"; NULL or "": no shared tier */
+    int kv_redis_ttl_s;       /* expiry of published blocks; <= 0: KV_STORE_REDIS_TTL_DEFAULT */
 } runner_config;
 
 #define RUNNER_BUSY_MESSAGE "server busy, please try again.  maximum pending requests exceeded"
@@ -111,7 +125,9 @@ typedef struct runner_stats {
     int64_t prompt_eval_duration_ns; /* prefill + first sample */
     int32_t eval_count;              /* generated tokens streamed */
     int64_t eval_duration_ns;
-    int32_t cached_tokens;           /* prompt tokens restored from the cache */
+    int32_t cached_tokens;           /* prompt tokens restored from the cache (all tiers) */
+    int32_t cached_disk;             /* of those, from the disk tier (kv/store.h) */
+    int32_t cached_remote;           /* of those, from the shared tier (Redis) */
     runner_done_reason done_reason;
 } runner_stats;
 
@@ -216,6 +232,19 @@ typedef struct runner_load {
     uint64_t step_tokens; /* tokens through them */
 } runner_load;
 runner_load runner_get_load(runner *r);
+
+/* Where prompt tokens came from, over the runner's life (for logs and /metrics):
+ * cached_ram + cached_disk + cached_remote are the prompt tokens not computed. */
+typedef struct runner_cache_stats {
+    uint64_t requests;
+    uint64_t prompt_tokens;
+    uint64_t cached_ram, cached_disk, cached_remote;
+    bool store_on;         /* a disk or shared tier is configured */
+    kv_store_stats store;  /* its counters (zero when off) */
+} runner_cache_stats;
+runner_cache_stats runner_get_cache_stats(runner *r);
+/* Waits until every block queued for the disk/shared tiers is written (tests). */
+void runner_kv_flush(runner *r);
 
 /* For tests and benchmarks, while no request runs. */
 kv_pool *runner_kv_window_pool(runner *r); /* the sliding-window slot's pool, or NULL */

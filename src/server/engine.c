@@ -140,6 +140,37 @@ static hl_status open_here(const char *gguf_path, const engine_config *cfg, engi
     return HL_OK;
 }
 
+/* The prefix cache beyond the process (runner_config.kv_*): a model stored as a blob
+ * (<models>/blobs/sha256-<hex>) keeps its blocks under <models>/kvcache/sha256-<hex>/
+ * (HEARTH_KV_DISK_MAX caps them, 0 turns the disk tier off) and shares them through
+ * HEARTH_KV_REDIS (for HEARTH_KV_REDIS_TTL seconds); a model file outside a store has no stable identity: both stay off. */
+static void kv_tiers(const char *gguf_path, runner_config *rc, char *dir, size_t dir_cap,
+                     char *id, size_t id_cap) {
+    const char *slash = strrchr(gguf_path, '/');
+    const char *name = slash ? slash + 1 : gguf_path;
+    if (!slash || strncmp(name, "sha256-", 7) != 0 || strlen(name) != 7 + 64 ||
+        slash - gguf_path < 6 || strncmp(slash - 6, "/blobs", 6) != 0)
+        return;
+    snprintf(id, id_cap, "%s", name);
+    rc->kv_model_id = id;
+    rc->kv_redis = getenv("HEARTH_KV_REDIS");
+    const char *ttl = getenv("HEARTH_KV_REDIS_TTL"); /* seconds */
+    if (ttl && *ttl) rc->kv_redis_ttl_s = atoi(ttl);
+    const char *max = getenv("HEARTH_KV_DISK_MAX");
+    size_t cap = 0;
+    if (max && *max && !kv_store_parse_size(max, &cap)) {
+        fprintf(stderr, "HEARTH_KV_DISK_MAX=%s is not a size (e.g. 8G): using the default\n", max);
+        cap = KV_STORE_DISK_MAX_DEFAULT;
+    } else if (!max || !*max) {
+        cap = KV_STORE_DISK_MAX_DEFAULT;
+    }
+    if (cap == 0) return; /* disk tier off */
+    rc->kv_disk_max = cap;
+    if (snprintf(dir, dir_cap, "%.*s/kvcache/%s", (int)(slash - 6 - gguf_path), gguf_path, name) <
+        (int)dir_cap)
+        rc->kv_store_dir = dir;
+}
+
 hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, engine **out,
                             hl_err *err) {
     engine *e = calloc(1, sizeof *e);
@@ -161,6 +192,8 @@ hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, eng
                         .kv_type = cfg->kv_type, .kv_budget_bytes = cfg->kv_budget_bytes,
                         .snapshot_budget_bytes = cfg->snapshot_budget_bytes,
                         .spill_dir = cfg->spill_dir};
+    char kv_dir[4096], kv_id[128];
+    kv_tiers(gguf_path, &rc, kv_dir, sizeof kv_dir, kv_id, sizeof kv_id);
     /* an encoder sees its whole input at once: any input that fits the context must fit
      * one forward pass */
     if (!model_is_causal(e->m) && n_ctx > RUNNER_BATCH_TOKENS) rc.batch_tokens = n_ctx;
@@ -287,6 +320,8 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
     stats->prompt_eval_count = rs.prompt_eval_count;
     stats->prompt_eval_ns = (uint64_t)(rs.prompt_eval_duration_ns > 0 ? rs.prompt_eval_duration_ns : 0);
     stats->cached_tokens = rs.cached_tokens;
+    stats->cached_disk = rs.cached_disk;
+    stats->cached_remote = rs.cached_remote;
     stats->eval_count = rs.eval_count;
     stats->eval_ns = (uint64_t)(rs.eval_duration_ns > 0 ? rs.eval_duration_ns : 0);
     stats->done = rs.done_reason == RUNNER_DONE_LENGTH ? ENGINE_DONE_LENGTH : ENGINE_DONE_STOP;

@@ -101,6 +101,8 @@ typedef struct engine_stats {
     int32_t prompt_eval_count; /* every prompt token, cache hits included (as Ollama) */
     uint64_t prompt_eval_ns;
     int32_t cached_tokens;     /* prompt tokens restored from the prefix cache */
+    int32_t cached_disk;       /* of those, from the disk tier (RAM: the rest) */
+    int32_t cached_remote;     /* of those, from the shared tier (Redis) */
     int32_t eval_count;        /* tokens sampled (and passed to on_token) */
     uint64_t eval_ns;
     engine_done done;

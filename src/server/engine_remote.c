@@ -741,6 +741,8 @@ hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *
             stats->prompt_eval_count = (int32_t)json_integer_value(json_object_get(s, "prompt_eval_count"));
             stats->prompt_eval_ns = (uint64_t)json_integer_value(json_object_get(s, "prompt_eval_ns"));
             stats->cached_tokens = (int32_t)json_integer_value(json_object_get(s, "cached_tokens"));
+            stats->cached_disk = (int32_t)json_integer_value(json_object_get(s, "cached_disk"));
+            stats->cached_remote = (int32_t)json_integer_value(json_object_get(s, "cached_remote"));
             stats->eval_count = (int32_t)json_integer_value(json_object_get(s, "eval_count"));
             stats->eval_ns = (uint64_t)json_integer_value(json_object_get(s, "eval_ns"));
             stats->done = json_integer_value(json_object_get(s, "done")) == ENGINE_DONE_LENGTH

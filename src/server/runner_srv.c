@@ -138,9 +138,11 @@ static void comp_run(srv_stream *s, void *ctx) {
     engine_info info;
     engine_get_info(g_eng, &info);
     srv_stream_send(
-        s, json_pack("{s:b, s:{s:i, s:I, s:i, s:i, s:I, s:i}, s:I, s:I}", "done", 1, "stats",
+        s, json_pack("{s:b, s:{s:i, s:I, s:i, s:i, s:i, s:i, s:I, s:i}, s:I, s:I}", "done", 1,
+                     "stats",
                      "prompt_eval_count", stats.prompt_eval_count, "prompt_eval_ns",
                      (json_int_t)stats.prompt_eval_ns, "cached_tokens", stats.cached_tokens,
+                     "cached_disk", stats.cached_disk, "cached_remote", stats.cached_remote,
                      "eval_count", stats.eval_count, "eval_ns", (json_int_t)stats.eval_ns, "done",
                      (int)stats.done, "mem_bytes", (json_int_t)info.mem_bytes, "kv_disk",
                      (json_int_t)info.kv_disk_bytes));

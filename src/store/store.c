@@ -678,12 +678,35 @@ static void ref_cb(void *ctx, const store_name *n, const char *path) {
     store_manifest_free(&m);
 }
 
+/* A model blob's KV blocks (<root>/kvcache/<blob name>/, kv/store.h) go with it. */
+static void remove_kv_blocks(const char *blob_path) {
+    const char *b = strstr(blob_path, "/blobs/");
+    if (!b) return;
+    char dir[PATH_CAP], file[PATH_CAP + 64];
+    if (snprintf(dir, sizeof dir, "%.*s/kvcache/%s", (int)(b - blob_path), blob_path, b + 7) >=
+        (int)sizeof dir)
+        return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
+            snprintf(file, sizeof file, "%s/%s", dir, de->d_name);
+            unlink(file);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
 static void remove_if_unreferenced(const store *s, const char *digest) {
     ref_ctx rc = {.s = s, .digest = digest};
     walk_manifests(s, ref_cb, &rc);
     if (rc.found) return;
     char path[PATH_CAP];
-    if (store_blob_path(s, digest, path, sizeof path, NULL) == HL_OK) unlink(path);
+    if (store_blob_path(s, digest, path, sizeof path, NULL) == HL_OK) {
+        unlink(path);
+        remove_kv_blocks(path);
+    }
 }
 
 static hl_status prune_locked(store *s, const store_manifest *old) {
