@@ -20,7 +20,7 @@
 #include "base/file.h"
 #include "gguf/gguf.h"
 #include "net/http_client.h"
-#include "server/jsonfmt.h"
+#include "grammar/grammar.h"
 #include "server/options.h"
 #include "server/outproc.h"
 #include "server/prompt.h"
@@ -419,39 +419,38 @@ TEST(api_options_and_durations) {
     json_decref(v);
 }
 
+/* Feeds text to a byte recognizer of format "json" (grammar.h): 1 when it continues a
+ * JSON object (*done: the object is complete), 0 when it cannot, -1 on setup failure. */
+static int json_object_prefix(const char *text, size_t n, bool *done) {
+    gram_schema *s = NULL;
+    gram_matcher *m = NULL;
+    if (gram_compile("\"json\"", 6, &s, NULL) != HL_OK) return -1;
+    if (gram_matcher_create(s, NULL, NULL, &m, NULL) != HL_OK) {
+        gram_schema_free(s);
+        return -1;
+    }
+    int r = gram_matcher_feed(m, text, n);
+    if (done) *done = gram_matcher_complete(m);
+    gram_matcher_free(m);
+    gram_schema_free(s);
+    return r;
+}
+
 TEST(api_json_format_recognizer) {
     const char *good[] = {"{}", " {\"a\": [1, -2.5e3, 0, 0.5E-2, true, false, null, {\"b\": \"x\\u00e9\\n\\\"\"}]}",
                           "{\"k\":{\"n\":[[],[{}]]}}", "{\"\u00e9t\u00e9\": 1}"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        json_prefix p;
-        json_prefix_init(&p);
-        CHECK_MSG(json_prefix_feed_all(&p, good[i], strlen(good[i])) && p.done, "%s", good[i]);
+        bool done = false;
+        CHECK_MSG(json_object_prefix(good[i], strlen(good[i]), &done) == 1 && done, "%s", good[i]);
         /* every prefix is accepted and not done */
-        json_prefix q;
-        json_prefix_init(&q);
-        CHECK(json_prefix_feed_all(&q, good[i], strlen(good[i]) - 1) && !q.done);
+        CHECK(json_object_prefix(good[i], strlen(good[i]) - 1, &done) == 1 && !done);
     }
     const char *bad[] = {"[1]", "\"s\"", "{\"a\" 1}", "{\"a\":01}", "{\"a\":tru }", "{\"a\":1,}",
                          "{}x", "{} ", "{a:1}", "{\"a\":\"\\q\"}", "{\"a\":-}", "{\"a\":1.}",
                          "{\"a\":\"\n\"}", "{\"a\":[1 2]}", "{\"a\":]",
-                         "{          \"a\":1}" /* whitespace run over the cap */};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        json_prefix p;
-        json_prefix_init(&p);
-        CHECK_MSG(!json_prefix_feed_all(&p, bad[i], strlen(bad[i])), "accepted %s", bad[i]);
-    }
-    /* a rejected byte leaves the state as it was */
-    json_prefix p;
-    json_prefix_init(&p);
-    CHECK(json_prefix_feed_all(&p, "{\"a\":1", 6));
-    CHECK(!json_prefix_feed(&p, 'x'));
-    CHECK(json_prefix_feed(&p, '}') && p.done);
-    /* deep nesting is capped, not a crash */
-    json_prefix_init(&p);
-    CHECK(json_prefix_feed(&p, '{') && json_prefix_feed_all(&p, "\"a\":", 4));
-    bool ok = true;
-    for (int i = 0; i < 100 && ok; i++) ok = json_prefix_feed(&p, '[');
-    CHECK(!ok);
+                         "{                     \"a\":1}" /* whitespace run over the cap */};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_MSG(json_object_prefix(bad[i], strlen(bad[i]), NULL) == 0, "accepted %s", bad[i]);
 }
 
 /* ---------------- the server process ---------------- */
@@ -842,12 +841,11 @@ static void generate_api(srv_proc *p) {
                  "\"json\",\"stream\":false,\"options\":{\"num_predict\":60,\"seed\":%d}}", seed);
         CHECK_EQ_INT(req(p, "POST", "/api/generate", fb), 200);
         const char *r = jstr(g_json, "response");
-        json_prefix jp;
-        json_prefix_init(&jp);
-        CHECK_MSG(json_prefix_feed_all(&jp, r, strlen(r)), "not a JSON object prefix: %s", r);
+        bool done = false;
+        CHECK_MSG(json_object_prefix(r, strlen(r), &done) == 1, "not a JSON object prefix: %s", r);
         CHECK(strchr(r, '{') != NULL);
         json_t *whole = json_loads(r, 0, NULL); /* complete only when the model closed it */
-        if (jp.done) CHECK_MSG(whole != NULL, "complete but not JSON: %s", r);
+        if (done) CHECK_MSG(whole != NULL, "complete but not JSON: %s", r);
         json_decref(whole);
     }
     CHECK_EQ_INT(req(p, "POST", "/api/generate",
@@ -1272,6 +1270,25 @@ static void chat_api(srv_proc *p) {
                      "\"stream\":false,\"options\":{\"temperature\":0,\"num_predict\":6}}"), 200);
     CHECK(strlen(jstr(g_json, "thinking")) > 0);
     CHECK_STR(jstr(g_json, "response"), "");
+    /* a format applies after the thinking part: the thinking is what it is without one */
+    const char *think_body = "{\"model\":\"thinker\",\"stream\":false,%s\"messages\":[{\"role\":"
+                             "\"user\",\"content\":\"Once upon a time\"}],\"options\":{\"temperature\":0,"
+                             "\"num_predict\":12}}";
+    char tb[512];
+    snprintf(tb, sizeof tb, think_body, "");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", tb), 200);
+    char *free_thinking = strdup(jstr(json_object_get(g_json, "message"), "thinking"));
+    snprintf(tb, sizeof tb, think_body, "\"format\":{\"type\":\"object\"},");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", tb), 200);
+    bool same = free_thinking && strlen(free_thinking) > 0 &&
+                !strcmp(free_thinking, jstr(json_object_get(g_json, "message"), "thinking"));
+    free(free_thinking);
+    CHECK(same);
+    /* without thinking the answer is constrained from its first token */
+    snprintf(tb, sizeof tb, think_body, "\"think\":false,\"format\":\"json\",");
+    CHECK_EQ_INT(req(p, "POST", "/api/chat", tb), 200);
+    const char *answer = jstr(json_object_get(g_json, "message"), "content");
+    CHECK_MSG(json_object_prefix(answer, strlen(answer), NULL) == 1 && strchr(answer, '{'), "%s", answer);
 }
 
 TEST(api_chat_templates_tools_thinking) { WITH_SERVER(chat_api); }

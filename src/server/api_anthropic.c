@@ -431,6 +431,18 @@ static bool translate(srv_err *x, anth_enc *a, const json_t *in, json_t *out, bo
     json_t *thinking = json_object_get(in, "thinking");
     const char *tt = json_string_value(json_object_get(thinking, "type"));
     if (tt && !strcmp(tt, "disabled")) json_object_set_new(out, "think", json_false());
+    /* structured outputs: output_format (beta) or output_config.format, a JSON schema the
+     * grammar enforces as the native format */
+    json_t *of = json_object_get(in, "output_format");
+    if (!of) of = json_object_get(json_object_get(in, "output_config"), "format");
+    if (of && !json_is_null(of)) {
+        const char *ot = json_string_value(json_object_get(of, "type"));
+        json_t *schema = json_object_get(of, "schema");
+        if (!ot || strcmp(ot, "json_schema") || !json_is_object(schema))
+            return srv_err_set(x, 400, "output_format: expected {\"type\": \"json_schema\", "
+                                       "\"schema\": {...}}");
+        json_object_set(out, "format", schema);
+    }
 
     json_t *native = json_array();
     json_object_set_new(out, "messages", native);

@@ -28,7 +28,7 @@
 
 #include "base/file.h"
 #include "server/engine.h"
-#include "server/jsonfmt.h"
+#include "grammar/grammar.h"
 #include "server/internal.h"
 #include "server/options.h"
 #include "server/outproc.h"
@@ -82,7 +82,7 @@ typedef struct infer_ctx {
     size_t n_gen, cap_gen;
     bool got_token; /* the engine passed a token (a lost runner is then not retried) */
     json_t *tool_calls;
-    jsonfmt *json; /* format "json" / schema: constrained decoding */
+    char *format_text; /* format "json" / a schema as JSON text (engine_request.format) */
     json_t *logprobs;     /* entries not yet sent (stream) or all of them (non-stream) */
 } infer_ctx;
 
@@ -105,7 +105,7 @@ static void infer_free(void *vctx) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) outbuf_free(bufs[i]);
     free(c->gen);
     json_decref(c->tool_calls);
-    jsonfmt_free(c->json);
+    free(c->format_text);
     json_decref(c->logprobs);
     free(c);
 }
@@ -209,6 +209,14 @@ static bool parse_gen_chat_common(srv_err *f, infer_ctx *c, const json_t *req) {
     if (!parse_think(f, json_object_get(req, "think"), &c->think, c->think_level)) return false;
     if (opt_format_parse(json_object_get(req, "format"), &c->format, &err) != HL_OK)
         return srv_err_set(f, 400, "%s", err.msg);
+    if (c->format != OPT_FORMAT_NONE) { /* a schema the grammar cannot enforce: 400 now */
+        c->format_text = json_dumps(json_object_get(req, "format"), JSON_COMPACT | JSON_ENCODE_ANY);
+        gram_schema *gs = NULL;
+        if (!c->format_text) return srv_err_set(f, 500, "out of memory");
+        if (gram_compile(c->format_text, strlen(c->format_text), &gs, &err) != HL_OK)
+            return srv_err_set(f, err.code == HL_ERR_NOMEM ? 500 : 400, "%s", err.msg);
+        gram_schema_free(gs);
+    }
     json_t *tl = json_object_get(req, "top_logprobs");
     if (tl && !json_is_null(tl) &&
         (!json_is_integer(tl) || json_integer_value(tl) < 0 || json_integer_value(tl) > 20))
@@ -308,9 +316,6 @@ static bool parse_chat(srv_err *f, infer_ctx *c, const json_t *req) {
 /* ---------------- generation (producer thread) ---------------- */
 
 static bool cancelled_cb(void *ud) { return srv_stream_cancelled(ud); }
-static void ctx_logits(void *ud, float *logits, int32_t n_vocab) {
-    jsonfmt_mask(((infer_ctx *)ud)->json, logits, n_vocab);
-}
 static bool ctx_cancelled(void *ud) { return srv_stream_cancelled(((infer_ctx *)ud)->s); }
 
 static void add_metrics(json_t *o, const infer_ctx *c, uint64_t load_ns,
@@ -425,7 +430,6 @@ static bool on_token(void *ud, int32_t token, const sampler_out *so) {
         c->cap_gen = cap;
     }
     c->gen[c->n_gen++] = token;
-    if (c->json) jsonfmt_accept(c->json, token);
     int32_t n = tok_stream_push(&c->ts, token, c->piece, c->piece_cap);
     if (n <= 0) return false;
     outbuf_clear(&c->ready);
@@ -667,8 +671,6 @@ static void gen_state_reset(infer_ctx *c) {
     c->toolp = (tool_parser){0};
     json_decref(c->tool_calls);
     c->tool_calls = NULL;
-    jsonfmt_free(c->json);
-    c->json = NULL;
     c->vocab = NULL;
 }
 
@@ -738,26 +740,26 @@ static bool run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns, bool 
      * "<|im_end|>" can match them; end-of-generation tokens never reach the text */
     tok_stream_init(&c->ts, c->vocab, true, bos >= 0 && toks[n_toks - 1] == bos);
     stop_init(&c->stop, c->opts.stop, c->opts.n_stop);
+    bool prompt_in_think = false;
     if (c->use_think) {
         size_t rl = strlen(rendered);
         while (rl > 0 && isspace((unsigned char)rendered[rl - 1])) rl--;
         bool in_think = rl >= 7 && memcmp(rendered + rl - 7, "<think>", 7) == 0;
         think_init(&c->thinkp, "<think>", "</think>", in_think);
+        prompt_in_think = in_think;
     }
     if (c->use_tools) tool_init(&c->toolp, prompt_tool_tag(pr), c->tools);
 
-    if (c->format != OPT_FORMAT_NONE && !c->use_think && !c->use_tools) {
-        hl_err jerr;
-        if (jsonfmt_create(c->vocab, &c->json, &jerr) != HL_OK) {
-            srv_stream_fail(c->s, 500, "%s", jerr.msg);
-            goto out;
-        }
-    }
+    /* the format applies to the answer: after the thinking part (the think parser's tags);
+     * tool calls are free text the tool parser reads, so a format does not apply to them */
+    bool constrain = c->format != OPT_FORMAT_NONE && !c->use_tools;
     engine_request req = {.prompt = toks, .n_prompt = n_toks, .sp = c->opts.sp,
                           .num_predict = c->opts.num_predict, .on_token = on_token,
                           .cancelled = ctx_cancelled,
-                          .logits_hook = c->json ? ctx_logits : NULL,
-                          .format_json = c->json != NULL, .ud = c,
+                          .format = constrain ? c->format_text : NULL,
+                          .think_open = constrain && c->use_think ? "<think>" : NULL,
+                          .think_close = constrain && c->use_think ? "</think>" : NULL,
+                          .in_think = constrain && c->use_think && prompt_in_think, .ud = c,
                           .snapshot_at = c->sys_end > 0 ? &c->sys_end : NULL,
                           .n_snapshot_at = c->sys_end > 0};
     engine_stats stats;

@@ -581,8 +581,8 @@ static bool translate_messages(srv_err *x, const json_t *in, json_t *out) {
     return true;
 }
 
-static bool translate_chat(srv_err *x, oai_enc *o, const json_t *in, json_t *out) {
-    if (!common_fields(x, o, in, out, false) || !translate_messages(x, in, out)) return false;
+/* response_format -> the native format (enforced by the grammar engine, grammar.h). */
+static bool translate_response_format(srv_err *x, const json_t *in, json_t *out) {
     json_t *rf = json_object_get(in, "response_format");
     if (json_is_object(rf)) {
         const char *t = json_string_value(json_object_get(rf, "type"));
@@ -597,6 +597,12 @@ static bool translate_chat(srv_err *x, oai_enc *o, const json_t *in, json_t *out
     } else if (rf && !json_is_null(rf)) {
         return srv_err_set(x, 400, "invalid type for 'response_format': expected an object");
     }
+    return true;
+}
+
+static bool translate_chat(srv_err *x, oai_enc *o, const json_t *in, json_t *out) {
+    if (!common_fields(x, o, in, out, false) || !translate_messages(x, in, out)) return false;
+    if (!translate_response_format(x, in, out)) return false;
     json_t *tools = json_object_get(in, "tools");
     if (tools && !json_is_null(tools)) json_object_set(out, "tools", tools);
     const char *effort = json_string_value(json_object_get(in, "reasoning_effort"));
@@ -641,6 +647,7 @@ static bool translate_completion(srv_err *x, oai_enc *o, const json_t *in, json_
     json_object_set_new(out, "prompt", json_string(json_is_string(prompt) ? json_string_value(prompt) : ""));
     json_t *suffix = json_object_get(in, "suffix");
     if (json_is_string(suffix)) json_object_set(out, "suffix", suffix);
+    if (!translate_response_format(x, in, out)) return false;
     json_t *lp = json_object_get(in, "logprobs");
     if (json_is_integer(lp) && json_integer_value(lp) > 0) {
         json_object_set_new(out, "logprobs", json_true());

@@ -20,6 +20,7 @@
 
 #include "base/file.h"
 #include "gguf/gguf.h"
+#include "grammar/grammar.h"
 #include "kv/layout.h"
 #include "model/model.h"
 #include "runner/runner.h"
@@ -35,6 +36,8 @@ struct engine {
     char *spill_dir;            /* created by engine_open; removed by engine_close */
     char *chat_template;
     engine_config cfg; /* as opened (its strings are the caller's, which outlive it) */
+    pthread_mutex_t gv_mu;
+    gram_vocab *gv; /* the vocabulary's byte trie, built on the first constrained request */
 };
 
 static void measure(engine *e) {
@@ -175,6 +178,7 @@ hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, eng
                             hl_err *err) {
     engine *e = calloc(1, sizeof *e);
     if (!e) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&e->gv_mu, NULL);
     e->cfg = *cfg;
     const model_load_opts lo = {.use_mmap = cfg->use_mmap};
     hl_status st = model_load_ex(gguf_path, NULL, &lo, &e->m, err);
@@ -225,6 +229,8 @@ void engine_close(engine *e) {
         model_free(e->m);
         free(e->chat_template);
     }
+    gram_vocab_free(e->gv);
+    pthread_mutex_destroy(&e->gv_mu);
     remove_spill_dir(e->spill_dir);
     free(e->spill_dir);
     free(e);
@@ -259,14 +265,26 @@ const char *engine_chat_template(const engine *e) {
 
 typedef struct gen_bridge {
     const engine_request *req;
+    gram_matcher *gm;    /* req->format's matcher, or NULL */
     bool caller_stopped; /* on_token asked to stop (a stop string): not an error */
 } gen_bridge;
+
+static hl_status engine_gram_vocab(engine *e, const gram_vocab **out, hl_err *err) {
+    pthread_mutex_lock(&e->gv_mu);
+    hl_status st = HL_OK;
+    if (!e->gv) st = gram_vocab_create(model_vocab(e->m), &e->gv, err);
+    *out = e->gv;
+    pthread_mutex_unlock(&e->gv_mu);
+    return st;
+}
 
 static bool bridge_emit(void *user, const runner_event *ev) {
     gen_bridge *b = user;
     if (ev->kind != RUNNER_EV_TOKEN) return true;
     if (b->req->cancelled && b->req->cancelled(b->req->ud)) return false;
-    if (b->req->on_token(b->req->ud, ev->token, ev->sample)) {
+    if (b->gm) gram_matcher_accept(b->gm, ev->token);
+    if (b->req->on_token(b->req->ud, ev->token, ev->sample) ||
+        (b->gm && gram_matcher_complete(b->gm))) { /* nothing may follow the value */
         b->caller_stopped = true;
         return false;
     }
@@ -288,7 +306,8 @@ static bool bridge_heartbeat(void *user) {
 
 static void bridge_logits(void *user, float *logits, int32_t n_vocab) {
     gen_bridge *b = user;
-    b->req->logits_hook(b->req->ud, logits, n_vocab);
+    if (b->gm) gram_matcher_mask(b->gm, logits, n_vocab);
+    if (b->req->logits_hook) b->req->logits_hook(b->req->ud, logits, n_vocab);
 }
 
 hl_status engine_generate(engine *e, const engine_request *req, engine_stats *stats,
@@ -300,6 +319,19 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
                        "input length (%zu tokens) exceeds the model's maximum context length "
                        "(%d tokens)", req->n_prompt, e->info.n_ctx);
     gen_bridge b = {.req = req};
+    gram_schema *gs = NULL;
+    if (req->format) {
+        const gram_vocab *gv;
+        hl_status gst = engine_gram_vocab(e, &gv, err);
+        if (!gst) gst = gram_compile(req->format, strlen(req->format), &gs, err);
+        gram_think th = {.open = req->think_open, .close = req->think_close,
+                         .in_think = req->in_think};
+        if (!gst) gst = gram_matcher_create(gs, gv, &th, &b.gm, err);
+        if (gst) {
+            gram_schema_free(gs);
+            return gst;
+        }
+    }
     runner_request rr = {
         .tokens = req->prompt,
         .n_tokens = (int32_t)req->n_prompt,
@@ -309,13 +341,15 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
         .emit = bridge_emit,
         .progress = bridge_progress,
         .heartbeat = bridge_heartbeat,
-        .logits_hook = req->logits_hook ? bridge_logits : NULL,
+        .logits_hook = req->logits_hook || b.gm ? bridge_logits : NULL,
         .user = &b,
         .snapshot_at = req->snapshot_at,
         .n_snapshot_at = req->n_snapshot_at > 64 ? 64 : (int32_t)req->n_snapshot_at,
     };
     runner_stats rs = {0};
     hl_status st = runner_generate(e->run, &rr, &rs, err);
+    gram_matcher_free(b.gm);
+    gram_schema_free(gs);
     measure(e);
     stats->prompt_eval_count = rs.prompt_eval_count;
     stats->prompt_eval_ns = (uint64_t)(rs.prompt_eval_duration_ns > 0 ? rs.prompt_eval_duration_ns : 0);

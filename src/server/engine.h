@@ -85,11 +85,16 @@ typedef struct engine_request {
     /* true = stop now; sample carries the logprobs when sp.logprobs asked for them */
     bool (*on_token)(void *ud, int32_t token, const sampler_out *sample);
     bool (*cancelled)(void *ud);               /* may be NULL */
-    /* may be NULL: edits each logits row before sampling (format constraints) */
+    /* may be NULL: edits each logits row before sampling (in-process engines only) */
     void (*logits_hook)(void *ud, float *logits, int32_t n_vocab);
-    /* the constraint logits_hook applies, for a runner process that cannot call it: the
-     * runner applies format "json" itself (jsonfmt.h) */
-    bool format_json;
+    /* may be NULL: constrained decoding (grammar/grammar.h). The output must be a JSON
+     * text of this format, given as JSON text: "\"json\"" (any object) or a JSON schema;
+     * the engine (or the runner process) masks every step and the run ends once the
+     * value is complete. Check it first with gram_compile (HTTP 400 on failure). */
+    const char *format;
+    /* with format: a thinking part that passes unconstrained first (gram_think) */
+    const char *think_open, *think_close;
+    bool in_think;
     void *ud;
     /* prompt offsets later requests are expected to share (the end of a chat's system
      * prompt): runner_request.snapshot_at */

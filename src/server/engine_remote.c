@@ -578,9 +578,17 @@ static json_t *request_json(const engine_request *req, long long id) {
     json_t *snaps = json_array();
     for (size_t i = 0; i < req->n_snapshot_at; i++)
         json_array_append_new(snaps, json_integer(req->snapshot_at[i]));
-    return json_pack("{s:o, s:I, s:o, s:b, s:I, s:o}", "prompt", toks, "num_predict",
-                     (json_int_t)req->num_predict, "options", o, "format_json", req->format_json,
-                     "id", (json_int_t)id, "snapshot_at", snaps);
+    json_t *body = json_pack("{s:o, s:I, s:o, s:I, s:o}", "prompt", toks, "num_predict",
+                             (json_int_t)req->num_predict, "options", o, "id", (json_int_t)id,
+                             "snapshot_at", snaps);
+    if (req->format) { /* the runner masks: the logits never come back here */
+        json_object_set_new(body, "format", json_string(req->format));
+        if (req->think_open) json_object_set_new(body, "think_open", json_string(req->think_open));
+        if (req->think_close)
+            json_object_set_new(body, "think_close", json_string(req->think_close));
+        json_object_set_new(body, "in_think", json_boolean(req->in_think));
+    }
+    return body;
 }
 
 /* Every read from the runner waits in slices (net_http_set_waiter): between them the

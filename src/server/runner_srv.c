@@ -15,7 +15,6 @@
 #include "kernels/kernels.h"
 #include "server/engine.h"
 #include "server/internal.h"
-#include "server/jsonfmt.h"
 #include "server/server.h"
 
 static engine *g_eng; /* the one model this process serves */
@@ -47,8 +46,8 @@ typedef struct comp_ctx {
     size_t n_snapshot_at;
     int64_t num_predict;
     sampler_opts sp;
-    bool format_json;
-    jsonfmt *json;
+    char *format, *think_open, *think_close; /* engine_request's constraint, or NULL */
+    bool in_think;
     srv_stream *s;
     uint64_t last_beat_ns;
     int n_sent;
@@ -57,14 +56,15 @@ typedef struct comp_ctx {
 static void comp_free(void *p) {
     comp_ctx *c = p;
     free(c->prompt);
+    free(c->format);
+    free(c->think_open);
+    free(c->think_close);
     free(c->snapshot_at);
-    jsonfmt_free(c->json);
     free(c);
 }
 
 static bool comp_token(void *ud, int32_t token, const sampler_out *so) {
     comp_ctx *c = ud;
-    if (c->json) jsonfmt_accept(c->json, token);
     json_t *ev = json_pack("{s:i}", "t", token);
     if (c->sp.logprobs && so) {
         json_object_set_new(ev, "l", json_real(so->logprob));
@@ -97,10 +97,6 @@ static bool comp_cancelled(void *ud) {
     return atomic_load(&c->stop) || srv_stream_cancelled(c->s);
 }
 
-static void comp_logits(void *ud, float *logits, int32_t n_vocab) {
-    jsonfmt_mask(((comp_ctx *)ud)->json, logits, n_vocab);
-}
-
 static void comp_run(srv_stream *s, void *ctx) {
     comp_ctx *c = ctx;
     c->s = s;
@@ -110,17 +106,14 @@ static void comp_run(srv_stream *s, void *ctx) {
     g_active = c;
     pthread_mutex_unlock(&g_active_mu);
     hl_err err = {0};
-    hl_status st = HL_OK;
-    if (c->format_json) st = jsonfmt_create(engine_vocab(g_eng), &c->json, &err);
     engine_stats stats = {0};
-    if (!st) {
-        engine_request req = {.prompt = c->prompt, .n_prompt = c->n_prompt, .sp = c->sp,
-                              .num_predict = c->num_predict, .on_token = comp_token,
-                              .cancelled = comp_cancelled,
-                              .logits_hook = c->json ? comp_logits : NULL, .ud = c,
-                              .snapshot_at = c->snapshot_at, .n_snapshot_at = c->n_snapshot_at};
-        st = engine_generate(g_eng, &req, &stats, &err);
-    }
+    engine_request req = {.prompt = c->prompt, .n_prompt = c->n_prompt, .sp = c->sp,
+                          .num_predict = c->num_predict, .on_token = comp_token,
+                          .cancelled = comp_cancelled, .format = c->format,
+                          .think_open = c->think_open, .think_close = c->think_close,
+                          .in_think = c->in_think, .ud = c, .snapshot_at = c->snapshot_at,
+                          .n_snapshot_at = c->n_snapshot_at};
+    hl_status st = engine_generate(g_eng, &req, &stats, &err);
     pthread_mutex_lock(&g_active_mu);
     for (comp_ctx **pp = &g_active; *pp; pp = &(*pp)->next)
         if (*pp == c) {
@@ -173,7 +166,14 @@ static enum MHD_Result handle_completion(srv_request *r) {
     c->prompt = token_array(json_object_get(req, "prompt"), &c->n_prompt);
     c->snapshot_at = token_array(json_object_get(req, "snapshot_at"), &c->n_snapshot_at);
     c->num_predict = (int64_t)num(req, "num_predict", 0);
-    c->format_json = json_is_true(json_object_get(req, "format_json"));
+    const char *const strs[] = {"format", "think_open", "think_close"};
+    char **dst[] = {&c->format, &c->think_open, &c->think_close};
+    bool oom = false;
+    for (int i = 0; i < 3; i++) {
+        const char *v = json_string_value(json_object_get(req, strs[i]));
+        if (v && !(*dst[i] = strdup(v))) oom = true;
+    }
+    c->in_think = json_is_true(json_object_get(req, "in_think"));
     c->id = (int64_t)num(req, "id", 0);
     const json_t *o = json_object_get(req, "options");
     sampler_opts *sp = &c->sp;
@@ -190,7 +190,7 @@ static enum MHD_Result handle_completion(srv_request *r) {
     sp->top_logprobs = (int32_t)num(o, "top_logprobs", 0);
     sp->order = (sampler_order)num(o, "order", 0);
     json_decref(req);
-    if (!c->prompt || !c->snapshot_at) {
+    if (!c->prompt || !c->snapshot_at || oom) {
         comp_free(c);
         return srv_reply_error(r, 500, "out of memory");
     }
