@@ -8,13 +8,18 @@
  *
  *   bench_model [--type Q8_0,Q4_K_M] [--threads 2] [--runs 5] [--model FILE.gguf]
  *               [--prefill 512] [--decode 128] [--decode-at 0] [--dir build/bench]
- *               [--kv-type f16] [--layers 22]
+ *               [--kv-type f16] [--layers 22] [--moe]
  * --decode-at N decodes after N positions of context (filled untimed before each decode
  * run) instead of from empty: what a long conversation costs, where the KV cache is read
  * for every token as well as the weights. --kv-type: the cache's element type (f32, f16,
  * q8_0; default f16, the server's default). --layers N keeps only the first N of the 22
  * layers (a smaller model, DIR/synth-tinyllama-TYPE-LN.gguf), so a long context fills in
  * reasonable time on a small machine.
+ * --moe: a mixture-of-experts model instead (Mixtral-style llama GGUF, the TinyLlama
+ * attention with 32 experts of 768 per layer, 4 used per token, 8 layers unless --layers:
+ * the proportions of Qwen3-30B-A3B's FFN), DIR/synth-moe-TYPE-LN.gguf. For any model with
+ * experts ({arch}.expert_count), the bytes per decoded token count only the
+ * expert_used_count experts a token reads of each layer's expert tensors.
  * Environment: HEARTH_BENCH_TYPES, HEARTH_BENCH_THREADS, HEARTH_BENCH_RUNS.
  *
  * The model file is generated with hearth's GGUF writer and quantizer into
@@ -54,10 +59,12 @@
 
 enum {
     N_LAYER = 22, N_EMBD = 2048, N_HEAD = 32, N_HEAD_KV = 4, N_FF = 5632, N_VOCAB = 32000,
-    HEAD_DIM = N_EMBD / N_HEAD, BANK_ROWS = 64, MAX_RUNS = 32
+    HEAD_DIM = N_EMBD / N_HEAD, BANK_ROWS = 64, MAX_RUNS = 32,
+    MOE_EXPERTS = 32, MOE_USED = 4, MOE_FF = 768, MOE_LAYERS = 8
 };
 
 static int g_layers = N_LAYER;     /* --layers */
+static bool g_moe;                 /* --moe */
 static hl_type g_kv_type = HL_TYPE_F16; /* --kv-type */
 
 static double now_s(clockid_t c) {
@@ -89,7 +96,7 @@ static double median(double *v, int n) {
 typedef struct tdesc {
     char name[64];
     uint32_t n_dims;
-    int64_t ne0, ne1;
+    int64_t ne0, ne1, ne2; /* ne2: experts of a 3-D tensor, else 1 */
 } tdesc;
 
 static int tinyllama_tensors(tdesc *t) {
@@ -100,6 +107,7 @@ static int tinyllama_tensors(tdesc *t) {
         t[n].n_dims = nd;                                                                 \
         t[n].ne0 = a;                                                                     \
         t[n].ne1 = b;                                                                     \
+        t[n].ne2 = 1;                                                                     \
         n++;                                                                              \
     } while (0)
     T(2, N_EMBD, N_VOCAB, "token_embd.weight");
@@ -110,6 +118,16 @@ static int tinyllama_tensors(tdesc *t) {
         T(2, N_EMBD, N_HEAD_KV * HEAD_DIM, "blk.%d.attn_v.weight", l);
         T(2, N_EMBD, N_EMBD, "blk.%d.attn_output.weight", l);
         T(1, N_EMBD, 1, "blk.%d.ffn_norm.weight", l);
+        if (g_moe) {
+            T(2, N_EMBD, MOE_EXPERTS, "blk.%d.ffn_gate_inp.weight", l);
+            T(3, N_EMBD, MOE_FF, "blk.%d.ffn_gate_exps.weight", l);
+            t[n - 1].ne2 = MOE_EXPERTS;
+            T(3, N_EMBD, MOE_FF, "blk.%d.ffn_up_exps.weight", l);
+            t[n - 1].ne2 = MOE_EXPERTS;
+            T(3, MOE_FF, N_EMBD, "blk.%d.ffn_down_exps.weight", l);
+            t[n - 1].ne2 = MOE_EXPERTS;
+            continue;
+        }
         T(2, N_EMBD, N_FF, "blk.%d.ffn_gate.weight", l);
         T(2, N_EMBD, N_FF, "blk.%d.ffn_up.weight", l);
         T(2, N_FF, N_EMBD, "blk.%d.ffn_down.weight", l);
@@ -121,25 +139,30 @@ static int tinyllama_tensors(tdesc *t) {
 }
 
 static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *pool, hl_err *err) {
-    tdesc t[3 + N_LAYER * 9];
+    tdesc t[3 + N_LAYER * 10];
     const int n = tinyllama_tensors(t);
-    quant_tensor_info info[3 + N_LAYER * 9];
-    hl_type types[3 + N_LAYER * 9];
+    quant_tensor_info info[3 + N_LAYER * 10];
+    hl_type types[3 + N_LAYER * 10];
     for (int i = 0; i < n; i++)
-        info[i] = (quant_tensor_info){t[i].name, t[i].n_dims, {t[i].ne0, t[i].ne1, 1, 1},
-                                      HL_TYPE_F32};
+        info[i] = (quant_tensor_info){t[i].name, t[i].n_dims,
+                                      {t[i].ne0, t[i].ne1, t[i].ne2, 1}, HL_TYPE_F32};
     quant_plan(ftype, info, n, N_HEAD / N_HEAD_KV, types);
 
     gguf_writer *w = gguf_writer_create();
     if (!w) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     gguf_writer_set_str(w, "general.architecture", "llama");
-    gguf_writer_set_str(w, "general.name", "synthetic TinyLlama-1.1B shape (hearth bench)");
+    gguf_writer_set_str(w, "general.name", g_moe ? "synthetic MoE, TinyLlama attention (hearth bench)"
+                                                 : "synthetic TinyLlama-1.1B shape (hearth bench)");
     gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
     gguf_writer_set_u32(w, "general.quantization_version", 2);
     gguf_writer_set_u32(w, "llama.context_length", 2048);
     gguf_writer_set_u32(w, "llama.embedding_length", N_EMBD);
     gguf_writer_set_u32(w, "llama.block_count", (uint32_t)g_layers);
-    gguf_writer_set_u32(w, "llama.feed_forward_length", N_FF);
+    gguf_writer_set_u32(w, "llama.feed_forward_length", g_moe ? MOE_FF : N_FF);
+    if (g_moe) {
+        gguf_writer_set_u32(w, "llama.expert_count", MOE_EXPERTS);
+        gguf_writer_set_u32(w, "llama.expert_used_count", MOE_USED);
+    }
     gguf_writer_set_u32(w, "llama.attention.head_count", N_HEAD);
     gguf_writer_set_u32(w, "llama.attention.head_count_kv", N_HEAD_KV);
     gguf_writer_set_u32(w, "llama.rope.dimension_count", HEAD_DIM);
@@ -152,7 +175,7 @@ static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *po
     hl_status s = bank_f && bank_q ? HL_OK : hl_fail(err, HL_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && s == HL_OK; i++) {
         const hl_type ty = types[i];
-        const int64_t cols = t[i].ne0, rows = t[i].ne1;
+        const int64_t cols = t[i].ne0, rows = t[i].ne1 * t[i].ne2;
         const size_t row_bytes = hl_row_size(ty, cols);
         if (t[i].n_dims == 1) {
             for (int64_t c = 0; c < cols; c++) bank_f[c] = 1.0f + 0.1f * rng_unit();
@@ -172,9 +195,9 @@ static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *po
         for (int64_t r = 0; r < rows; r++)
             memcpy(data + (size_t)r * row_bytes, bank_q + (rng_next() % BANK_ROWS) * row_bytes,
                    row_bytes);
-        const int64_t ne[2] = {cols, rows};
-        s = gguf_writer_add_tensor(w, t[i].name, ty, 2, ne, data, row_bytes * (uint64_t)rows,
-                                   err);
+        const int64_t ne[3] = {cols, t[i].ne1, t[i].ne2};
+        s = gguf_writer_add_tensor(w, t[i].name, ty, t[i].n_dims, ne, data,
+                                   row_bytes * (uint64_t)rows, err);
         free(data);
     }
     free(bank_f);
@@ -238,20 +261,41 @@ static double read_bandwidth(hl_pool *pool, const v4u64 *buf, int passes, double
 
 /* ---- measurement -------------------------------------------------------------------- */
 
-/* Bytes one decoded token reads: every weight once (token_embd: one row), plus K and V
- * of every cached position, averaged over a decode of n_decode tokens after `at`. */
+/* An integer metadata key of the file's architecture ("{arch}.suffix"), or 0. */
+static uint32_t arch_u32(const gguf_file *f, const char *suffix) {
+    gguf_str arch;
+    char key[128];
+    uint32_t v = 0;
+    if (!gguf_get_str(f, "general.architecture", &arch)) return 0;
+    snprintf(key, sizeof key, "%.*s.%s", (int)(arch.len > 64 ? 64 : arch.len), arch.ptr, suffix);
+    return gguf_get_u32(f, key, &v) ? v : 0;
+}
+
+/* Bytes one decoded token reads: every weight once (token_embd: one row; of each expert
+ * tensor, "*_exps.weight", only the expert_used_count experts of expert_count the token is
+ * routed to), plus K and V of every cached position, averaged over a decode of n_decode
+ * tokens after `at`. *active_experts: the expert bytes counted, *all_experts: all of them. */
 static void bytes_per_token(const char *path, int n_decode, int at, double *weights,
-                            double *kv) {
+                            double *kv, double *active_experts, double *all_experts) {
     gguf_file *f;
     hl_err err;
-    *weights = 0;
+    *weights = *active_experts = *all_experts = 0;
     if (gguf_open(path, &f, &err) != HL_OK) return;
+    const uint32_t n_exp = arch_u32(f, "expert_count"), n_used = arch_u32(f, "expert_used_count");
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (gguf_str_eq(t->name, "token_embd.weight"))
+        const size_t nl = t->name.len;
+        if (gguf_str_eq(t->name, "token_embd.weight")) {
             *weights += (double)hl_row_size(t->type, t->ne[0]);
-        else
+        } else if (n_exp > 0 && n_used <= n_exp && nl > 12 &&
+                   memcmp(t->name.ptr + nl - 12, "_exps.weight", 12) == 0) {
+            const double active = (double)t->n_bytes * n_used / n_exp;
+            *weights += active;
+            *active_experts += active;
+            *all_experts += (double)t->n_bytes;
+        } else {
             *weights += (double)t->n_bytes;
+        }
     }
     gguf_close(f);
     const double per_pos =
@@ -345,7 +389,9 @@ int main(int argc, char **argv) {
         atoi(arg_or_env(argc, argv, "--decode-at", "HEARTH_BENCH_DECODE_AT", "0"));
     const char *dir = arg_or_env(argc, argv, "--dir", "HEARTH_BENCH_DIR", "build/bench");
     const char *model_arg = arg_or_env(argc, argv, "--model", "HEARTH_BENCH_MODEL", NULL);
-    g_layers = atoi(arg_or_env(argc, argv, "--layers", "HEARTH_BENCH_LAYERS", "22"));
+    for (int i = 1; i < argc; i++) g_moe |= strcmp(argv[i], "--moe") == 0;
+    g_layers = atoi(arg_or_env(argc, argv, "--layers", "HEARTH_BENCH_LAYERS",
+                               g_moe ? "8" : "22"));
     if (!kv_type_parse(arg_or_env(argc, argv, "--kv-type", "HEARTH_BENCH_KV_TYPE", "f16"),
                        &g_kv_type) ||
         g_layers < 1 || g_layers > N_LAYER) {
@@ -401,7 +447,10 @@ int main(int argc, char **argv) {
                 break;
             }
             mkdir(dir, 0755);
-            if (g_layers == N_LAYER)
+            if (g_moe)
+                snprintf(path, sizeof path, "%s/synth-moe-%s-L%d.gguf", dir,
+                         quant_ftype_name(ft), g_layers);
+            else if (g_layers == N_LAYER)
                 snprintf(path, sizeof path, "%s/synth-tinyllama-%s.gguf", dir,
                          quant_ftype_name(ft));
             else
@@ -420,8 +469,11 @@ int main(int argc, char **argv) {
             }
         }
         result r = {0};
-        double wbytes = 0, kvbytes = 0;
-        bytes_per_token(path, n_decode, decode_at, &wbytes, &kvbytes);
+        double wbytes = 0, kvbytes = 0, exp_active = 0, exp_all = 0;
+        bytes_per_token(path, n_decode, decode_at, &wbytes, &kvbytes, &exp_active, &exp_all);
+        if (exp_all > 0)
+            printf("experts: %.0f of %.0f MB read per token (the used experts only)\n",
+                   exp_active / 1e6, exp_all / 1e6);
         if (measure(path, threads, runs, n_prefill, n_decode, decode_at, pool, bw_buf,
                     wbytes + kvbytes, &r, &err) != HL_OK) {
             fprintf(stderr, "bench_model: %s: %s\n", path, err.msg);

@@ -16,6 +16,7 @@ typedef struct mat {
 typedef struct ref_layer {
     float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm;
     mat wq, wk, wv, wo, gate, up, down;
+    mat router, gate_exps, up_exps, down_exps; /* experts: n_expert stacked matrices */
 } ref_layer;
 
 struct synth_model {
@@ -55,9 +56,9 @@ static void add_vec(gguf_writer *w, const synth_cfg *c, const char *name, const 
     gguf_writer_add_tensor(w, name, HL_TYPE_F32, 1, ne, v, (uint64_t)n * 4, &err);
 }
 
-/* Random matrix, stored in cfg->wtype; m->w gets the dequantized values. */
-static void add_mat(gguf_writer *w, const synth_cfg *c, uint64_t *rng, const char *name, int rows,
-                    int cols, mat *m) {
+/* Random matrix in cfg->wtype (returned; the caller frees it); m->w gets the dequantized
+ * values. */
+static uint8_t *gen_mat(const synth_cfg *c, uint64_t *rng, int rows, int cols, mat *m) {
     m->rows = rows;
     m->cols = cols;
     float *src = rand_vec(rng, rows * cols, 0.0f, 1.5f / sqrtf((float)cols));
@@ -70,6 +71,44 @@ static void add_mat(gguf_writer *w, const synth_cfg *c, uint64_t *rng, const cha
         else hl_quantize_row(t, src + (size_t)r * cols, q + row * (size_t)r, cols);
         hl_dequantize_row(t, q + row * (size_t)r, m->w + (size_t)r * cols, cols);
     }
+    free(src);
+    return q;
+}
+
+/* n_exp experts of rows x cols as one 3-D tensor {cols, rows, n_exp}; m holds them
+ * stacked (n_exp * rows rows). same: every expert is this matrix instead of random ones
+ * (dequantized values; its quantized bytes in same_q). */
+static void add_experts(gguf_writer *w, const synth_cfg *c, uint64_t *rng, const char *name,
+                        int n_exp, int rows, int cols, const mat *same, const uint8_t *same_q,
+                        mat *m) {
+    const size_t row = hl_row_size(c->wtype, cols), one = row * (size_t)rows;
+    uint8_t *q;
+    if (same) {
+        q = malloc(one * (size_t)n_exp);
+        m->rows = rows * n_exp;
+        m->cols = cols;
+        m->w = malloc((size_t)m->rows * (size_t)cols * sizeof(float));
+        for (int e = 0; e < n_exp; e++) {
+            memcpy(q + one * (size_t)e, same_q, one);
+            memcpy(m->w + (size_t)e * rows * cols, same->w, (size_t)rows * cols * sizeof(float));
+        }
+    } else {
+        q = gen_mat(c, rng, rows * n_exp, cols, m);
+    }
+    if (want(c, name)) {
+        int64_t ne[3] = {cols, rows, n_exp};
+        hl_err err;
+        gguf_writer_add_tensor(w, name, c->wtype, 3, ne, q, one * (size_t)n_exp, &err);
+    }
+    free(q);
+}
+
+/* Random matrix, stored in cfg->wtype; m->w gets the dequantized values. */
+static void add_mat(gguf_writer *w, const synth_cfg *c, uint64_t *rng, const char *name, int rows,
+                    int cols, mat *m) {
+    hl_type t = c->wtype;
+    size_t row = hl_row_size(t, cols);
+    uint8_t *q = gen_mat(c, rng, rows, cols, m);
     if (want(c, name)) {
         int extra = c->bad_shape_tensor && strcmp(c->bad_shape_tensor, name) == 0 ? 1 : 0;
         int64_t ne[2] = {cols, rows + extra};
@@ -85,7 +124,6 @@ static void add_mat(gguf_writer *w, const synth_cfg *c, uint64_t *rng, const cha
         if (extra) free(data);
     }
     free(q);
-    free(src);
 }
 
 void synth_write_vocab(gguf_writer *w, int n_vocab) {
@@ -122,6 +160,7 @@ synth_model *synth_build(const synth_cfg *cfg, const char *path) {
     s->hd = c->head_dim ? c->head_dim : c->n_embd / c->n_head;
     s->n_rot = c->n_rot ? c->n_rot : s->hd;
     uint64_t rng = c->seed * 2654435761u + 88172645463325252ull;
+    uint64_t router_rng = c->seed * 40503u + 0x9e3779b97f4a7c15ull;
     gguf_writer *w = gguf_writer_create();
     char key[128];
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", c->arch, suffix), key)
@@ -142,6 +181,10 @@ synth_model *synth_build(const synth_cfg *cfg, const char *path) {
     if (c->rope_linear_factor > 0) {
         gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear");
         gguf_writer_set_f32(w, KEY("rope.scaling.factor"), c->rope_linear_factor);
+    }
+    if (c->n_expert > 0) {
+        gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)c->n_expert);
+        gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)c->n_expert_used);
     }
 #undef KEY
     synth_write_vocab(w, c->n_vocab);
@@ -183,9 +226,35 @@ synth_model *synth_build(const synth_cfg *cfg, const char *path) {
         }
         ly->ffn_norm = rand_vec(&rng, E, 1.0f, 0.2f);
         add_vec(w, c, NAME("ffn_norm.weight"), ly->ffn_norm, E);
-        add_mat(w, c, &rng, NAME("ffn_gate.weight"), c->n_ff, E, &ly->gate);
-        add_mat(w, c, &rng, NAME("ffn_up.weight"), c->n_ff, E, &ly->up);
-        add_mat(w, c, &rng, NAME("ffn_down.weight"), E, c->n_ff, &ly->down);
+        if (c->n_expert > 0 && c->experts_identical) {
+            /* the dense FFN's draws from rng, copied into every expert */
+            uint8_t *qg = gen_mat(c, &rng, c->n_ff, E, &ly->gate);
+            uint8_t *qu = gen_mat(c, &rng, c->n_ff, E, &ly->up);
+            uint8_t *qd = gen_mat(c, &rng, E, c->n_ff, &ly->down);
+            add_mat(w, c, &router_rng, NAME("ffn_gate_inp.weight"), c->n_expert, E,
+                    &ly->router);
+            add_experts(w, c, NULL, NAME("ffn_gate_exps.weight"), c->n_expert, c->n_ff, E,
+                        &ly->gate, qg, &ly->gate_exps);
+            add_experts(w, c, NULL, NAME("ffn_up_exps.weight"), c->n_expert, c->n_ff, E,
+                        &ly->up, qu, &ly->up_exps);
+            add_experts(w, c, NULL, NAME("ffn_down_exps.weight"), c->n_expert, E, c->n_ff,
+                        &ly->down, qd, &ly->down_exps);
+            free(qg);
+            free(qu);
+            free(qd);
+        } else if (c->n_expert > 0) {
+            add_mat(w, c, &rng, NAME("ffn_gate_inp.weight"), c->n_expert, E, &ly->router);
+            add_experts(w, c, &rng, NAME("ffn_gate_exps.weight"), c->n_expert, c->n_ff, E,
+                        NULL, NULL, &ly->gate_exps);
+            add_experts(w, c, &rng, NAME("ffn_up_exps.weight"), c->n_expert, c->n_ff, E, NULL,
+                        NULL, &ly->up_exps);
+            add_experts(w, c, &rng, NAME("ffn_down_exps.weight"), c->n_expert, E, c->n_ff,
+                        NULL, NULL, &ly->down_exps);
+        } else {
+            add_mat(w, c, &rng, NAME("ffn_gate.weight"), c->n_ff, E, &ly->gate);
+            add_mat(w, c, &rng, NAME("ffn_up.weight"), c->n_ff, E, &ly->up);
+            add_mat(w, c, &rng, NAME("ffn_down.weight"), E, c->n_ff, &ly->down);
+        }
 #undef NAME
     }
     hl_err err;
@@ -209,7 +278,8 @@ void synth_free(synth_model *s) {
         ref_layer *ly = &s->layers[l];
         float *v[] = {ly->attn_norm, ly->ffn_norm, ly->bq, ly->bk, ly->bv, ly->q_norm,
                       ly->k_norm, ly->wq.w, ly->wk.w, ly->wv.w, ly->wo.w, ly->gate.w,
-                      ly->up.w, ly->down.w};
+                      ly->up.w, ly->down.w, ly->router.w, ly->gate_exps.w, ly->up_exps.w,
+                      ly->down_exps.w};
         for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) free(v[i]);
     }
     free(s->layers);
@@ -245,6 +315,49 @@ static void ref_rope(const synth_model *s, float *head, int pos) {
         head[a] = (float)(x0 * cs - x1 * sn);
         head[b] = (float)(x0 * sn + x1 * cs);
     }
+}
+
+/* Expert e of a stacked matrix. */
+static mat expert(const mat *m, int n_exp, int e) {
+    const int rows = m->rows / n_exp;
+    return (mat){rows, m->cols, m->w + (size_t)e * rows * m->cols};
+}
+
+/* Mixtral's block in double: p = softmax(router xb); the top k (ties: the lower index);
+ * out = sum over them of p_e / sum(p_chosen) * down_e(silu(gate_e xb) * up_e xb). g, u:
+ * n_ff floats of scratch. */
+static void ref_moe(const synth_model *s, const ref_layer *ly, const float *xb, float *g,
+                    float *u, float *out) {
+    const synth_cfg *c = &s->cfg;
+    const int n_exp = c->n_expert, E = c->n_embd;
+    double p[64], sum = 0, max = -INFINITY, chosen_sum = 0;
+    bool chosen[64] = {0};
+    float logit[64], *y = malloc((size_t)E * sizeof *y);
+    ref_matvec(&ly->router, xb, logit);
+    for (int e = 0; e < n_exp; e++) max = logit[e] > max ? logit[e] : max;
+    for (int e = 0; e < n_exp; e++) sum += p[e] = exp(logit[e] - max);
+    for (int e = 0; e < n_exp; e++) p[e] /= sum;
+    for (int k = 0; k < c->n_expert_used; k++) {
+        int best = -1;
+        for (int e = 0; e < n_exp; e++)
+            if (!chosen[e] && (best < 0 || p[e] > p[best])) best = e;
+        chosen[best] = true;
+        chosen_sum += p[best];
+    }
+    double acc[1024] = {0};
+    for (int e = 0; e < n_exp; e++) {
+        if (!chosen[e]) continue;
+        const mat ge = expert(&ly->gate_exps, n_exp, e), ue = expert(&ly->up_exps, n_exp, e),
+                  de = expert(&ly->down_exps, n_exp, e);
+        ref_matvec(&ge, xb, g);
+        ref_matvec(&ue, xb, u);
+        for (int i = 0; i < c->n_ff; i++)
+            g[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+        ref_matvec(&de, g, y);
+        for (int i = 0; i < E; i++) acc[i] += p[e] / chosen_sum * y[i];
+    }
+    for (int i = 0; i < E; i++) out[i] = (float)acc[i];
+    free(y);
 }
 
 void synth_ref_forward(const synth_model *s, const int32_t *tokens, int n, float *out) {
@@ -297,11 +410,15 @@ void synth_ref_forward(const synth_model *s, const int32_t *tokens, int n, float
             ref_matvec(&ly->wo, att, tmp);
             for (int i = 0; i < E; i++) x[i] += tmp[i];
             ref_rmsnorm(xb, x, ly->ffn_norm, E, eps);
-            ref_matvec(&ly->gate, xb, g);
-            ref_matvec(&ly->up, xb, u);
-            for (int i = 0; i < c->n_ff; i++)
-                g[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
-            ref_matvec(&ly->down, g, tmp);
+            if (c->n_expert > 0) {
+                ref_moe(s, ly, xb, g, u, tmp);
+            } else {
+                ref_matvec(&ly->gate, xb, g);
+                ref_matvec(&ly->up, xb, u);
+                for (int i = 0; i < c->n_ff; i++)
+                    g[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+                ref_matvec(&ly->down, g, tmp);
+            }
             for (int i = 0; i < E; i++) x[i] += tmp[i];
         }
         ref_rmsnorm(xb, x, s->out_norm, E, eps);

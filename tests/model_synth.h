@@ -35,6 +35,14 @@ typedef struct synth_cfg {
     const char *skip_tensor;  /* leave this tensor out (error tests) */
     const char *bad_shape_tensor; /* write this tensor with one row too many */
     const char *i32_tensor;       /* label this (f32) tensor's data as i32 */
+    /* Mixtral: n_expert > 0 replaces each layer's ffn_gate/up/down with a router
+     * (ffn_gate_inp) and n_expert experts n_ff wide (ffn_*_exps); the reference routes
+     * with a softmax, the top n_expert_used, weights renormalised. experts_identical: every
+     * expert is the dense model's FFN of the same seed (the router comes from its own
+     * random stream), so the model computes what the dense one does. At most 64 experts
+     * and n_embd 1024. */
+    int n_expert, n_expert_used;
+    bool experts_identical;
 } synth_cfg;
 
 typedef struct synth_model synth_model;

@@ -107,3 +107,6 @@ static void shared_system_prompt(const char *case_name) {
 
 TEST(arch_hybrid_http_qwen35_shared_system_prompt) { shared_system_prompt("qwen35"); }
 TEST(arch_hybrid_http_mamba2_shared_system_prompt) { shared_system_prompt("mamba2"); }
+/* a hybrid with experts, and a KV-only MoE whose windowed layers keep their own slot */
+TEST(arch_hybrid_http_qwen35moe_shared_system_prompt) { shared_system_prompt("qwen35moe"); }
+TEST(arch_hybrid_http_gptoss_shared_system_prompt) { shared_system_prompt("gpt-oss"); }

@@ -527,6 +527,60 @@ static hl_status load_synth(const synth_cfg *cfg, hl_err *err) {
 static const synth_cfg g_small = {.arch = "llama", .n_vocab = 40, .n_embd = 32, .n_layer = 4,
                                   .n_ff = 48, .n_head = 4, .n_head_kv = 2, .rope_base = 10000,
                                   .wtype = HL_TYPE_F32, .seed = 9};
+/* Mixtral: 8 experts, 2 per token */
+static const synth_cfg g_moe = {.arch = "llama", .n_vocab = 40, .n_embd = 32, .n_layer = 2,
+                                .n_ff = 64, .n_head = 4, .n_head_kv = 2, .rope_base = 10000,
+                                .wtype = HL_TYPE_F32, .seed = 11, .n_expert = 8,
+                                .n_expert_used = 2};
+
+/* A llama GGUF with experts runs them (softmax router, top 2 of 8, renormalised) and
+ * matches the float64 reference's MoE block (model_synth.c: ref_moe), F32 and Q8_0. */
+TEST(model_synth_mixtral_matches_reference) {
+    check_synth(&g_moe, TOL_FLOAT);
+    synth_cfg c = g_moe;
+    c.wtype = HL_TYPE_Q8_0;
+    c.seed = 12;
+    check_synth(&c, TOL_Q8ACT);
+}
+
+/* Every expert the dense model's FFN (same seed): whatever the router picks, the model's
+ * logits are the dense llama's, to float rounding (the chosen weights sum to 1 in float;
+ * seen: 0). Routing, renormalisation or expert addressing mistakes show as differences of
+ * the order of the logits. */
+TEST(model_synth_mixtral_identical_experts_equal_dense) {
+    char path[512];
+    enum { N = 12 };
+    int32_t toks[N] = {1, 5, 17, 3, 9, 9, 30, 4, 22, 7, 38, 11};
+    float *logits[2];
+    for (int moe = 0; moe < 2; moe++) {
+        synth_cfg c = g_moe;
+        c.experts_identical = true;
+        if (!moe) c.n_expert = c.n_expert_used = 0;
+        snprintf(path, sizeof path, "%s/synth-%d.gguf", test_tmpdir(), moe);
+        synth_model *s = synth_build(&c, path);
+        CHECK(s);
+        synth_free(s);
+        model *m = NULL;
+        model_kv *kv = NULL;
+        model_ctx *ctx = NULL;
+        hl_err err = {0};
+        CHECK_OK(model_load(path, NULL, &m, &err), &err);
+        CHECK_OK(model_kv_create(m, 32, &kv, &err), &err);
+        CHECK_OK(model_ctx_create(m, 2, 0, &ctx, &err), &err);
+        logits[moe] = malloc(sizeof(float) * N * (size_t)c.n_vocab);
+        CHECK_OK(model_eval(ctx, kv, toks, N, logits[moe], &err), &err);
+        model_ctx_free(ctx);
+        model_kv_free(kv);
+        model_free(m);
+    }
+    const size_t n = (size_t)N * (size_t)g_moe.n_vocab;
+    float scale = max_abs(logits[0], n), d = max_abs_diff(logits[0], logits[1], n);
+    fprintf(stderr, "    max |dense - identical experts| %g (logit scale %g)\n", d, scale);
+    CHECK(scale > 0.5f);
+    CHECK_MSG(d <= 1e-5f * scale, "max |diff| %g, logit scale %g", d, scale);
+    free(logits[0]);
+    free(logits[1]);
+}
 
 TEST(model_error_missing_tensor) {
     synth_cfg c = g_small;
@@ -781,48 +835,63 @@ TEST(model_cli_generate_errors) {
 
 /* ---- load errors name what is wrong, in one line, also through the CLI ---- */
 
-/* A Mixtral-style GGUF: general.architecture "llama" with experts (llama.expert_count
- * and/or blk.0.ffn_gate_exps.weight). */
-static hl_status write_moe_llama(const char *path, bool with_count, hl_err *err) {
+/* A Mixtral-style GGUF whose expert tensors lack llama.expert_count, or whose experts
+ * miss a tensor: the error names the key or the tensor. */
+TEST(model_error_mixture_of_experts_llama) {
+    synth_cfg c = g_moe;
+    c.skip_tensor = "blk.1.ffn_down_exps.weight";
+    hl_err err = {0};
+    CHECK_EQ_INT(load_synth(&c, &err), HL_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "missing tensor 'blk.1.ffn_down_exps.weight'"), "%s", err.msg);
+    /* without the expert keys the experts are named, not the dense FFN they replace */
+    char path[512];
+    snprintf(path, sizeof path, "%s/moe.gguf", test_tmpdir());
     gguf_writer *w = gguf_writer_create();
-    if (!w) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    CHECK(w);
     gguf_writer_set_str(w, "general.architecture", "llama");
     gguf_writer_set_u32(w, "llama.context_length", 64);
     gguf_writer_set_u32(w, "llama.embedding_length", 32);
     gguf_writer_set_u32(w, "llama.block_count", 1);
     gguf_writer_set_u32(w, "llama.feed_forward_length", 48);
     gguf_writer_set_u32(w, "llama.attention.head_count", 4);
-    gguf_writer_set_u32(w, "llama.attention.head_count_kv", 2);
-    gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    if (with_count) {
-        gguf_writer_set_u32(w, "llama.expert_count", 8);
-        gguf_writer_set_u32(w, "llama.expert_used_count", 2);
-    }
     synth_write_vocab(w, 40);
     static float data[32 * 48 * 8];
-    const int64_t emb[2] = {32, 40}, exps[3] = {32, 48, 8};
-    hl_status st = gguf_writer_add_tensor(w, "token_embd.weight", HL_TYPE_F32, 2, emb, data,
-                                          sizeof(float) * 32 * 40, err);
-    if (!st)
-        st = gguf_writer_add_tensor(w, "blk.0.ffn_gate_exps.weight", HL_TYPE_F32, 3, exps, data,
-                                    sizeof data, err);
-    if (!st) st = gguf_writer_write_file(w, path, err);
+    const int64_t exps[3] = {32, 48, 8};
+    CHECK_OK(gguf_writer_add_tensor(w, "blk.0.ffn_gate_exps.weight", HL_TYPE_F32, 3, exps, data,
+                                    sizeof data, &err), &err);
+    CHECK_OK(gguf_writer_write_file(w, path, &err), &err);
     gguf_writer_destroy(w);
-    return st;
+    model *m = NULL;
+    CHECK_EQ_INT(model_load(path, NULL, &m, &err), HL_ERR_FORMAT);
+    CHECK(m == NULL);
+    CHECK_MSG(strstr(err.msg, "'blk.0.ffn_gate_exps.weight' holds experts but "
+                              "'llama.expert_count' is missing"), "%s", err.msg);
+    CHECK_MSG(!strchr(err.msg, '\n'), "not one line: %s", err.msg);
 }
 
-TEST(model_error_mixture_of_experts_llama) {
+/* End to end from the CLI: hearth generate runs a Mixtral GGUF; with every expert the
+ * dense FFN it prints the dense model's greedy tokens. */
+TEST(model_cli_generate_mixtral) {
+    const char *bin = getenv("HEARTH_BIN");
+    if (!bin || !*bin) SKIP("HEARTH_BIN not set (run via make test)");
+    static char out[2][4096], errout[4096], args[1024];
     char path[512];
-    snprintf(path, sizeof path, "%s/moe.gguf", test_tmpdir());
-    hl_err err = {0};
-    for (int with_count = 0; with_count < 2; with_count++) {
-        CHECK_OK(write_moe_llama(path, with_count, &err), &err);
-        model *m = NULL;
-        CHECK_EQ_INT(model_load(path, NULL, &m, &err), HL_ERR_UNSUPPORTED);
-        CHECK(m == NULL);
-        CHECK_MSG(strstr(err.msg, "mixture of experts is not supported yet"), "%s", err.msg);
-        CHECK_MSG(!strchr(err.msg, '\n'), "not one line: %s", err.msg);
+    for (int moe = 0; moe < 2; moe++) {
+        synth_cfg c = g_moe;
+        c.experts_identical = true;
+        if (!moe) c.n_expert = c.n_expert_used = 0;
+        snprintf(path, sizeof path, "%s/cli-moe-%d.gguf", test_tmpdir(), moe);
+        synth_model *s = synth_build(&c, path);
+        CHECK(s);
+        synth_free(s);
+        snprintf(args, sizeof args, "generate -m %s -p \"w5 w9\" -n 8 --temp 0 --tokens", path);
+        int rc = run_cli(args, out[moe], sizeof out[moe], errout, sizeof errout);
+        CHECK_MSG(rc == 0, "exit %d: %s", rc, errout);
     }
+    int n_ids = 0;
+    for (const char *p = out[1]; *p; p++) n_ids += *p == ' ' || *p == '\n';
+    CHECK_MSG(n_ids == 8, "\"%s\"", out[1]);
+    CHECK_STR(out[1], out[0]);
 }
 
 /* Each kind of unloadable file: hearth generate exits 1 with one line on stderr that
@@ -842,21 +911,17 @@ TEST(model_cli_load_errors_are_one_line) {
         {"llama", "blk.2.ffn_up.weight", NULL, false, "missing tensor 'blk.2.ffn_up.weight'"},
         {"llama", NULL, "blk.1.attn_q.weight", false,
          "tensor 'blk.1.attn_q.weight' has shape [32, 33], expected [32, 32]"},
-        {"llama", NULL, NULL, true, "mixture of experts is not supported yet"},
+        {"llama", "blk.1.ffn_up_exps.weight", NULL, true,
+         "missing tensor 'blk.1.ffn_up_exps.weight'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        hl_err err = {0};
-        if (cases[i].moe) {
-            CHECK_OK(write_moe_llama(path, true, &err), &err);
-        } else {
-            synth_cfg c = g_small;
-            c.arch = cases[i].arch;
-            c.skip_tensor = cases[i].skip;
-            c.bad_shape_tensor = cases[i].bad_shape;
-            synth_model *s = synth_build(&c, path);
-            CHECK(s);
-            synth_free(s);
-        }
+        synth_cfg c = cases[i].moe ? g_moe : g_small;
+        c.arch = cases[i].arch;
+        c.skip_tensor = cases[i].skip;
+        c.bad_shape_tensor = cases[i].bad_shape;
+        synth_model *s = synth_build(&c, path);
+        CHECK(s);
+        synth_free(s);
         snprintf(args, sizeof args, "generate -m %s -p hi -n 1", path);
         int rc = run_cli(args, out, sizeof out, errout, sizeof errout);
         CHECK_MSG(rc == 1, "case %zu exited %d: %s", i, rc, errout);

@@ -57,6 +57,21 @@ typedef struct model_layer {
     /* mixture of experts: the router [n_expert][n_embd] and the experts' gate, up and
      * down stacked (MT_EXPERTS: expert e's rows start at row e * ne[1]) */
     model_weight ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps;
+    /* gpt-oss: the router's bias [n_expert], the experts' biases ([n_expert][n_ff_exp] for
+     * gate and up, [n_expert][n_embd] for down), per-head attention sinks */
+    const float *ffn_gate_inp_b, *b_gate_exps, *b_up_exps, *b_down_exps;
+    const float *attn_sinks;
+    /* a shared expert (qwen35moe): its SwiGLU and the gate vector [n_embd] whose dot with
+     * the input, through a sigmoid, scales it */
+    model_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+    const float *ffn_gate_inp_shexp;
+    /* deepseek2 multi-head latent attention: q down-projection, its norm and up-projection
+     * (or a plain wq), the kv down-projection with the shared rope key (kv_a_mqa) and its
+     * norm, the per-head up-projections of the latent to k_nope (k_b) and v (v_b), or the
+     * fused older form (kv_b); the router's selection bias and a SwiGLU shared expert */
+    model_weight wq_a, wq_b, wkv_a, wk_b, wv_b, wkv_b;
+    const float *q_a_norm, *kv_a_norm;
+    const float *exp_probs_b;
 } model_layer;
 
 /* What a layer's attention and feed-forward look like (most models: the same for all). */
@@ -102,6 +117,15 @@ typedef struct model_hp_ext {
     int32_t ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_dt_rank, ssm_n_group;
     /* {arch}.expert_*: mixture-of-experts feed-forward (qwen3moe) */
     int32_t n_expert, n_expert_used, n_ff_exp;
+    int32_t n_ff_shexp; /* expert_shared_feed_forward_length (0: no shared expert) */
+    /* deepseek2: MLA ranks and head parts (mla_absorbed: k_b/v_b, the latent is cached;
+     * else kv_b, full heads are cached), the leading dense layers, the DeepSeek router */
+    int32_t mla_q_lora, mla_kv_lora, mla_nope, mla_v;
+    bool mla_absorbed;
+    int32_t n_dense_lead, n_expert_shared, n_expert_groups, n_expert_groups_used;
+    bool expert_sigmoid, expert_norm;
+    float expert_scale;
+    float mla_kq_scale; /* the attention's score scale (YaRN's mscale^2 / sqrt(head)) */
 } model_hp_ext;
 
 struct model_arch_desc;
@@ -246,11 +270,15 @@ enum {
     MD_SSM_HEAD_V,  /* d_inner / dt_rank */
     MD_EXPERTS,     /* x.n_expert */
     MD_FF_EXP,      /* x.n_ff_exp */
+    MD_HEADS,       /* the layer's n_head (attention sinks) */
+    MD_FF_SHEXP,    /* x.n_ff_shexp */
     /* recurrent layers only (0 elsewhere): */
     MD_SSM_INNER3,  /* 3 * d_inner (lfm2's in_proj: B | C | x) */
     MD_SSM_IN_M2,   /* 2 * d_inner + 2 * n_group * d_state + dt_rank (mamba2's in_proj) */
     MD_SSM_GROUPS,  /* n_group */
     MD_SSM_GROUP_INNER, /* d_inner / n_group (mamba2's grouped norm) */
+    /* codes from MD_ARCH on are the architecture's own (model_arch_desc.dim) */
+    MD_ARCH = 64,
 };
 
 enum {
@@ -260,6 +288,7 @@ enum {
     MT_LAYER = 1 << 4, /* per layer: the name has "%d" for the layer index */
     MT_OPT = 1 << 5,   /* may be absent */
     MT_EXPERTS = 1 << 6, /* a 3-D matmul weight {ne0, ne1, x.n_expert}: one matrix per expert */
+    MT_HEADS = 1 << 7,   /* a 3-D matmul weight {ne0, ne1, the layer's n_head}: one per head */
 };
 
 typedef struct model_tensor_spec {
@@ -291,6 +320,9 @@ typedef struct model_arch_desc {
      * ids to the last layer's residual stream in c->x. The driver then applies the output
      * norm, the output matmul and the final softcap. */
     void (*forward)(model_ctx *c, int32_t n_tok);
+    /* The value of the architecture's own shape codes (>= MD_ARCH) for layer l (-1: a
+     * global tensor); 0: the layer has no such tensor. May be NULL. */
+    int64_t (*dim)(const model *m, int32_t l, uint8_t code);
 } model_arch_desc;
 
 extern const model_arch_desc model_arch_llama, model_arch_qwen2, model_arch_qwen3;
@@ -302,11 +334,19 @@ extern const model_arch_desc model_arch_qwen35;
 extern const model_arch_desc model_arch_qwen3moe;
 extern const model_arch_desc model_arch_lfm2;
 extern const model_arch_desc model_arch_mamba2, model_arch_nemotron_h;
+extern const model_arch_desc model_arch_gptoss;
+extern const model_arch_desc model_arch_qwen35moe;
+extern const model_arch_desc model_arch_deepseek2;
 
 /* llama.c: the llama family's attention sublayer for layer l (x += attn(rmsnorm(x)) with
- * optional q/k/v biases and per-head q/k norms, rope of the model's kind), for
- * architectures that share it (qwen3moe). */
+ * optional q/k/v/o biases, per-head q/k norms and attention sinks, the layer's sliding
+ * window, rope of the model's kind), for architectures that share it (qwen3moe, gpt-oss). */
 void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok);
+
+/* qwen3moe.c: reads {arch}.expert_count, expert_used_count and expert_feed_forward_length
+ * into m->x and checks them; all are required, except the last when n_ff_exp_dflt > 0
+ * (Mixtral's experts are feed_forward_length wide). */
+hl_status model_hp_experts(model_loader *L, int32_t n_ff_exp_dflt, hl_err *err);
 
 /* Records a loaded matmul weight (for model_weight_bytes' companions and scratch sizes). */
 hl_status model_add_mat(model *m, const model_weight *w, hl_err *err);

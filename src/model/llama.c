@@ -8,10 +8,16 @@
  *   att = softmax(q k^T / sqrt(d)) v over the cache, causal
  *   x += att Wo
  *   xb = rmsnorm(x) * ffn_norm;  x += (silu(xb Wgate) * xb Wup) Wdown
+ * A llama GGUF with experts (Mixtral: llama.expert_count, ffn_gate_inp and ffn_*_exps in
+ * place of ffn_gate/up/down) has a mixture-of-experts feed-forward instead: op_moe's
+ * softmax router, the top expert_used_count experts with their weights renormalised to
+ * sum 1 (llama.cpp: softmax gating, norm_w), each expert a SiLU GLU feed_forward_length
+ * wide (or expert_feed_forward_length when the file has it).
  */
 #include "model/ops.h"
 
 #include <math.h>
+#include <stdio.h>
 
 void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok) {
     const model *m = c->m;
@@ -32,9 +38,10 @@ void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok) {
     const op_attn a = {.layer = l, .store = true, .n_head = h->n_head,
                        .n_head_kv = h->n_head_kv, .head_dim_k = h->head_dim_k,
                        .head_dim_v = h->head_dim_v,
-                       .scale = 1.0f / sqrtf((float)h->head_dim_k), .causal = true};
+                       .scale = 1.0f / sqrtf((float)h->head_dim_k), .window = h->window,
+                       .causal = true, .sinks = ly->attn_sinks};
     op_attention(c, &a, n_tok);
-    op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
+    op_linear(c, &ly->wo, ly->bo, c->att, n_tok, c->proj);
     op_add(c->x, c->proj, n_tok * E);
 }
 
@@ -51,9 +58,15 @@ static void llama_forward(model_ctx *c, int32_t n_tok) {
 
         /* feed-forward */
         op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
-        op_linear_many(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb, n_tok);
-        op_glu(c->gate, c->up, (int64_t)n_tok * h->n_ff, OP_SILU);
-        op_linear(c, &ly->w_down, NULL, c->gate, n_tok, c->proj);
+        if (ly->ffn_gate_inp.data) {
+            op_moe(c, &ly->ffn_gate_inp, &ly->ffn_gate_exps, &ly->ffn_up_exps,
+                   &ly->ffn_down_exps, m->x.n_expert_used, c->xb, n_tok, c->proj, c->extra);
+        } else {
+            op_linear_many(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb,
+                           n_tok);
+            op_glu(c->gate, c->up, (int64_t)n_tok * h->n_ff, OP_SILU);
+            op_linear(c, &ly->w_down, NULL, c->gate, n_tok, c->proj);
+        }
         op_add(c->x, c->proj, n_tok * E);
     }
 }
@@ -78,7 +91,15 @@ static void llama_forward(model_ctx *c, int32_t n_tok) {
     MT_L("blk.%d.ffn_norm.weight", ffn_norm, MT_VEC, MD_EMBD, MD_ONE),                  \
     MT_L("blk.%d.ffn_gate.weight", w_gate, MT_MAT, MD_EMBD, MD_FF),                     \
     MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),                         \
-    MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD)
+    MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD),                     \
+    /* experts (Mixtral): no size, so not loaded, without expert_count */               \
+    MT_L("blk.%d.ffn_gate_inp.weight", ffn_gate_inp, MT_MAT, MD_EMBD, MD_EXPERTS),      \
+    MT_L("blk.%d.ffn_gate_exps.weight", ffn_gate_exps, MT_MAT | MT_EXPERTS, MD_EMBD,    \
+         MD_FF_EXP),                                                                    \
+    MT_L("blk.%d.ffn_up_exps.weight", ffn_up_exps, MT_MAT | MT_EXPERTS, MD_EMBD,        \
+         MD_FF_EXP),                                                                    \
+    MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP,  \
+         MD_EMBD)
 
 static const model_tensor_spec llama_tensors[] = {LLAMA_TENSORS(MT_OPT, MT_OPT)};
 static const model_tensor_spec qwen2_tensors[] = {LLAMA_TENSORS(0, MT_OPT)};
@@ -93,17 +114,29 @@ static hl_status llama_check(model_loader *L, hl_err *err) {
     return HL_OK;
 }
 
-/* A Mixtral-style GGUF says "llama" but carries experts: say so instead of a missing
- * tensor. */
+/* Experts (Mixtral): expert_count and expert_used_count; the dense feed-forward then has
+ * no size (its tensors are not loaded). Expert tensors without expert_count are named. */
 static hl_status llama_read_hparams(model_loader *L, hl_err *err) {
-    int32_t n_expert = 0;
-    hl_status st = model_hp_int(L, "expert_count", false, 0, &n_expert, err);
+    model *m = L->m;
+    char key[96];
+    snprintf(key, sizeof key, "%s.expert_count", L->prefix);
+    if (gguf_find_key(L->f, key) < 0) {
+        if (gguf_find_tensor(L->f, "blk.0.ffn_gate_exps.weight"))
+            return hl_fail(err, HL_ERR_FORMAT,
+                           "tensor 'blk.0.ffn_gate_exps.weight' holds experts but '%s' is "
+                           "missing", key);
+        return HL_OK;
+    }
+    hl_status st = model_hp_experts(L, m->hp.n_ff, err);
     if (st) return st;
-    if (n_expert > 0 || gguf_find_tensor(L->f, "blk.0.ffn_gate_exps.weight"))
-        return hl_fail(err, HL_ERR_UNSUPPORTED,
-                       "mixture of experts is not supported yet (%s with %d experts)", L->prefix,
-                       n_expert);
+    for (int32_t l = 0; l < m->hp.n_layer; l++) m->lhp[l].n_ff = 0;
     return HL_OK;
+}
+
+static int64_t llama_extra_floats(const model *m) {
+    return m->x.n_expert > 0
+               ? op_moe_scratch_floats(m->hp.n_embd, m->x.n_expert, m->x.n_ff_exp)
+               : 0;
 }
 
 static const char *const llama_aliases[] = {"mistral", NULL};
@@ -111,17 +144,18 @@ static const char *const llama_aliases[] = {"mistral", NULL};
 const model_arch_desc model_arch_llama = {
     .name = "llama", .aliases = llama_aliases, .rope_kind = MODEL_ROPE_NORM,
     .read_hparams = llama_read_hparams, .tensors = llama_tensors,
-    .n_tensors = N_SPECS(llama_tensors), .check = llama_check, .forward = llama_forward,
+    .n_tensors = N_SPECS(llama_tensors), .check = llama_check, .extra_floats = llama_extra_floats,
+    .forward = llama_forward,
 };
 
 const model_arch_desc model_arch_qwen2 = {
     .name = "qwen2", .rope_kind = MODEL_ROPE_NEOX, .read_hparams = llama_read_hparams,
     .tensors = qwen2_tensors, .n_tensors = N_SPECS(qwen2_tensors), .check = llama_check,
-    .forward = llama_forward,
+    .extra_floats = llama_extra_floats, .forward = llama_forward,
 };
 
 const model_arch_desc model_arch_qwen3 = {
     .name = "qwen3", .rope_kind = MODEL_ROPE_NEOX, .read_hparams = llama_read_hparams,
     .tensors = qwen3_tensors, .n_tensors = N_SPECS(qwen3_tensors), .check = llama_check,
-    .forward = llama_forward,
+    .extra_floats = llama_extra_floats, .forward = llama_forward,
 };

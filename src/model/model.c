@@ -28,6 +28,9 @@ static const model_arch_desc *const g_archs[] = {
     &model_arch_qwen3moe,
     &model_arch_lfm2,
     &model_arch_mamba2, &model_arch_nemotron_h,
+    &model_arch_gptoss,
+    &model_arch_qwen35moe,
+    &model_arch_deepseek2,
 };
 #define N_ARCHS (sizeof g_archs / sizeof g_archs[0])
 
@@ -517,7 +520,9 @@ static int64_t model_dim(const model *m, int32_t l, uint8_t code) {
     case MD_SSM_GROUPS: return h->state_floats ? m->x.ssm_n_group : 0;
     case MD_SSM_GROUP_INNER:
         return h->state_floats && m->x.ssm_n_group ? m->x.ssm_d_inner / m->x.ssm_n_group : 0;
-    default: return -1;
+    case MD_HEADS: return h->n_head;
+    case MD_FF_SHEXP: return m->x.n_ff_shexp;
+    default: return code >= MD_ARCH && m->arch->dim ? m->arch->dim(m, l, code) : -1;
     }
 }
 
@@ -555,7 +560,9 @@ static hl_status load_spec(model_loader *L, const model_tensor_spec *sp, int32_t
         return HL_OK;
     }
     model_weight *w = (model_weight *)(void *)(base + sp->off);
-    const int64_t ne2 = (sp->flags & MT_EXPERTS) ? m->x.n_expert : 1;
+    const int64_t ne2 = (sp->flags & MT_EXPERTS) ? m->x.n_expert
+                        : (sp->flags & MT_HEADS) ? m->lhp[l < 0 ? 0 : l].n_head
+                                                 : 1;
     if (ne2 <= 0) return hl_fail(err, HL_ERR_FORMAT, "tensor '%s' needs an expert count", name);
     if ((st = get_weight(L, name, ne0, ne1, ne2, required,
                          kind == MT_MAT ? NEED_MATMUL : NEED_DEQUANT, w, err)))

@@ -394,25 +394,42 @@ int64_t op_moe_scratch_floats(int64_t n_embd, int32_t n_expert, int64_t n_ff_exp
     return n_expert + 1 + 2 * n_embd + 2 * n_ff_exp;
 }
 
+/* gpt-oss's clamped SwiGLU (llama.cpp swiglu_oai: alpha 1.702, limit 7), into g. */
+static void swiglu_oai(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] < 7.0f ? g[i] : 7.0f;
+        const float y = u[i] < -7.0f ? -7.0f : u[i] > 7.0f ? 7.0f : u[i];
+        g[i] = x / (1.0f + expf(-1.702f * x)) * (y + 1.0f);
+    }
+}
+
 void op_moe(model_ctx *c, const model_weight *router, const model_weight *gate,
             const model_weight *up, const model_weight *down, int32_t n_used, const float *x,
             int32_t n_tok, float *out, float *scratch) {
-    const int32_t n_exp = (int32_t)router->n_rows;
-    const int64_t E = router->n_cols, F = gate->ne[1];
-    float *prob = scratch;                       /* [n_tok][n_exp]; -1: not chosen */
-    int32_t *idx = (int32_t *)(void *)(prob + (size_t)n_tok * n_exp); /* [n_tok] */
-    float *xin = (float *)(void *)(idx + n_tok); /* [n_tok][E] */
-    float *g = xin + (size_t)n_tok * E;          /* [n_tok][F] */
-    float *u = g + (size_t)n_tok * F;            /* [n_tok][F] */
-    float *y = u + (size_t)n_tok * F;            /* [n_tok][E] */
+    const op_moe_args a = {.router = router, .gate = gate, .up = up, .down = down,
+                           .n_used = n_used};
+    op_moe_ex(c, &a, x, n_tok, out, scratch);
+}
 
-    op_linear(c, router, NULL, x, n_tok, prob);
+static void moe_experts(model_ctx *c, const op_moe_args *a, int32_t n_exp, const float *x,
+                        int32_t n_tok, float *out, float *scratch);
+
+void op_moe_ex(model_ctx *c, const op_moe_args *a, const float *x, int32_t n_tok, float *out,
+               float *scratch) {
+    const int32_t n_used = a->n_used;
+    const int32_t n_exp = (int32_t)a->router->n_rows;
+    float *prob = scratch; /* [n_tok][n_exp]; -1: not chosen */
+
+    op_linear(c, a->router, a->router_b, x, n_tok, prob);
     for (int32_t t = 0; t < n_tok; t++) {
         float *p = prob + (size_t)t * n_exp;
         float mx = p[0], sum = 0.0f;
         for (int32_t e = 1; e < n_exp; e++) mx = p[e] > mx ? p[e] : mx;
         for (int32_t e = 0; e < n_exp; e++) sum += p[e] = expf(p[e] - mx);
-        for (int32_t e = 0; e < n_exp; e++) p[e] /= sum;
+        /* top-k-then-softmax: exp(l - max) ranks as the logits do, and the max is always
+         * chosen, so normalising the chosen ones below is the softmax over the k */
+        if (a->routing == OP_MOE_SOFTMAX_NORM)
+            for (int32_t e = 0; e < n_exp; e++) p[e] /= sum;
         /* top k by repeated argmax; chosen ones are marked by a weight >= 2 meanwhile */
         float wsum = 0.0f;
         for (int32_t j = 0; j < n_used; j++) {
@@ -424,6 +441,22 @@ void op_moe(model_ctx *c, const model_weight *router, const model_weight *gate,
         }
         for (int32_t e = 0; e < n_exp; e++) p[e] = p[e] >= 2.0f ? (p[e] - 2.0f) / wsum : -1.0f;
     }
+    moe_experts(c, a, n_exp, x, n_tok, out, scratch);
+}
+
+/* The chosen experts over their tokens (a's gate, up, down, biases and activation; the
+ * router is not read): scratch as op_moe's, its first n_tok * n_exp floats the routing
+ * (the weight of each chosen expert, -1 for the others). */
+static void moe_experts(model_ctx *c, const op_moe_args *a, int32_t n_exp, const float *x,
+                        int32_t n_tok, float *out, float *scratch) {
+    const model_weight *gate = a->gate, *up = a->up, *down = a->down;
+    const int64_t E = down->ne[1], F = gate->ne[1];
+    float *prob = scratch;
+    int32_t *idx = (int32_t *)(void *)(prob + (size_t)n_tok * n_exp); /* [n_tok] */
+    float *xin = (float *)(void *)(idx + n_tok); /* [n_tok][E] */
+    float *g = xin + (size_t)n_tok * E;          /* [n_tok][F] */
+    float *u = g + (size_t)n_tok * F;            /* [n_tok][F] */
+    float *y = u + (size_t)n_tok * F;            /* [n_tok][E] */
     memset(out, 0, (size_t)n_tok * (size_t)E * sizeof *out);
     const size_t gate_row = hl_row_size(gate->type, gate->n_cols);
     const size_t up_row = hl_row_size(up->type, up->n_cols);
@@ -441,10 +474,14 @@ void op_moe(model_ctx *c, const model_weight *router, const model_weight *gate,
             {(hl_type)gate->type, (const uint8_t *)gate->data + (size_t)e * F * gate_row, F, g},
             {(hl_type)up->type, (const uint8_t *)up->data + (size_t)e * F * up_row, F, u}};
         kern_matmul_many(c->pool, items, 2, E, xin, n, c->mm_scratch);
-        op_glu(g, u, (int64_t)n * F, OP_SILU);
+        op_add_bias(g, a->b_gate ? a->b_gate + (size_t)e * F : NULL, n, F);
+        op_add_bias(u, a->b_up ? a->b_up + (size_t)e * F : NULL, n, F);
+        if (a->act == OP_MOE_SWIGLU_OAI) swiglu_oai(g, u, (int64_t)n * F);
+        else op_glu(g, u, (int64_t)n * F, OP_SILU);
         kern_matmul(c->pool, (hl_type)down->type,
                     (const uint8_t *)down->data + (size_t)e * E * down_row, E, F, g, n, y,
                     c->mm_scratch);
+        op_add_bias(y, a->b_down ? a->b_down + (size_t)e * E : NULL, n, E);
         for (int32_t i = 0; i < n; i++) {
             const int32_t t = idx[i];
             const float w = prob[(size_t)t * n_exp + e];
@@ -453,4 +490,75 @@ void op_moe(model_ctx *c, const model_weight *router, const model_weight *gate,
             for (int64_t d = 0; d < E; d++) o[d] += w * yi[d];
         }
     }
+}
+
+int64_t op_moe_gated_scratch_floats(int64_t n_embd, int32_t n_expert, int64_t n_ff_exp) {
+    return op_moe_scratch_floats(n_embd, n_expert, n_ff_exp) + n_expert; /* + selection */
+}
+
+/* The best of v[0..n) not yet taken (ties: the lower index). */
+static int32_t argmax_free(const float *v, const uint8_t *taken, int32_t n) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (!taken[i] && (best < 0 || v[i] > v[best])) best = i;
+    return best;
+}
+
+void op_moe_gated(model_ctx *c, const op_moe_gating *gt, const model_weight *router,
+                  const model_weight *gate, const model_weight *up, const model_weight *down,
+                  int32_t n_used, const float *x, int32_t n_tok, float *out, float *scratch) {
+    const int32_t n_exp = (int32_t)router->n_rows;
+    const int64_t E = router->n_cols, F = gate->ne[1];
+    float *prob = scratch; /* [n_tok][n_exp] as moe_experts reads it */
+    /* the selection scores [n_exp], past op_moe's scratch */
+    float *sel = scratch + (size_t)n_tok * op_moe_scratch_floats(E, n_exp, F);
+    uint8_t taken[OP_MOE_MAX_EXPERTS], gtaken[OP_MOE_MAX_GROUPS];
+    float gscore[OP_MOE_MAX_GROUPS];
+    const int32_t n_group = gt->n_group > 1 ? gt->n_group : 1;
+    const int32_t per_group = n_exp / n_group;
+    op_linear(c, router, NULL, x, n_tok, prob);
+    for (int32_t t = 0; t < n_tok; t++) {
+        float *p = prob + (size_t)t * n_exp;
+        if (gt->sigmoid) {
+            for (int32_t e = 0; e < n_exp; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
+        } else {
+            float mx = p[0], sum = 0.0f;
+            for (int32_t e = 1; e < n_exp; e++) mx = p[e] > mx ? p[e] : mx;
+            for (int32_t e = 0; e < n_exp; e++) sum += p[e] = expf(p[e] - mx);
+            for (int32_t e = 0; e < n_exp; e++) p[e] /= sum;
+        }
+        for (int32_t e = 0; e < n_exp; e++)
+            sel[e] = p[e] + (gt->sel_bias ? gt->sel_bias[e] : 0.0f);
+        if (n_group > 1) {
+            /* a group's score: the sum of its two best; the n_group_used best groups stay */
+            for (int32_t gi = 0; gi < n_group; gi++) {
+                const float *s = sel + (size_t)gi * per_group;
+                float a = -INFINITY, b = -INFINITY;
+                for (int32_t i = 0; i < per_group; i++) {
+                    if (s[i] > a) b = a, a = s[i];
+                    else if (s[i] > b) b = s[i];
+                }
+                gscore[gi] = per_group > 1 ? a + b : a;
+            }
+            memset(gtaken, 0, (size_t)n_group);
+            for (int32_t j = 0; j < gt->n_group_used; j++)
+                gtaken[argmax_free(gscore, gtaken, n_group)] = 1;
+            for (int32_t gi = 0; gi < n_group; gi++)
+                if (!gtaken[gi])
+                    for (int32_t i = 0; i < per_group; i++)
+                        sel[(size_t)gi * per_group + i] = -INFINITY;
+        }
+        memset(taken, 0, (size_t)n_exp);
+        float wsum = 0.0f;
+        for (int32_t j = 0; j < n_used; j++) {
+            const int32_t best = argmax_free(sel, taken, n_exp);
+            taken[best] = 1;
+            wsum += p[best];
+        }
+        float mul = gt->scale != 0.0f ? gt->scale : 1.0f;
+        if (gt->norm) mul /= wsum > 6.103515625e-5f ? wsum : 6.103515625e-5f;
+        for (int32_t e = 0; e < n_exp; e++) p[e] = taken[e] ? p[e] * mul : -1.0f;
+    }
+    const op_moe_args a = {.gate = gate, .up = up, .down = down, .n_used = n_used};
+    moe_experts(c, &a, n_exp, x, n_tok, out, scratch);
 }

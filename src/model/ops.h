@@ -82,6 +82,50 @@ void op_moe(model_ctx *c, const model_weight *router, const model_weight *gate,
             const model_weight *up, const model_weight *down, int32_t n_used, const float *x,
             int32_t n_tok, float *out, float *scratch);
 
+/* op_moe with the variations other architectures need (op_moe is op_moe_ex with the
+ * zero defaults and no biases). */
+typedef enum op_moe_routing {
+    OP_MOE_SOFTMAX_NORM = 0, /* softmax over all experts, top k, renormalised (qwen3moe) */
+    OP_MOE_TOPK_SOFTMAX,     /* top k of the logits, softmax over those k (gpt-oss) */
+} op_moe_routing;
+typedef enum op_moe_act {
+    OP_MOE_SILU = 0,   /* silu(gate) * up */
+    OP_MOE_SWIGLU_OAI, /* gpt-oss: g = min(gate, 7), u = clamp(up, -7, 7),
+                        * g * sigmoid(1.702 g) * (u + 1) */
+} op_moe_act;
+typedef struct op_moe_args {
+    const model_weight *router, *gate, *up, *down;
+    const float *router_b;               /* [n_expert], added to the logits; or NULL */
+    const float *b_gate, *b_up, *b_down; /* per expert ([n_expert][rows]) or NULL; down's
+                                          * is added before the expert's weight */
+    int32_t n_used;
+    op_moe_routing routing;
+    op_moe_act act;
+} op_moe_args;
+void op_moe_ex(model_ctx *c, const op_moe_args *a, const float *x, int32_t n_tok, float *out,
+               float *scratch);
+/* A DeepSeek-style router for op_moe_gated (deepseek2): per token the scores are the
+ * sigmoid (else the softmax) of the router logits; experts are chosen on score + sel_bias
+ * (when given; the bias only selects); with n_group > 1 the experts form n_group equal
+ * consecutive groups, a group's rank is the sum of its two best selection scores, and only
+ * the n_group_used best groups compete; the top n_used then win (ties: the lower index).
+ * Their weights are their unbiased scores, divided by their sum when norm (the sum held
+ * at least 2^-14), times scale (0: 1). The experts then run as in op_moe. */
+typedef struct op_moe_gating {
+    bool sigmoid;
+    const float *sel_bias; /* [n_expert] or NULL */
+    int32_t n_group, n_group_used;
+    bool norm;
+    float scale;
+} op_moe_gating;
+#define OP_MOE_MAX_EXPERTS 1024
+#define OP_MOE_MAX_GROUPS 256
+/* scratch: n_tok * op_moe_gated_scratch_floats(...) floats. */
+int64_t op_moe_gated_scratch_floats(int64_t n_embd, int32_t n_expert, int64_t n_ff_exp);
+void op_moe_gated(model_ctx *c, const op_moe_gating *gt, const model_weight *router,
+                  const model_weight *gate, const model_weight *up, const model_weight *down,
+                  int32_t n_used, const float *x, int32_t n_tok, float *out, float *scratch);
+
 /* The final norm / output / softcap steps the driver applies (forward.c) share these. */
 void op_softcap(float *x, int64_t n, float cap);
 

@@ -5,6 +5,9 @@
  *
  * Every layer: h = x + mixer(rmsnorm(x) * attn_norm);
  *              x = h + ffn(rmsnorm(h) * post_attention_norm), ffn = silu-gated MLP.
+ * qwen35moe (the same layers, the same file): ffn = the routed experts (op_moe: softmax,
+ * top expert_used_count, renormalised) + the shared expert (a silu-gated MLP
+ * expert_shared_feed_forward_length wide) times sigmoid(ffn_gate_inp_shexp . xb).
  * Layer l is full attention iff (l + 1) % full_attention_interval == 0, else GDN.
  *
  * Full attention: attn_q gives per head [q (d) | gate (d)]; q and k RMS-normed per head;
@@ -279,6 +282,35 @@ static void attn_layer(model_ctx *c, const model_layer *ly, const model_layer_hp
     op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
 }
 
+/* Per-token floats of c->extra the MoE feed-forward uses: op_moe's scratch, then the
+ * shared expert's gate and up (planes of max_batch rows after op_moe's). */
+static int64_t moe_floats(const model *m) {
+    return op_moe_scratch_floats(m->hp.n_embd, m->x.n_expert, m->x.n_ff_exp) +
+           2 * (int64_t)m->x.n_ff_shexp;
+}
+
+/* qwen35moe's feed-forward, xb -> proj: the routed experts (softmax, top k, renormalised)
+ * plus the shared expert, scaled by sigmoid(gate_inp_shexp . xb) when the file has that
+ * gate. */
+static void moe_ffn(model_ctx *c, const model_layer *ly, int32_t n_tok) {
+    const model *m = c->m;
+    const int64_t E = m->hp.n_embd, F = m->x.n_ff_shexp, B = c->max_batch;
+    op_moe(c, &ly->ffn_gate_inp, &ly->ffn_gate_exps, &ly->ffn_up_exps, &ly->ffn_down_exps,
+           m->x.n_expert_used, c->xb, n_tok, c->proj, c->extra);
+    if (!ly->ffn_up_shexp.data) return;
+    float *g = c->extra + B * op_moe_scratch_floats(E, m->x.n_expert, m->x.n_ff_exp);
+    float *u = g + B * F;
+    op_linear_many(c, &ly->ffn_gate_shexp, g, &ly->ffn_up_shexp, u, NULL, NULL, c->xb, n_tok);
+    op_glu(g, u, (int64_t)n_tok * F, OP_SILU);
+    op_linear(c, &ly->ffn_down_shexp, NULL, g, n_tok, c->xc);
+    for (int32_t t = 0; t < n_tok; t++) {
+        const float s = ly->ffn_gate_inp_shexp
+                            ? sigmoid(dot(ly->ffn_gate_inp_shexp, c->xb + t * E, E))
+                            : 1.0f;
+        for (int64_t i = 0; i < E; i++) c->proj[t * E + i] += s * c->xc[t * E + i];
+    }
+}
+
 static void qwen35_forward(model_ctx *c, int32_t n_tok) {
     const model *m = c->m;
     const int64_t E = m->hp.n_embd;
@@ -295,9 +327,13 @@ static void qwen35_forward(model_ctx *c, int32_t n_tok) {
         op_add(c->x, c->proj, n_tok * E);
 
         op_rmsnorm(c, c->xb, c->x, ly->post_attn_norm, n_tok, E, eps);
-        op_linear_many(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb, n_tok);
-        op_glu(c->gate, c->up, (int64_t)n_tok * h->n_ff, OP_SILU);
-        op_linear(c, &ly->w_down, NULL, c->gate, n_tok, c->proj);
+        if (ly->ffn_gate_inp.data) {
+            moe_ffn(c, ly, n_tok);
+        } else {
+            op_linear_many(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb, n_tok);
+            op_glu(c->gate, c->up, (int64_t)n_tok * h->n_ff, OP_SILU);
+            op_linear(c, &ly->w_down, NULL, c->gate, n_tok, c->proj);
+        }
         op_add(c->x, c->proj, n_tok * E);
     }
 }
@@ -341,37 +377,76 @@ static hl_status qwen35_read_hparams(model_loader *L, hl_err *err) {
     return HL_OK;
 }
 
+/* The tensors qwen35 and qwen35moe share: all but the feed-forward. */
+#define QWEN35_TENSORS                                                                        \
+    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),                           \
+    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),                         \
+    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),                        \
+    MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),                      \
+    MT_L("blk.%d.post_attention_norm.weight", post_attn_norm, MT_VEC, MD_EMBD, MD_ONE),       \
+    /* Gated DeltaNet layers */                                                               \
+    MT_L("blk.%d.attn_qkv.weight", wqkv, MT_MAT, MD_EMBD, MD_SSM_CONV_CH),                    \
+    MT_L("blk.%d.attn_gate.weight", ssm_z, MT_MAT, MD_EMBD, MD_SSM_INNER),                    \
+    MT_L("blk.%d.ssm_conv1d.weight", ssm_conv1d, MT_VEC, MD_SSM_CONV_K, MD_SSM_CONV_CH),      \
+    MT_L("blk.%d.ssm_dt.bias", ssm_dt_b, MT_VEC, MD_SSM_HEADS, MD_ONE),                       \
+    MT_L("blk.%d.ssm_a", ssm_a, MT_VEC, MD_SSM_HEADS, MD_ONE),                                \
+    MT_L("blk.%d.ssm_beta.weight", ssm_beta, MT_MAT, MD_EMBD, MD_SSM_HEADS),                  \
+    MT_L("blk.%d.ssm_alpha.weight", ssm_alpha, MT_MAT, MD_EMBD, MD_SSM_HEADS),                \
+    MT_L("blk.%d.ssm_norm.weight", ssm_norm, MT_VEC, MD_SSM_HEAD_V, MD_ONE),                  \
+    MT_L("blk.%d.ssm_out.weight", ssm_out, MT_MAT, MD_SSM_INNER, MD_EMBD),                    \
+    /* full-attention layers */                                                               \
+    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q2),                                 \
+    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),                                \
+    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),                                \
+    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD),                             \
+    MT_L("blk.%d.attn_q_norm.weight", q_norm, MT_VEC, MD_HEAD_K, MD_ONE),                     \
+    MT_L("blk.%d.attn_k_norm.weight", k_norm, MT_VEC, MD_HEAD_K, MD_ONE)
+
 static const model_tensor_spec qwen35_tensors[] = {
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),
-    MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_L("blk.%d.post_attention_norm.weight", post_attn_norm, MT_VEC, MD_EMBD, MD_ONE),
-    /* Gated DeltaNet layers */
-    MT_L("blk.%d.attn_qkv.weight", wqkv, MT_MAT, MD_EMBD, MD_SSM_CONV_CH),
-    MT_L("blk.%d.attn_gate.weight", ssm_z, MT_MAT, MD_EMBD, MD_SSM_INNER),
-    MT_L("blk.%d.ssm_conv1d.weight", ssm_conv1d, MT_VEC, MD_SSM_CONV_K, MD_SSM_CONV_CH),
-    MT_L("blk.%d.ssm_dt.bias", ssm_dt_b, MT_VEC, MD_SSM_HEADS, MD_ONE),
-    MT_L("blk.%d.ssm_a", ssm_a, MT_VEC, MD_SSM_HEADS, MD_ONE),
-    MT_L("blk.%d.ssm_beta.weight", ssm_beta, MT_MAT, MD_EMBD, MD_SSM_HEADS),
-    MT_L("blk.%d.ssm_alpha.weight", ssm_alpha, MT_MAT, MD_EMBD, MD_SSM_HEADS),
-    MT_L("blk.%d.ssm_norm.weight", ssm_norm, MT_VEC, MD_SSM_HEAD_V, MD_ONE),
-    MT_L("blk.%d.ssm_out.weight", ssm_out, MT_MAT, MD_SSM_INNER, MD_EMBD),
-    /* full-attention layers */
-    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q2),
-    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),
-    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),
-    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD),
-    MT_L("blk.%d.attn_q_norm.weight", q_norm, MT_VEC, MD_HEAD_K, MD_ONE),
-    MT_L("blk.%d.attn_k_norm.weight", k_norm, MT_VEC, MD_HEAD_K, MD_ONE),
+    QWEN35_TENSORS,
     MT_L("blk.%d.ffn_gate.weight", w_gate, MT_MAT, MD_EMBD, MD_FF),
     MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),
     MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD),
 };
+
+/* The shared expert's tensors have no size (and are not loaded) without
+ * expert_shared_feed_forward_length. */
+static const model_tensor_spec qwen35moe_tensors[] = {
+    QWEN35_TENSORS,
+    MT_L("blk.%d.ffn_gate_inp.weight", ffn_gate_inp, MT_MAT, MD_EMBD, MD_EXPERTS),
+    MT_L("blk.%d.ffn_gate_exps.weight", ffn_gate_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP),
+    MT_L("blk.%d.ffn_up_exps.weight", ffn_up_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP),
+    MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP, MD_EMBD),
+    MT_L("blk.%d.ffn_gate_shexp.weight", ffn_gate_shexp, MT_MAT, MD_EMBD, MD_FF_SHEXP),
+    MT_L("blk.%d.ffn_up_shexp.weight", ffn_up_shexp, MT_MAT, MD_EMBD, MD_FF_SHEXP),
+    MT_L("blk.%d.ffn_down_shexp.weight", ffn_down_shexp, MT_MAT, MD_FF_SHEXP, MD_EMBD),
+    MT_L("blk.%d.ffn_gate_inp_shexp.weight", ffn_gate_inp_shexp, MT_VEC | MT_OPT, MD_EMBD,
+         MD_ONE),
+};
 #define N_SPECS(t) (int32_t)(sizeof t / sizeof t[0])
+
+static hl_status qwen35moe_read_hparams(model_loader *L, hl_err *err) {
+    hl_status st = qwen35_read_hparams(L, err);
+    if (!st) st = model_hp_experts(L, 0, err);
+    if (!st)
+        st = model_hp_int(L, "expert_shared_feed_forward_length", false, 0, &L->m->x.n_ff_shexp,
+                          err);
+    return st;
+}
+
+static int64_t qwen35moe_extra_floats(const model *m) {
+    const int64_t a = qwen35_extra_floats(m), b = moe_floats(m);
+    return a > b ? a : b;
+}
 
 const model_arch_desc model_arch_qwen35 = {
     .name = "qwen35", .rope_kind = MODEL_ROPE_NEOX, .read_hparams = qwen35_read_hparams,
     .tensors = qwen35_tensors, .n_tensors = N_SPECS(qwen35_tensors),
     .extra_floats = qwen35_extra_floats, .forward = qwen35_forward,
+};
+
+const model_arch_desc model_arch_qwen35moe = {
+    .name = "qwen35moe", .rope_kind = MODEL_ROPE_NEOX, .read_hparams = qwen35moe_read_hparams,
+    .tensors = qwen35moe_tensors, .n_tensors = N_SPECS(qwen35moe_tensors),
+    .extra_floats = qwen35moe_extra_floats, .forward = qwen35_forward,
 };

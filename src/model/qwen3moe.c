@@ -49,12 +49,13 @@ static const model_tensor_spec qwen3moe_tensors[] = {
     MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP, MD_EMBD),
 };
 
-static hl_status qwen3moe_read_hparams(model_loader *L, hl_err *err) {
+hl_status model_hp_experts(model_loader *L, int32_t n_ff_exp_dflt, hl_err *err) {
     model_hp_ext *x = &L->m->x;
     hl_status st;
     if ((st = model_hp_int(L, "expert_count", true, 0, &x->n_expert, err)) ||
         (st = model_hp_int(L, "expert_used_count", true, 0, &x->n_expert_used, err)) ||
-        (st = model_hp_int(L, "expert_feed_forward_length", true, 0, &x->n_ff_exp, err)))
+        (st = model_hp_int(L, "expert_feed_forward_length", n_ff_exp_dflt == 0, n_ff_exp_dflt,
+                           &x->n_ff_exp, err)))
         return st;
     if (x->n_expert < 1 || x->n_expert > QWEN3MOE_MAX_EXPERTS || x->n_expert_used < 1 ||
         x->n_expert_used > x->n_expert || x->n_ff_exp < 1)
@@ -63,6 +64,10 @@ static hl_status qwen3moe_read_hparams(model_loader *L, hl_err *err) {
                        "expert_feed_forward_length %d)",
                        L->prefix, x->n_expert, x->n_expert_used, x->n_ff_exp);
     return HL_OK;
+}
+
+static hl_status qwen3moe_read_hparams(model_loader *L, hl_err *err) {
+    return model_hp_experts(L, 0, err);
 }
 
 static int64_t qwen3moe_extra_floats(const model *m) {

@@ -27,9 +27,11 @@
 #include <strings.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "server/engine.h"
 #include "grammar/grammar.h"
 #include "server/internal.h"
+#include "server/metrics.h"
 #include "server/options.h"
 #include "server/outproc.h"
 #include "server/prompt.h"
@@ -84,6 +86,8 @@ typedef struct infer_ctx {
     json_t *tool_calls;
     char *format_text; /* format "json" / a schema as JSON text (engine_request.format) */
     json_t *logprobs;     /* entries not yet sent (stream) or all of them (non-stream) */
+    metrics_model *mm;    /* this model's series in /metrics (NULL: none) */
+    uint64_t t_last_tok;  /* when the previous token came (token latency) */
 } infer_ctx;
 
 static void infer_free(void *vctx) {
@@ -421,6 +425,10 @@ static void add_logprob(infer_ctx *c, int32_t token, const sampler_out *so) {
 static bool on_token(void *ud, int32_t token, const sampler_out *so) {
     infer_ctx *c = ud;
     c->got_token = true;
+    uint64_t now = hl_time_ns();
+    if (c->n_gen == 0) metrics_ttft(c->mm, now - c->t_start);
+    else metrics_token_latency(c->mm, now - c->t_last_tok);
+    c->t_last_tok = now;
     if (so && c->opts.sp.logprobs) add_logprob(c, token, so);
     if (c->n_gen == c->cap_gen) {
         size_t cap = c->cap_gen ? c->cap_gen * 2 : 256;
@@ -763,12 +771,28 @@ static bool run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns, bool 
                           .snapshot_at = c->sys_end > 0 ? &c->sys_end : NULL,
                           .n_snapshot_at = c->sys_end > 0};
     engine_stats stats;
+    c->mm = metrics_model_get(c->srv->metrics, m->name);
     hl_status st = engine_generate(m->eng, &req, &stats, &err);
+    /* a failed or cancelled run has no prompt figures, its tokens were generated still */
+    if (st)
+        metrics_tokens(c->mm, 0, 0, c->n_gen);
+    else
+        metrics_tokens(c->mm, (uint64_t)stats.prompt_eval_count, (uint64_t)stats.cached_tokens,
+                       c->n_gen);
+    if (hl_log_enabled(HL_LOG_DEBUG)) {
+        char np[16], nc[16], ng[16], ms[32];
+        snprintf(np, sizeof np, "%d", (int)n_toks);
+        snprintf(nc, sizeof nc, "%d", st ? 0 : (int)stats.cached_tokens);
+        snprintf(ng, sizeof ng, "%zu", c->n_gen);
+        snprintf(ms, sizeof ms, "%.3fms", (double)(hl_time_ns() - c->t_start) / 1e6);
+        HL_LOG_ATTRS(HL_LOG_DEBUG, "generation", "model", m->name, "prompt_tokens", np, "cached", nc,
+                     "generated", ng, "duration", ms, "status", st ? hl_status_str(st) : "ok");
+    }
     if (st == HL_ERR_CANCELLED || srv_stream_cancelled(c->s)) goto out;
     if (st && stats.runner_lost && !c->got_token && retry) {
         /* queued behind a hung or crashed runner: nothing reached the client yet */
-        fprintf(stderr, "[hearth] %s: the model's runner was lost before the request got a "
-                        "token; retrying on a new runner\n", c->full_name);
+        HL_WARN("%s: the model's runner was lost before the request got a token; retrying "
+                "on a new runner", c->full_name);
         again = true;
         goto out;
     }
@@ -1027,6 +1051,7 @@ static void embed_run(srv_stream *s, void *vctx) {
         json_array_append_new(out, row);
     }
     free(vec);
+    metrics_tokens(metrics_model_get(c->srv->metrics, m->name), (uint64_t)total_tokens, 0, 0);
     sched_release(c->srv->sched, m, c->keep_alive);
     if (srv_stream_cancelled(s)) st = HL_ERR_CANCELLED;
     if (st) {

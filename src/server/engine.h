@@ -65,7 +65,11 @@ typedef struct engine_info {
     int32_t n_vocab;
     uint64_t mem_bytes;  /* measured (after load and after each request): weights read +
                             KV cache + scratch; engine_get_info never blocks on a run */
-    uint64_t kv_disk_bytes; /* KV paged out to the spill directory (measured likewise) */
+    /* the KV cache by tier, measured with mem_bytes: resident blocks (and recurrent
+     * states), blocks compressed in RAM, blocks spilled to disk */
+    uint64_t kv_ram_bytes, kv_compressed_bytes, kv_disk_bytes;
+    int32_t n_parallel;  /* batch slots */
+    int32_t queued;      /* requests waiting for a slot now */
     int pooling;         /* ENGINE_POOL_* the GGUF asks for (mean when it does not say) */
     bool embedding_only; /* no output layer (BERT): engine_generate cannot serve it */
 } engine_info;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/cpu.h"
 #include "base/file.h"
 #include "kernels/kernels.h"
@@ -23,17 +24,26 @@ static int g_stall_after;    /* test hook: $HEARTH_RUNNER_TEST_STALL_AFTER_TOKEN
 static pthread_mutex_t g_active_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct comp_ctx *g_active; /* running completions (POST /stop finds them here) */
 
+/* The memory figures the server keeps for /api/ps and /metrics (engine_remote.c). */
+static json_t *with_mem(json_t *o, const engine_info *info) {
+    json_object_set_new(o, "mem_bytes", json_integer((json_int_t)info->mem_bytes));
+    json_object_set_new(o, "kv_ram", json_integer((json_int_t)info->kv_ram_bytes));
+    json_object_set_new(o, "kv_compressed", json_integer((json_int_t)info->kv_compressed_bytes));
+    json_object_set_new(o, "kv_disk", json_integer((json_int_t)info->kv_disk_bytes));
+    return o;
+}
+
 static enum MHD_Result handle_health(srv_request *r) {
     engine_info info;
     engine_get_info(g_eng, &info);
-    return srv_reply_json(r, 200,
-                          json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:b}",
-                                    "status", "ok", "pid", (int)getpid(), "n_ctx", info.n_ctx,
-                                    "n_ctx_train", info.n_ctx_train, "n_embd", info.n_embd,
-                                    "n_vocab", info.n_vocab, "mem_bytes",
-                                    (json_int_t)info.mem_bytes, "kv_disk",
-                                    (json_int_t)info.kv_disk_bytes, "pooling", info.pooling,
-                                    "embedding_only", (int)info.embedding_only));
+    return srv_reply_json(
+        r, 200,
+        with_mem(json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b}", "status", "ok", "pid",
+                           (int)getpid(), "n_ctx", info.n_ctx, "n_ctx_train", info.n_ctx_train,
+                           "n_embd", info.n_embd, "n_vocab", info.n_vocab, "n_parallel",
+                           info.n_parallel, "pooling", info.pooling, "embedding_only",
+                           (int)info.embedding_only),
+                 &info));
 }
 
 typedef struct comp_ctx {
@@ -131,14 +141,14 @@ static void comp_run(srv_stream *s, void *ctx) {
     engine_info info;
     engine_get_info(g_eng, &info);
     srv_stream_send(
-        s, json_pack("{s:b, s:{s:i, s:I, s:i, s:i, s:i, s:i, s:I, s:i}, s:I, s:I}", "done", 1,
-                     "stats",
-                     "prompt_eval_count", stats.prompt_eval_count, "prompt_eval_ns",
-                     (json_int_t)stats.prompt_eval_ns, "cached_tokens", stats.cached_tokens,
-                     "cached_disk", stats.cached_disk, "cached_remote", stats.cached_remote,
-                     "eval_count", stats.eval_count, "eval_ns", (json_int_t)stats.eval_ns, "done",
-                     (int)stats.done, "mem_bytes", (json_int_t)info.mem_bytes, "kv_disk",
-                     (json_int_t)info.kv_disk_bytes));
+        s, with_mem(json_pack("{s:b, s:{s:i, s:I, s:i, s:i, s:i, s:i, s:I, s:i}}", "done", 1,
+                              "stats", "prompt_eval_count", stats.prompt_eval_count,
+                              "prompt_eval_ns", (json_int_t)stats.prompt_eval_ns, "cached_tokens",
+                              stats.cached_tokens, "cached_disk", stats.cached_disk,
+                              "cached_remote", stats.cached_remote, "eval_count",
+                              stats.eval_count, "eval_ns", (json_int_t)stats.eval_ns, "done",
+                              (int)stats.done),
+                    &info));
 }
 
 static double num(const json_t *o, const char *k, double dflt) {
@@ -218,8 +228,7 @@ static enum MHD_Result handle_embedding(srv_request *r) {
         json_t *a = json_array();
         for (int32_t i = 0; i < info.n_embd; i++) json_array_append_new(a, json_real(vec[i]));
         engine_get_info(g_eng, &info);
-        out = json_pack("{s:o, s:I, s:I}", "embedding", a, "mem_bytes",
-                        (json_int_t)info.mem_bytes, "kv_disk", (json_int_t)info.kv_disk_bytes);
+        out = with_mem(json_pack("{s:o}", "embedding", a), &info);
     }
     free(vec);
     return srv_reply_json(r, 200, out);
@@ -271,6 +280,7 @@ static int usage(void) {
 }
 
 int runner_srv_main(int argc, char **argv) {
+    hl_log_init_from_env();
     const char *model = NULL;
     int port = 0;
     engine_config cfg = {0};
@@ -349,11 +359,12 @@ int runner_srv_main(int argc, char **argv) {
     /* what decides speed, for whoever reads the server log (the pool's default when
      * --threads is 0) */
     const int threads = cfg.n_threads > 0 ? cfg.n_threads : hl_cpu_default_threads();
-    fprintf(stderr,
-            "runner: serving %s on 127.0.0.1:%d (pid %d, %d threads, %s kernels, %s KV cache)\n",
+    engine_info info;
+    engine_get_info(g_eng, &info);
+    HL_INFO("runner: serving %s on 127.0.0.1:%d (pid %d, %d threads, %s kernels, %s KV cache, "
+            "%d parallel)",
             model, port, (int)getpid(), threads, kern_variant(),
-            hl_type_name(engine_kv_type(g_eng)));
-    fflush(stderr);
+            hl_type_name(engine_kv_type(g_eng)), (int)info.n_parallel);
     int sig = 0;
     sigwait(&set, &sig);
     server_stop(srv);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "server/internal.h"
 #include "server/options.h"
 
@@ -185,8 +186,7 @@ uint64_t sched_memory_budget(void) {
     uint64_t b = sched_parse_bytes(v);
     if (b) return b;
     if (v && *v)
-        fprintf(stderr, "[hearth] HEARTH_MAX_MEMORY=%.64s is not a size (like 4GiB or 512M): "
-                        "ignored\n", v);
+        HL_WARN("HEARTH_MAX_MEMORY=%.64s is not a size (like 4GiB or 512M): ignored", v);
     uint64_t total = mem_total();
     if (!total) return (uint64_t)8 << 30;
     b = total / 10 * 9;
@@ -480,8 +480,8 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
         uint64_t share = 0;
         if (!kv_share(s, need, &share)) {
             share = SCHED_KV_MIN;
-            fprintf(stderr, "[hearth] %s needs more memory than HEARTH_MAX_MEMORY (%" PRIu64
-                            " MiB) leaves: loading it with a %" PRIu64 " KiB KV budget\n",
+            HL_WARN("%s needs more memory than HEARTH_MAX_MEMORY (%" PRIu64 " MiB) leaves: "
+                    "loading it with a %" PRIu64 " KiB KV budget",
                     m->name, s->mem_budget >> 20, share >> 10);
         }
         m->kv_budget = share / 5 * 4;
@@ -605,4 +605,22 @@ json_t *sched_ps(sched *s) {
     }
     pthread_mutex_unlock(&s->lock);
     return json_pack("{s:o}", "models", arr);
+}
+
+void sched_gauges(sched *s, metrics_gauges *g) {
+    *g = (metrics_gauges){0};
+    if (!s) return;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_loaded; i++) {
+        sched_model *m = s->loaded[i];
+        if (m->loading || !engine_alive(m->eng)) continue;
+        engine_info info;
+        engine_get_info(m->eng, &info);
+        g->loaded++;
+        g->kv_ram += info.kv_ram_bytes;
+        g->kv_compressed += info.kv_compressed_bytes;
+        g->kv_disk += info.kv_disk_bytes;
+        g->queued += info.queued > 0 ? (uint64_t)info.queued : 0;
+    }
+    pthread_mutex_unlock(&s->lock);
 }
