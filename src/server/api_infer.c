@@ -85,6 +85,9 @@ typedef struct infer_ctx {
     bool got_token; /* the engine passed a token (a lost runner is then not retried) */
     json_t *tool_calls;
     char *format_text; /* format "json" / a schema as JSON text (engine_request.format) */
+    /* _tool_choice (set by the compat APIs): a call is required / of this tool only */
+    bool tool_required;
+    char *tool_only;
     json_t *logprobs;     /* entries not yet sent (stream) or all of them (non-stream) */
     metrics_model *mm;    /* this model's series in /metrics (NULL: none) */
     uint64_t t_last_tok;  /* when the previous token came (token latency) */
@@ -110,6 +113,7 @@ static void infer_free(void *vctx) {
     free(c->gen);
     json_decref(c->tool_calls);
     free(c->format_text);
+    free(c->tool_only);
     json_decref(c->logprobs);
     free(c);
 }
@@ -314,6 +318,12 @@ static bool parse_chat(srv_err *f, infer_ctx *c, const json_t *req) {
                                srv_json_kind(tools));
         if (json_array_size(tools) > 0) c->tools = json_incref(tools);
     }
+    /* internal: the OpenAI/Anthropic tool_choice, "required" or {"name": tool} */
+    json_t *choice = json_object_get(req, "_tool_choice");
+    const char *only = json_string_value(json_object_get(choice, "name"));
+    c->tool_required = only || (json_is_string(choice) && !strcmp(json_string_value(choice),
+                                                                    "required"));
+    if (only && !(c->tool_only = strdup(only))) return srv_err_set(f, 500, "out of memory");
     return true;
 }
 
@@ -761,10 +771,22 @@ static bool run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns, bool 
     /* the format applies to the answer: after the thinking part (the think parser's tags);
      * tool calls are free text the tool parser reads, so a format does not apply to them */
     bool constrain = c->format != OPT_FORMAT_NONE && !c->use_tools;
+    /* with tools (and no format), a lazy grammar holds each tool call the model opens to
+     * the tools' names and parameter schemas (outproc.h) */
+    const char *trigger = NULL, *trigger_end = NULL;
+    if (c->use_tools && c->format == OPT_FORMAT_NONE) {
+        free(c->format_text);
+        c->format_text = tool_grammar(c->tools, prompt_tool_tag(pr), c->tool_only, &trigger,
+                                      &trigger_end);
+        constrain = c->format_text != NULL;
+    }
     engine_request req = {.prompt = toks, .n_prompt = n_toks, .sp = c->opts.sp,
                           .num_predict = c->opts.num_predict, .on_token = on_token,
                           .cancelled = ctx_cancelled,
                           .format = constrain ? c->format_text : NULL,
+                          .trigger = constrain ? trigger : NULL,
+                          .trigger_end = constrain ? trigger_end : NULL,
+                          .trigger_now = constrain && trigger && c->tool_required,
                           .think_open = constrain && c->use_think ? "<think>" : NULL,
                           .think_close = constrain && c->use_think ? "</think>" : NULL,
                           .in_think = constrain && c->use_think && prompt_in_think, .ud = c,

@@ -335,7 +335,8 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
         hl_status gst = engine_gram_vocab(e, &gv, err);
         if (!gst) gst = gram_compile(req->format, strlen(req->format), &gs, err);
         gram_think th = {.open = req->think_open, .close = req->think_close,
-                         .in_think = req->in_think};
+                         .in_think = req->in_think, .trigger = req->trigger,
+                         .trigger_end = req->trigger_end, .trigger_now = req->trigger_now};
         if (!gst) gst = gram_matcher_create(gs, gv, &th, &b.gm, err);
         if (gst) {
             gram_schema_free(gs);

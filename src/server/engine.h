@@ -99,6 +99,11 @@ typedef struct engine_request {
     /* with format: a thinking part that passes unconstrained first (gram_think) */
     const char *think_open, *think_close;
     bool in_think;
+    /* with format: a lazy grammar (gram_think.trigger): free text in which each trigger
+     * (a tool-call tag) starts a value, followed by trigger_end; trigger_now: the reply
+     * must open with the trigger (after any thinking part) */
+    const char *trigger, *trigger_end;
+    bool trigger_now;
     void *ud;
     /* prompt offsets later requests are expected to share (the end of a chat's system
      * prompt): runner_request.snapshot_at */

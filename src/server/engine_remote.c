@@ -599,6 +599,10 @@ static json_t *request_json(const engine_request *req, long long id) {
         if (req->think_close)
             json_object_set_new(body, "think_close", json_string(req->think_close));
         json_object_set_new(body, "in_think", json_boolean(req->in_think));
+        if (req->trigger) json_object_set_new(body, "trigger", json_string(req->trigger));
+        if (req->trigger_end)
+            json_object_set_new(body, "trigger_end", json_string(req->trigger_end));
+        json_object_set_new(body, "trigger_now", json_boolean(req->trigger_now));
     }
     return body;
 }

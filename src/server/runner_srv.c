@@ -57,7 +57,8 @@ typedef struct comp_ctx {
     int64_t num_predict;
     sampler_opts sp;
     char *format, *think_open, *think_close; /* engine_request's constraint, or NULL */
-    bool in_think;
+    char *trigger, *trigger_end;
+    bool in_think, trigger_now;
     srv_stream *s;
     uint64_t last_beat_ns;
     int n_sent;
@@ -69,6 +70,8 @@ static void comp_free(void *p) {
     free(c->format);
     free(c->think_open);
     free(c->think_close);
+    free(c->trigger);
+    free(c->trigger_end);
     free(c->snapshot_at);
     free(c);
 }
@@ -121,7 +124,9 @@ static void comp_run(srv_stream *s, void *ctx) {
                           .num_predict = c->num_predict, .on_token = comp_token,
                           .cancelled = comp_cancelled, .format = c->format,
                           .think_open = c->think_open, .think_close = c->think_close,
-                          .in_think = c->in_think, .ud = c, .snapshot_at = c->snapshot_at,
+                          .in_think = c->in_think, .trigger = c->trigger,
+                          .trigger_end = c->trigger_end, .trigger_now = c->trigger_now,
+                          .ud = c, .snapshot_at = c->snapshot_at,
                           .n_snapshot_at = c->n_snapshot_at};
     hl_status st = engine_generate(g_eng, &req, &stats, &err);
     pthread_mutex_lock(&g_active_mu);
@@ -176,14 +181,15 @@ static enum MHD_Result handle_completion(srv_request *r) {
     c->prompt = token_array(json_object_get(req, "prompt"), &c->n_prompt);
     c->snapshot_at = token_array(json_object_get(req, "snapshot_at"), &c->n_snapshot_at);
     c->num_predict = (int64_t)num(req, "num_predict", 0);
-    const char *const strs[] = {"format", "think_open", "think_close"};
-    char **dst[] = {&c->format, &c->think_open, &c->think_close};
+    const char *const strs[] = {"format", "think_open", "think_close", "trigger", "trigger_end"};
+    char **dst[] = {&c->format, &c->think_open, &c->think_close, &c->trigger, &c->trigger_end};
     bool oom = false;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         const char *v = json_string_value(json_object_get(req, strs[i]));
         if (v && !(*dst[i] = strdup(v))) oom = true;
     }
     c->in_think = json_is_true(json_object_get(req, "in_think"));
+    c->trigger_now = json_is_true(json_object_get(req, "trigger_now"));
     c->id = (int64_t)num(req, "id", 0);
     const json_t *o = json_object_get(req, "options");
     sampler_opts *sp = &c->sp;
