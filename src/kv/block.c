@@ -270,6 +270,14 @@ static void block_rows(const kv_pool *p, void *dst, const void *src, int32_t row
         }
 }
 
+void kv_block_copy_rows(const kv_pool *p, void *dst, const void *src, int32_t rows) {
+    const int32_t B = p->layout.block_tokens;
+    if (rows < 0) rows = 0;
+    if (rows > B) rows = B;
+    if (rows > 0) block_rows(p, dst, src, 0, rows);
+    if (rows < B) block_rows(p, dst, NULL, rows, B - rows);
+}
+
 /* ---- tiers ---- */
 
 /* f32 keys/values compress poorly as bytes; grouping byte i of every float together puts

@@ -125,6 +125,10 @@ void *kv_block_data(const kv_block *b);
  * kv_block_data() and installs it with kv_table_set, or drops it with kv_block_unref.
  * NULL when out of memory. */
 kv_block *kv_block_new_full(kv_pool *p);
+/* Copies rows [0, rows) of a block's data src into dst and zeroes the rest (both
+ * block_bytes, laid out for the pool): the first rows of a partly filled block as a
+ * self-contained record (kv/store.h's snapshots of a hybrid model). */
+void kv_block_copy_rows(const kv_pool *p, void *dst, const void *src, int32_t rows);
 /* Brings a block back to RAM (decompress / read the spill file). */
 hl_status kv_block_make_resident(kv_pool *p, kv_block *b, hl_err *err);
 

@@ -3,8 +3,11 @@
  */
 #include "kv/kvcache.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <zstd.h>
 
 /* ---- block KV ---- */
 
@@ -196,6 +199,7 @@ bool kv_pool_set_over_budget(void *ctx, const kv_prefix *pc) {
     const kv_pool_set *set = ctx;
     bool over = false;
     for (int i = 0; i < set->n; i++) over |= kv_pool_over_budget(set->pools[i], pc);
+    if (set->state_pager) return !kv_state_pager_page(set->state_pager) || over;
     return over || (set->snapshot_budget && kv_prefix_snapshot_bytes(pc) > set->snapshot_budget);
 }
 
@@ -213,8 +217,205 @@ bool kv_pool_over_budget(void *ctx, const kv_prefix *pc) {
 typedef struct state_snap {
     int32_t offset;
     size_t n_floats;
-    float data[];
+    kv_state_pager *pager; /* NULL: always resident */
+    struct state_snap *prev, *next; /* the pager's LRU list (head: least recent) */
+    uint64_t id;
+    kv_tier tier;
+    float *data;  /* resident copy */
+    uint8_t *z;   /* compressed bytes (tier COMPRESSED) */
+    size_t zlen;  /* compressed size (also the spill file's) */
 } state_snap;
+
+struct kv_state_pager {
+    size_t budget;
+    char *spill_dir;
+    size_t spill_max;
+    unsigned pager_id;
+    uint64_t next_id;
+    state_snap *head, *tail;
+    kv_state_stats st;
+};
+
+hl_status kv_state_pager_create(const kv_state_pager_config *cfg, kv_state_pager **out,
+                                hl_err *err) {
+    static unsigned next_pager_id;
+    *out = NULL;
+    kv_state_pager *p = calloc(1, sizeof *p);
+    if (!p) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    p->budget = cfg->budget_bytes ? cfg->budget_bytes : SIZE_MAX;
+    p->spill_max = cfg->spill_max_bytes ? cfg->spill_max_bytes : SIZE_MAX;
+    p->pager_id = __atomic_fetch_add(&next_pager_id, 1, __ATOMIC_RELAXED);
+    if (cfg->spill_dir && !(p->spill_dir = strdup(cfg->spill_dir))) {
+        free(p);
+        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
+    *out = p;
+    return HL_OK;
+}
+
+void kv_state_pager_destroy(kv_state_pager *p) {
+    if (!p) return;
+    free(p->spill_dir);
+    free(p);
+}
+
+kv_state_stats kv_state_pager_get_stats(const kv_state_pager *p) { return p->st; }
+
+static void lru_unlink(kv_state_pager *p, state_snap *s) {
+    if (s->prev) s->prev->next = s->next;
+    else p->head = s->next;
+    if (s->next) s->next->prev = s->prev;
+    else p->tail = s->prev;
+    s->prev = s->next = NULL;
+}
+
+static void lru_push(kv_state_pager *p, state_snap *s) { /* most recent at the tail */
+    s->prev = p->tail;
+    s->next = NULL;
+    if (p->tail) p->tail->next = s;
+    else p->head = s;
+    p->tail = s;
+}
+
+static void state_spill_path(const kv_state_pager *p, const state_snap *s, char *buf, size_t n) {
+    snprintf(buf, n, "%s/hearth-state-%ld-%u-%llu.z", p->spill_dir, (long)getpid(), p->pager_id,
+             (unsigned long long)s->id);
+}
+
+/* Floats compress poorly as bytes; byte i of every float together does better. */
+static void shuffle4(const uint8_t *src, uint8_t *dst, size_t n_bytes) {
+    size_t n = n_bytes / 4;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < 4; j++) dst[j * n + i] = src[i * 4 + j];
+}
+
+static void unshuffle4(const uint8_t *src, uint8_t *dst, size_t n_bytes) {
+    size_t n = n_bytes / 4;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < 4; j++) dst[i * 4 + j] = src[j * n + i];
+}
+
+static size_t snap_data_bytes(const state_snap *s) { return s->n_floats * sizeof(float); }
+
+static bool state_compress(kv_state_pager *p, state_snap *s) {
+    if (s->tier != KV_TIER_RESIDENT) return false;
+    const size_t nb = snap_data_bytes(s), bound = ZSTD_compressBound(nb);
+    uint8_t *tmp = malloc(nb ? nb : 1), *z = malloc(bound);
+    if (!tmp || !z) {
+        free(tmp);
+        free(z);
+        return false;
+    }
+    shuffle4((const uint8_t *)s->data, tmp, nb);
+    const size_t zlen = ZSTD_compress(z, bound, tmp, nb, 1); /* level 1, as block.c */
+    free(tmp);
+    if (ZSTD_isError(zlen)) {
+        free(z);
+        return false;
+    }
+    uint8_t *shrunk = realloc(z, zlen ? zlen : 1);
+    if (shrunk) z = shrunk;
+    free(s->data);
+    s->data = NULL;
+    s->z = z;
+    s->zlen = zlen;
+    s->tier = KV_TIER_COMPRESSED;
+    p->st.ram_bytes -= nb;
+    p->st.ram_bytes += zlen;
+    p->st.n_resident--;
+    p->st.n_compressed++;
+    p->st.n_paged_out++;
+    return true;
+}
+
+static bool state_spill(kv_state_pager *p, state_snap *s) {
+    if (s->tier != KV_TIER_COMPRESSED || !p->spill_dir) return false;
+    if (p->st.disk_bytes + s->zlen > p->spill_max) return false;
+    char path[4096];
+    state_spill_path(p, s, path, sizeof path);
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fwrite(s->z, 1, s->zlen, f) == s->zlen;
+    if (fclose(f) != 0) ok = false;
+    if (!ok) {
+        unlink(path);
+        return false;
+    }
+    free(s->z);
+    s->z = NULL;
+    s->tier = KV_TIER_SPILLED;
+    p->st.ram_bytes -= s->zlen;
+    p->st.disk_bytes += s->zlen;
+    p->st.n_compressed--;
+    p->st.n_spilled++;
+    return true;
+}
+
+/* Brings a snapshot back to RAM (uncompressed); false when its copy cannot be read or is
+ * damaged (the snapshot stays where it was: a restore from it is refused). */
+static bool state_make_resident(kv_state_pager *p, state_snap *s) {
+    if (s->tier == KV_TIER_RESIDENT) return true;
+    const size_t nb = snap_data_bytes(s);
+    uint8_t *z = s->z;
+    char path[4096] = "";
+    if (s->tier == KV_TIER_SPILLED) {
+        state_spill_path(p, s, path, sizeof path);
+        z = malloc(s->zlen ? s->zlen : 1);
+        FILE *f = z ? fopen(path, "rb") : NULL;
+        bool ok = f && fread(z, 1, s->zlen, f) == s->zlen && fgetc(f) == EOF;
+        if (f) fclose(f);
+        if (!ok) {
+            free(z);
+            return false;
+        }
+    }
+    uint8_t *tmp = malloc(nb ? nb : 1);
+    float *d = malloc(nb ? nb : 1);
+    size_t n = tmp && d ? ZSTD_decompress(tmp, nb, z, s->zlen) : 0;
+    if (!tmp || !d || ZSTD_isError(n) || n != nb) {
+        free(tmp);
+        free(d);
+        if (z != s->z) free(z);
+        return false;
+    }
+    unshuffle4(tmp, (uint8_t *)d, nb);
+    free(tmp);
+    if (s->tier == KV_TIER_SPILLED) {
+        free(z);
+        unlink(path);
+        p->st.disk_bytes -= s->zlen;
+        p->st.n_spilled--;
+    } else {
+        free(s->z);
+        p->st.ram_bytes -= s->zlen;
+        p->st.n_compressed--;
+    }
+    s->z = NULL;
+    s->zlen = 0;
+    s->data = d;
+    s->tier = KV_TIER_RESIDENT;
+    p->st.ram_bytes += nb;
+    p->st.n_resident++;
+    p->st.n_paged_in++;
+    return true;
+}
+
+bool kv_state_pager_page(kv_state_pager *p) {
+    /* least recently used first: compress them all before anything goes to disk, so a
+     * recent snapshot costs a decompression, not a file read */
+    for (state_snap *s = p->head; s && p->st.ram_bytes > p->budget; s = s->next)
+        state_compress(p, s);
+    for (state_snap *s = p->head; s && p->st.ram_bytes > p->budget; s = s->next)
+        state_spill(p, s);
+    return p->st.ram_bytes <= p->budget && p->st.disk_bytes <= p->spill_max;
+}
+
+void kv_state_pager_page_out_all(kv_state_pager *p) {
+    for (state_snap *s = p->head; s; s = s->next) {
+        state_compress(p, s);
+        state_spill(p, s);
+    }
+}
 
 hl_status kv_state_cache_init(kv_state_cache *c, size_t n_floats, hl_err *err) {
     *c = (kv_state_cache){0};
@@ -235,11 +436,26 @@ static void *st_snapshot(void *self, int32_t from) {
     kv_state_cache *c = self;
     (void)from;
     if (c->offset == 0) return NULL;
-    state_snap *s = malloc(sizeof *s + c->n_floats * sizeof(float));
+    state_snap *s = calloc(1, sizeof *s);
     if (!s) return NULL;
+    s->data = malloc(c->n_floats ? c->n_floats * sizeof(float) : 1);
+    if (!s->data) {
+        free(s);
+        return NULL;
+    }
     s->offset = c->offset;
     s->n_floats = c->n_floats;
+    s->tier = KV_TIER_RESIDENT;
     memcpy(s->data, c->state, c->n_floats * sizeof(float)); /* a compact, owned copy */
+    kv_state_pager *p = c->pager;
+    if (p) {
+        s->pager = p;
+        s->id = p->next_id++;
+        lru_push(p, s);
+        p->st.n_snaps++;
+        p->st.n_resident++;
+        p->st.ram_bytes += snap_data_bytes(s);
+    }
     return s;
 }
 
@@ -248,6 +464,15 @@ static bool st_restore(void *self, void *snap, int32_t target) {
     state_snap *s = snap;
     if (!s) return target == c->offset;
     if (target != s->offset || s->n_floats != c->n_floats) return false;
+    kv_state_pager *p = s->pager;
+    if (p) {
+        if (!state_make_resident(p, s)) {
+            p->st.n_lost++;
+            return false;
+        }
+        lru_unlink(p, s);
+        lru_push(p, s);
+    }
     memcpy(c->state, s->data, c->n_floats * sizeof(float));
     c->offset = target;
     return true;
@@ -268,7 +493,34 @@ static void st_split(void *self, void *snap, int32_t at, void **head, void **tai
 
 static void st_close(void *self, void *snap) {
     (void)self;
-    free(snap);
+    state_snap *s = snap;
+    if (!s) return;
+    kv_state_pager *p = s->pager;
+    if (p) {
+        lru_unlink(p, s);
+        p->st.n_snaps--;
+        switch (s->tier) {
+        case KV_TIER_RESIDENT:
+            p->st.n_resident--;
+            p->st.ram_bytes -= snap_data_bytes(s);
+            break;
+        case KV_TIER_COMPRESSED:
+            p->st.n_compressed--;
+            p->st.ram_bytes -= s->zlen;
+            break;
+        case KV_TIER_SPILLED: {
+            char path[4096];
+            state_spill_path(p, s, path, sizeof path);
+            unlink(path);
+            p->st.n_spilled--;
+            p->st.disk_bytes -= s->zlen;
+            break;
+        }
+        }
+    }
+    free(s->data);
+    free(s->z);
+    free(s);
 }
 
 static void *st_merge(void *self, void *parent, void *child) {
@@ -276,10 +528,12 @@ static void *st_merge(void *self, void *parent, void *child) {
     return child;
 }
 
+/* The snapshot's full size whatever its tier (the trie's counter needs a size that does
+ * not change while it holds the snapshot; the pager counts the tiers). */
 static size_t st_bytes(void *self, const void *snap) {
     (void)self;
     const state_snap *s = snap;
-    return s ? sizeof *s + s->n_floats * sizeof(float) : 0;
+    return s ? sizeof *s + snap_data_bytes(s) : 0;
 }
 
 const kv_cache_ops kv_state_cache_ops = {

@@ -13,8 +13,11 @@
  *
  * Whole state (recurrent layers, or any state that cannot be rewound): a fixed-size
  * float state the model updates in place plus the offset it represents. A snapshot is a
- * compact malloc'd copy of exactly the state (state_floats floats), restorable only at
- * exactly its offset; split gives it to the tail, merge keeps the child.
+ * compact copy of exactly the state (state_floats floats), restorable only at exactly its
+ * offset; split gives it to the tail, merge keeps the child. With a kv_state_pager the
+ * snapshots are paged like KV blocks: under memory pressure the least recently used go
+ * compressed (zstd level 1 over 4-byte planes), then to a spill file; restoring one
+ * brings it back to RAM. Only when paging cannot get under the budget does the trie evict.
  *
  * Ownership: the caller owns the kv_table / kv_state_cache; snapshots are owned by the
  * trie and released through snap_close.
@@ -44,10 +47,14 @@ void kv_window_trim(kv_window_cache *w);
 /* Several pools behind one over_budget hook (ctx = kv_pool_set *): evict while any is,
  * or while the trie's snapshots exceed snapshot_budget (when set: whole-state snapshots
  * live outside the pools, so they are bounded by their bytes in the trie). */
+typedef struct kv_state_pager kv_state_pager;
 typedef struct kv_pool_set {
     kv_pool *pools[2];
     int n;
     size_t snapshot_budget; /* 0: not bounded here */
+    /* When set, whole-state snapshots are paged by it (and bounded by its budget) instead
+     * of by snapshot_budget: over budget only while it cannot page under its budgets. */
+    kv_state_pager *state_pager;
 } kv_pool_set;
 bool kv_pool_set_over_budget(void *ctx, const kv_prefix *pc);
 
@@ -71,7 +78,35 @@ typedef struct kv_state_cache {
     float *state;
     size_t n_floats;
     int32_t offset;
+    kv_state_pager *pager; /* set by the caller after init; NULL: snapshots stay in RAM */
 } kv_state_cache;
+
+/* The pager of whole-state snapshots: the RAM they may use, and where they spill. */
+typedef struct kv_state_pager_config {
+    size_t budget_bytes;    /* RAM for snapshots (resident + compressed); 0: unbounded */
+    const char *spill_dir;  /* NULL: no disk tier (copied) */
+    size_t spill_max_bytes; /* 0: unlimited */
+} kv_state_pager_config;
+
+typedef struct kv_state_stats {
+    size_t n_snaps, n_resident, n_compressed, n_spilled;
+    size_t ram_bytes;  /* resident copies + compressed bytes */
+    size_t disk_bytes; /* spill files */
+    uint64_t n_paged_out, n_paged_in;
+    uint64_t n_lost; /* restores refused because a paged-out copy could not be read */
+} kv_state_stats;
+
+hl_status kv_state_pager_create(const kv_state_pager_config *cfg, kv_state_pager **out,
+                                hl_err *err);
+/* Accepts NULL; every snapshot made through it must be closed first. */
+void kv_state_pager_destroy(kv_state_pager *p);
+/* Pages least recently used snapshots down a tier (compress, then spill) until RAM is
+ * within the budget; true when RAM and disk are within their budgets afterwards. */
+bool kv_state_pager_page(kv_state_pager *p);
+kv_state_stats kv_state_pager_get_stats(const kv_state_pager *p);
+/* Pages every snapshot out (an explicit "conversations went idle"): compress all, and
+ * spill all when a spill directory is configured. */
+void kv_state_pager_page_out_all(kv_state_pager *p);
 
 extern const kv_cache_ops kv_state_cache_ops;
 

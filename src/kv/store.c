@@ -637,6 +637,14 @@ bool kv_store_known(kv_store *s, kv_hash key) {
     return k;
 }
 
+bool kv_store_on_disk(kv_store *s, kv_hash key) {
+    pthread_mutex_lock(&s->mu);
+    const entry *e = s->dir ? idx_find(s, key, false) : NULL;
+    bool on = e && (e->flags & F_DISK);
+    pthread_mutex_unlock(&s->mu);
+    return on;
+}
+
 bool kv_store_put(kv_store *s, kv_hash key, const void *data) {
     pthread_mutex_lock(&s->mu);
     bool ok = false;

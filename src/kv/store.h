@@ -28,6 +28,13 @@
  * from Redis for a back-off interval, so a down or slow Redis costs at most one timeout
  * per interval and requests recompute instead.
  *
+ * Recurrent snapshots (runner.c): a second store whose records are a state plus the KV
+ * block holding its offset t, keyed by kv_hash_next(kv_hash_next(key[t / B], slot kind),
+ * the tokens from block t / B's start to t): the chain at t, plus the slot kind. Such a
+ * store lives in the model directory's state/ subdirectory and namespace "<ns>:state".
+ * A sliding-window model's window layers keep their full blocks in a third one (window/,
+ * "<ns>:window") under the same keys as the full layers' blocks.
+ *
  * Writes are behind: kv_store_put copies the block into a bounded queue (blocks beyond
  * the bound are dropped and counted) and a writer thread compresses it and writes it to
  * the tiers that do not hold it yet. kv_store_get runs on the caller's thread.
@@ -115,6 +122,10 @@ int32_t kv_store_get_run(kv_store *s, const kv_hash *keys, int32_t n, void *cons
 
 /* Whether every configured tier holds (or has queued) key: no need to put it. */
 bool kv_store_known(kv_store *s, kv_hash key);
+
+/* Whether the disk index lists key (a file found when the store opened, or written or
+ * read since): a look-up without IO, for probing many candidate keys. */
+bool kv_store_on_disk(kv_store *s, kv_hash key);
 
 /* Queues a copy of a block for the tiers that lack it; false when dropped (queue full)
  * or known already. */

@@ -66,6 +66,7 @@ typedef struct seq {
     kv_session sess;
     kv_hash *hashes;    /* store keys of the prompt's full blocks (cap: n_ctx / B + 1) */
     int32_t n_hashes;
+    int32_t wpub;       /* window blocks below this index were offered to wstore */
     bool have_slot;
     int32_t done;       /* prompt positions in the cache while prefilling */
     int32_t next_token; /* decode: the token to forward next */
@@ -84,6 +85,7 @@ struct runner {
     kv_pool *pool;  /* slot 0 */
     kv_pool *wpool; /* slot 1, or NULL */
     kv_pool_set pools;
+    kv_state_pager *spager; /* recurrent snapshots' tiers, or NULL */
     int32_t n_caches; /* per sequence: KV slots, then a recurrent state */
     kv_prefix *pc;
     sampler *smp;
@@ -105,6 +107,12 @@ struct runner {
 
     kv_store *store;   /* disk / shared tiers, or NULL */
     kv_hash kv_seed;   /* key[0]: the model, KV types and block layout */
+    int32_t chain_B;   /* tokens per link of the hash chain (the KV block size) */
+    kv_store *sstore;  /* recurrent snapshots' records in the tiers, or NULL */
+    kv_store *wstore;  /* sliding-window blocks in the tiers, or NULL */
+    kv_hash state_seed; /* the slot kind mixed into a snapshot's key */
+    size_t state_bytes, srec_bytes; /* the state; a record (state + one KV block) */
+    uint8_t *srec;     /* a record's scratch (batch thread, under kv_mu) */
     runner_cache_stats cstats; /* under kv_mu */
 
     pthread_mutex_t kv_mu;
@@ -122,40 +130,112 @@ struct runner {
 
 static void *batch_main(void *arg);
 
-/* The disk / shared tiers (kv/store.h), for a model whose cache is full KV alone. */
+/* The disk / shared tiers (kv/store.h), for a model whose cache is full-attention KV, a
+ * recurrent state, or both (a sliding window's blocks are not kept there). Full blocks go
+ * to `store`; a recurrent snapshot at offset t goes to `sstore` as one record: the state
+ * and, for a hybrid, the KV block holding t (its rows below t, the rest zero), keyed by
+ * the chain at t's last full block, the slot kind and the tokens since. */
 static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
     const bool redis = cfg->kv_redis && *cfg->kv_redis;
     if (!cfg->kv_model_id || !*cfg->kv_model_id || (!cfg->kv_store_dir && !redis)) return HL_OK;
-    if (r->n_caches != 1 || !r->pool || r->wpool || !r->causal) {
-        HL_WARN("runner: KV disk/shared tiers need a model whose cache is full-attention KV "
-                "only: off for this one");
+    const size_t state_floats = model_state_floats(r->m);
+    if (!r->causal || (!r->pool && !state_floats) || (r->wpool && state_floats)) {
+        HL_WARN("runner: KV disk/shared tiers need a causal model with full-attention KV, a "
+                "recurrent state, or full and sliding-window KV: off for this one");
         return HL_OK;
     }
-    const kv_layout *l = kv_pool_layout(r->pool);
-    const kv_geom *g = kv_pool_geom(r->pool);
+    r->chain_B = r->pool ? kv_pool_layout(r->pool)->block_tokens
+                         : (cfg->block_tokens > 0 ? cfg->block_tokens : RUNNER_BLOCK_TOKENS);
+    size_t disk_max = cfg->kv_disk_max ? cfg->kv_disk_max : KV_STORE_DISK_MAX_DEFAULT;
+    /* both tiers under one cap: snapshots (or window blocks) get a quarter of it */
+    const bool second = (r->pool && state_floats) || r->wpool;
+    const size_t state_disk_max = second ? disk_max / 4 : disk_max;
+    if (second) disk_max -= state_disk_max;
     /* the identity: whatever changes a block's bytes */
-    size_t cap = strlen(cfg->kv_model_id) + 128 + (size_t)g->n_layer * 40;
+    const kv_geom *g = r->pool ? kv_pool_geom(r->pool) : NULL;
+    size_t cap = strlen(cfg->kv_model_id) + 128 + (g ? (size_t)g->n_layer * 40 : 0);
     char *id = malloc(cap);
     if (!id) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
-    int len = snprintf(id, cap, "hearth-kv1|model=%s|slot=full|k=%s|v=%s|B=%d|layers=%d",
-                       cfg->kv_model_id, hl_type_name(l->k_type), hl_type_name(l->v_type),
-                       l->block_tokens, g->n_layer);
-    for (int32_t i = 0; i < g->n_layer && len > 0 && (size_t)len < cap; i++)
-        len += snprintf(id + len, cap - (size_t)len, "|%d,%d,%d", g->dims[i].n_head_kv,
-                        g->dims[i].head_dim_k, g->dims[i].head_dim_v);
-    r->kv_seed = kv_hash_seed(id, strlen(id));
-    free(id);
-    kv_store_config sc = {.dir = cfg->kv_store_dir, .disk_max = cfg->kv_disk_max,
-                          .redis_url = cfg->kv_redis, .ns = cfg->kv_model_id,
-                          .redis_ttl_s = cfg->kv_redis_ttl_s,
-                          .block_bytes = kv_layout_block_bytes(l)};
-    hl_err se;
-    if (kv_store_open(&sc, &r->store, &se) != HL_OK) { /* the model still serves, from RAM */
-        HL_WARN("runner: KV disk/shared tiers off: %s", se.msg);
-        r->store = NULL;
-        return HL_OK;
+    if (g) {
+        const kv_layout *l = kv_pool_layout(r->pool);
+        int len = snprintf(id, cap, "hearth-kv1|model=%s|slot=full|k=%s|v=%s|B=%d|layers=%d",
+                           cfg->kv_model_id, hl_type_name(l->k_type), hl_type_name(l->v_type),
+                           l->block_tokens, g->n_layer);
+        for (int32_t i = 0; i < g->n_layer && len > 0 && (size_t)len < cap; i++)
+            len += snprintf(id + len, cap - (size_t)len, "|%d,%d,%d", g->dims[i].n_head_kv,
+                            g->dims[i].head_dim_k, g->dims[i].head_dim_v);
+    } else {
+        snprintf(id, cap, "hearth-kv1|model=%s|slot=none|B=%d", cfg->kv_model_id, r->chain_B);
     }
-    const int32_t n_keys = r->n_ctx / l->block_tokens + 1;
+    r->kv_seed = kv_hash_seed(id, strlen(id));
+    hl_err se;
+    if (r->pool) {
+        kv_store_config sc = {.dir = cfg->kv_store_dir, .disk_max = disk_max,
+                              .redis_url = cfg->kv_redis, .ns = cfg->kv_model_id,
+                              .redis_ttl_s = cfg->kv_redis_ttl_s,
+                              .block_bytes = kv_layout_block_bytes(kv_pool_layout(r->pool))};
+        if (kv_store_open(&sc, &r->store, &se) != HL_OK) { /* the model still serves, from RAM */
+            HL_WARN("runner: KV disk/shared tiers off: %s", se.msg);
+            r->store = NULL;
+            free(id);
+            return HL_OK;
+        }
+    }
+    if (r->wpool && r->store) { /* the window layers' blocks: the same keys, their own records */
+        const kv_layout *wl = kv_pool_layout(r->wpool);
+        char *dir = NULL, *ns = NULL;
+        const size_t nd = cfg->kv_store_dir ? strlen(cfg->kv_store_dir) + 8 : 0;
+        const size_t nn = strlen(cfg->kv_model_id) + 8;
+        if ((nd && !(dir = malloc(nd))) || !(ns = malloc(nn))) {
+            free(dir);
+            free(id);
+            return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+        }
+        if (dir) snprintf(dir, nd, "%s/window", cfg->kv_store_dir);
+        snprintf(ns, nn, "%s:window", cfg->kv_model_id);
+        kv_store_config sc = {.dir = dir, .disk_max = state_disk_max, .redis_url = cfg->kv_redis,
+                              .ns = ns, .redis_ttl_s = cfg->kv_redis_ttl_s,
+                              .block_bytes = kv_layout_block_bytes(wl)};
+        if (kv_store_open(&sc, &r->wstore, &se) != HL_OK) {
+            HL_WARN("runner: disk/shared tiers for sliding-window blocks off: %s", se.msg);
+            r->wstore = NULL;
+        }
+        free(dir);
+        free(ns);
+        if (!r->wstore) { /* full blocks alone cannot restore a window model */
+            kv_store_close(r->store);
+            r->store = NULL;
+        }
+    }
+    if (state_floats) {
+        r->state_bytes = state_floats * sizeof(float);
+        r->srec_bytes = r->state_bytes + (r->pool ? kv_layout_block_bytes(kv_pool_layout(r->pool)) : 0);
+        snprintf(id, cap, "hearth-state1|floats=%zu|record=%zu", state_floats, r->srec_bytes);
+        r->state_seed = kv_hash_seed(id, strlen(id));
+        char *dir = NULL, *ns = NULL;
+        const size_t nd = cfg->kv_store_dir ? strlen(cfg->kv_store_dir) + 8 : 0;
+        const size_t nn = strlen(cfg->kv_model_id) + 8;
+        if ((nd && !(dir = malloc(nd))) || !(ns = malloc(nn)) || !(r->srec = malloc(r->srec_bytes))) {
+            free(dir);
+            free(ns);
+            free(id);
+            return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+        }
+        if (dir) snprintf(dir, nd, "%s/state", cfg->kv_store_dir);
+        snprintf(ns, nn, "%s:state", cfg->kv_model_id);
+        kv_store_config sc = {.dir = dir, .disk_max = state_disk_max, .redis_url = cfg->kv_redis,
+                              .ns = ns, .redis_ttl_s = cfg->kv_redis_ttl_s,
+                              .block_bytes = r->srec_bytes};
+        if (kv_store_open(&sc, &r->sstore, &se) != HL_OK) {
+            HL_WARN("runner: disk/shared tiers for recurrent snapshots off: %s", se.msg);
+            r->sstore = NULL;
+        }
+        free(dir);
+        free(ns);
+    }
+    free(id);
+    if (!r->store && !r->sstore) return HL_OK;
+    const int32_t n_keys = r->n_ctx / r->chain_B + 1;
     for (int32_t i = 0; i < r->n_parallel; i++) {
         r->seqs[i].hashes = malloc((size_t)n_keys * sizeof(kv_hash));
         if (!r->seqs[i].hashes) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
@@ -164,16 +244,28 @@ static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
     return HL_OK;
 }
 
+/* The chain after k full blocks of the sequence's tokens. */
+static kv_hash chain_at(const runner *r, const seq *s, int32_t k) {
+    return k > 0 ? s->hashes[k - 1] : r->kv_seed;
+}
+
+/* A recurrent snapshot's key: the chain at its last full block, the slot kind, then the
+ * n tokens from that block's start to the snapshot's offset. */
+static kv_hash state_key(const runner *r, kv_hash chain, const int32_t *rest, int32_t n) {
+    _Static_assert(sizeof(kv_hash) == 4 * sizeof(int32_t), "a hash is four int32 words");
+    int32_t kind[4];
+    memcpy(kind, &r->state_seed, sizeof kind);
+    return kv_hash_next(kv_hash_next(chain, kind, 4), rest, n);
+}
+
 /* Under kv_mu, after the trie restored what it holds: continues the sequence's table with
  * consecutive blocks found by key on disk or Redis (the prompt's last token is always
- * computed), and advances the session past them. */
-static void store_extend(runner *r, seq *s) {
+ * computed). With `advance` the session moves past them; else (a hybrid, whose state must
+ * match) the table is left at the returned end for the caller. */
+static int32_t store_extend(runner *r, seq *s, bool advance) {
     const runner_request *req = s->job->req;
-    const int32_t B = kv_pool_layout(r->pool)->block_tokens;
-    const int32_t n_full = (req->n_tokens - 1) / B;
-    kv_hash h = r->kv_seed;
-    for (int32_t k = 0; k < n_full; k++) s->hashes[k] = h = kv_hash_next(h, req->tokens + k * B, B);
-    s->n_hashes = n_full;
+    const int32_t B = r->chain_B;
+    const int32_t n_full = s->n_hashes;
     const int32_t prefix = s->sess.prefix;
     int32_t end = prefix;
     hl_err e;
@@ -182,6 +274,7 @@ static void store_extend(runner *r, seq *s) {
     void *data[CHUNK];
     kv_source src[CHUNK];
     bool more = true;
+    (void)req;
     for (int32_t k0 = prefix / B; more && k0 < n_full; k0 += CHUNK) {
         int32_t n = n_full - k0 < CHUNK ? n_full - k0 : CHUNK, got = 0;
         for (int32_t i = 0; i < n; i++) {
@@ -206,19 +299,183 @@ static void store_extend(runner *r, seq *s) {
         }
         if (got < CHUNK) more = false;
     }
-    if (end > prefix && (kv_table_set_len(&s->table, end, &e) || kv_session_advance(&s->sess, &e))) {
+    if (end > prefix && (kv_table_set_len(&s->table, end, &e) ||
+                         (advance && kv_session_advance(&s->sess, &e)))) {
         /* cannot happen with whole blocks; stay with what the trie gave */
         HL_WARN("runner: KV blocks from the store not used: %s", e.msg);
         kv_table_truncate(&s->table, prefix);
         s->rs.cached_disk = s->rs.cached_remote = 0;
+        end = prefix;
     }
+    return end;
+}
+
+/* Whether Redis is worth a round trip for a snapshot at t (the disk index is probed at
+ * every offset): the offsets the request expects to share and the periodic ones. */
+static bool remote_candidate(const runner_request *req, int32_t t) {
+    if (t % KV_SNAPSHOT_INTERVAL == 0) return true;
+    for (int32_t i = 0; req->snapshot_at && i < req->n_snapshot_at; i++)
+        if (req->snapshot_at[i] == t) return true;
+    return false;
+}
+
+/* Under kv_mu, for a model with a recurrent state: the longest prefix past the trie's
+ * where every slot can be restored from the tiers: full blocks below the last full block
+ * boundary k*B <= t, and a snapshot record exactly at t (the state and, for a hybrid, the
+ * KV rows [k*B, t)). A corrupt record is deleted by the store and a shorter one tried;
+ * nothing found leaves the sequence where the trie put it. */
+static hl_status state_extend(runner *r, seq *s, hl_err *err) {
+    const runner_request *req = s->job->req;
+    const int32_t B = r->chain_B, n = req->n_tokens, prefix = s->sess.prefix;
+    const int32_t end_kv = r->store ? store_extend(r, s, false) : n - 1;
+    int32_t hi = n - 1;
+    if (r->pool && end_kv / B * B + B - 1 < hi) hi = end_kv / B * B + B - 1;
+    kv_source src = KV_SRC_NONE;
+    int32_t t = hi;
+    for (; t > prefix; t--) {
+        const int32_t k = t / B;
+        kv_hash key = state_key(r, chain_at(r, s, k), req->tokens + (size_t)k * B, t - k * B);
+        if ((kv_store_on_disk(r->sstore, key) ||
+             (kv_store_has_remote(r->sstore) && remote_candidate(req, t))) &&
+            (src = kv_store_get(r->sstore, key, r->srec)) != KV_SRC_NONE)
+            break;
+    }
+    hl_err e;
+    bool ok = t > prefix;
+    if (ok && r->pool) { /* the rows below t: blocks up to k*B, then the record's */
+        const int32_t k = t / B;
+        kv_table_truncate(&s->table, k * B);
+        if (t > k * B) {
+            kv_block *b = kv_block_new_full(r->pool);
+            ok = b != NULL;
+            if (ok) {
+                memcpy(kv_block_data(b), r->srec + r->state_bytes, r->srec_bytes - r->state_bytes);
+                ok = kv_table_set(&s->table, k, b, &e) == HL_OK;
+                kv_block_unref(r->pool, b);
+            }
+        }
+        ok = ok && kv_table_set_len(&s->table, t, &e) == HL_OK;
+    }
+    s->rs.cached_disk = s->rs.cached_remote = 0;
+    if (!ok) { /* back to what the trie restored (the state was not touched) */
+        if (r->pool) kv_table_truncate(&s->table, prefix);
+        return HL_OK;
+    }
+    memcpy(s->state.state, r->srec, r->state_bytes);
+    s->state.offset = t;
+    /* every cache is at t < n now: the session cannot refuse, but an error beats a wrong
+     * state */
+    hl_status st = kv_session_advance(&s->sess, err);
+    if (st) return st;
+    if (src == KV_SRC_DISK) s->rs.cached_disk = t - prefix;
+    else s->rs.cached_remote = t - prefix;
+    return HL_OK;
+}
+
+/* Writes the recurrent snapshot the sequence just took at t (state at t) to the tiers. */
+static void state_publish(runner *r, seq *s, int32_t t) {
+    const int32_t B = r->chain_B, k = t / B;
+    if (t <= 0 || s->state.offset != t || k > s->n_hashes || t > s->sess.n_stored) return;
+    if (r->pool && (s->table.len < t || (t > k * B && !s->table.data[k]))) return;
+    kv_hash key = state_key(r, chain_at(r, s, k), s->sess.stored + (size_t)k * B, t - k * B);
+    if (kv_store_known(r->sstore, key)) return;
+    memcpy(r->srec, s->state.state, r->state_bytes);
+    if (r->pool) {
+        if (t > k * B) kv_block_copy_rows(r->pool, r->srec + r->state_bytes, s->table.data[k], t - k * B);
+        else memset(r->srec + r->state_bytes, 0, r->srec_bytes - r->state_bytes);
+    }
+    kv_store_put(r->sstore, key, r->srec);
+}
+
+/* Offers the window table's full blocks from index s->wpub on (while keys are known) to
+ * the tiers: during prefill as they fill, before the window drops them, and at the end. */
+static void window_publish(runner *r, seq *s) {
+    const int32_t B = r->chain_B;
+    int32_t k = s->wpub;
+    for (; k < s->n_hashes && (k + 1) * B <= s->wtable.len && k < s->wtable.n_blocks; k++)
+        if (s->wtable.data[k] && !kv_store_known(r->wstore, s->hashes[k]))
+            kv_store_put(r->wstore, s->hashes[k], s->wtable.data[k]);
+    s->wpub = k;
+}
+
+/* Under kv_mu, for a model with sliding-window layers: the longest block boundary t = k*B
+ * past the trie's prefix where full blocks [0, t) and the window's blocks covering
+ * [t - W, t) are all in the tiers. Nothing found leaves the sequence where the trie put
+ * it. */
+static hl_status window_extend(runner *r, seq *s, hl_err *err) {
+    const int32_t B = r->chain_B, prefix = s->sess.prefix, W = s->window.window;
+    const int32_t end_kv = store_extend(r, s, false);
+    enum { MAXW = 64 }; /* window blocks looked up at once */
+    kv_block *blk[MAXW];
+    void *data[MAXW];
+    kv_source src[MAXW];
+    int32_t k = end_kv / B, j0 = 0, n = 0;
+    bool asked_remote = false;
+    for (; k * B > prefix; k--) {
+        j0 = k * B - W > 0 ? (k * B - W) / B : 0;
+        n = k - j0;
+        if (n > MAXW) continue;
+        bool local = true;
+        for (int32_t j = j0; j < k && local; j++) local = kv_store_on_disk(r->wstore, s->hashes[j]);
+        /* Redis: one round trip, for the deepest candidate only */
+        if (!local && (asked_remote || !kv_store_has_remote(r->wstore))) continue;
+        asked_remote |= !local;
+        int32_t m = 0;
+        for (; m < n && (blk[m] = kv_block_new_full(r->wpool)); m++) data[m] = kv_block_data(blk[m]);
+        const int32_t got = m == n ? kv_store_get_run(r->wstore, s->hashes + j0, n, data, src) : 0;
+        if (got == n) break;
+        for (int32_t i = 0; i < m; i++) kv_block_unref(r->wpool, blk[i]);
+    }
+    s->rs.cached_disk = s->rs.cached_remote = 0;
+    const int32_t t = k * B;
+    if (t <= prefix) {
+        kv_table_truncate(&s->table, prefix);
+        return HL_OK;
+    }
+    /* install: holes below the window, its blocks, then both tables at t */
+    kv_table *w = &s->wtable;
+    hl_status st = HL_OK;
+    kv_table_truncate(w, w->len < j0 * B ? w->len : j0 * B);
+    for (int32_t i = w->n_blocks; !st && i < j0; i++) st = kv_table_set_hole(w, i, err);
+    for (int32_t i = 0; i < n; i++) {
+        if (!st) st = kv_table_set(w, j0 + i, blk[i], err);
+        kv_block_unref(r->wpool, blk[i]);
+    }
+    if (!st) st = kv_table_set_len(w, t, err);
+    if (!st && !kv_table_covers(w, t - W, t))
+        st = hl_fail(err, HL_ERR_INVALID, "the window's blocks do not cover [%d, %d)", t - W, t);
+    if (!st) {
+        kv_table_truncate(&s->table, t);
+        st = kv_session_advance(&s->sess, err);
+    }
+    if (st) return st; /* cannot happen: an error beats a wrong cache */
+    bool remote = false;
+    for (int32_t i = 0; i < n; i++) remote |= src[i] == KV_SRC_REMOTE;
+    if (remote) s->rs.cached_remote = t - prefix;
+    else s->rs.cached_disk = t - prefix;
+    return HL_OK;
+}
+
+/* Under kv_mu: keys of the prompt's full blocks, then what the tiers add to the trie's
+ * prefix. */
+static hl_status tiers_extend(runner *r, seq *s, hl_err *err) {
+    const runner_request *req = s->job->req;
+    const int32_t B = r->chain_B, n_full = (req->n_tokens - 1) / B;
+    kv_hash h = r->kv_seed;
+    for (int32_t k = 0; k < n_full; k++) s->hashes[k] = h = kv_hash_next(h, req->tokens + k * B, B);
+    s->n_hashes = n_full;
+    s->wpub = 0;
+    if (r->sstore) return state_extend(r, s, err);
+    if (r->wstore) return window_extend(r, s, err);
+    if (r->store) store_extend(r, s, true);
+    return HL_OK;
 }
 
 /* Queues the sequence's full blocks the tiers lack (written behind): after prefill the
  * prompt's, at the end also those its generated tokens filled (a conversation's next
  * turn sends them back as prompt). */
 static void store_publish(runner *r, seq *s) {
-    const int32_t B = kv_pool_layout(r->pool)->block_tokens;
+    const int32_t B = r->chain_B;
     int32_t n_full = s->table.len < s->sess.n_stored ? s->table.len / B : s->sess.n_stored / B;
     if (n_full > r->n_ctx / B + 1) n_full = r->n_ctx / B + 1; /* the keys' capacity */
     kv_hash h = s->n_hashes > 0 ? s->hashes[s->n_hashes - 1] : r->kv_seed;
@@ -228,6 +485,7 @@ static void store_publish(runner *r, seq *s) {
     for (int32_t k = 0; k < s->n_hashes && k < s->table.n_blocks; k++)
         if (s->table.data[k] && !kv_store_known(r->store, s->hashes[k]))
             kv_store_put(r->store, s->hashes[k], s->table.data[k]);
+    if (r->wstore) window_publish(r, s);
 }
 
 /* $HEARTH_<name>, else $OLLAMA_<name> (what Ollama's users have set), else fallback */
@@ -325,9 +583,18 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     /* the caches of a sequence: its KV slots, then the recurrent state */
     const size_t state_floats = model_state_floats(m);
     r->n_caches = n_slots + (state_floats > 0);
-    /* recurrent snapshots are copies outside the pools: they share the KV budget */
-    if (state_floats > 0)
-        r->pools.snapshot_budget = cfg->snapshot_budget_bytes ? cfg->snapshot_budget_bytes : budget;
+    /* recurrent snapshots are copies outside the pools, paged by a budget of their own
+     * (snapshot_budget_bytes, else the size of the KV budget; compressed, then spilled
+     * beside the blocks) */
+    if (!st && state_floats > 0) {
+        kv_state_pager_config spc = {.budget_bytes = cfg->snapshot_budget_bytes
+                                                          ? cfg->snapshot_budget_bytes
+                                                          : budget,
+                                         .spill_dir = cfg->spill_dir,
+                                         .spill_max_bytes = cfg->spill_max_bytes};
+        st = kv_state_pager_create(&spc, &r->spager, err);
+        r->pools.state_pager = r->spager;
+    }
     if (r->n_caches == 0) st = hl_fail(err, HL_ERR_INVALID, "the model keeps no cache at all");
     if (!st) {
         for (int32_t i = 0; i < r->n_parallel && !st; i++) {
@@ -344,6 +611,7 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
             }
             if (state_floats > 0) {
                 st = kv_state_cache_init(&s->state, state_floats, err);
+                s->state.pager = r->spager;
                 s->caches[n_slots] = (kv_cache){&kv_state_cache_ops, &s->state};
             }
         }
@@ -409,6 +677,9 @@ void runner_destroy(runner *r) {
         pthread_cond_destroy(&r->loop_cv);
     }
     kv_store_close(r->store); /* writes what is queued */
+    kv_store_close(r->sstore);
+    kv_store_close(r->wstore);
+    free(r->srec);
     if (r->seqs)
         for (int32_t i = 0; i < r->n_parallel; i++) free(r->seqs[i].hashes);
     sampler_destroy(r->smp);
@@ -420,6 +691,7 @@ void runner_destroy(runner *r) {
         for (int32_t i = 0; i < r->n_parallel; i++) kv_table_free(&r->seqs[i].wtable);
     if (r->seqs)
         for (int32_t i = 0; i < r->n_parallel; i++) kv_state_cache_free(&r->seqs[i].state);
+    kv_state_pager_destroy(r->spager); /* after the trie closed its snapshots */
     kv_pool_destroy(r->pool);
     kv_pool_destroy(r->wpool);
     free(r->seqs);
@@ -509,6 +781,9 @@ static void caches_commit(runner *r, seq *s, int32_t n) {
     if (r->pool) kv_table_commit(&s->table, n);
     if (r->wpool) {
         kv_table_commit(&s->wtable, n);
+        /* the prompt's window blocks go to the tiers before the window drops them (the
+         * last ones at the end of prefill: no copies while decoding) */
+        if (r->wstore && s->phase == SEQ_PREFILL) window_publish(r, s);
         kv_window_trim(&s->window);
     }
     if (s->state.state) s->state.offset += n;
@@ -582,16 +857,16 @@ static void seq_start(runner *r, seq *s) {
     hl_err e = {0};
     pthread_mutex_lock(&r->kv_mu);
     hl_status st = kv_prefix_begin_lane(r->pc, s->lane, req->tokens, n, &s->sess, &e);
+    const int32_t from_ram = st ? 0 : s->sess.prefix;
+    if (!st && (r->store || r->sstore)) st = tiers_extend(r, s, &e);
     if (!st) {
-        const int32_t from_ram = s->sess.prefix;
-        if (r->store) store_extend(r, s);
         s->rs.cached_tokens = s->sess.prefix;
         r->cstats.requests++;
         r->cstats.prompt_tokens += (uint64_t)n;
         r->cstats.cached_ram += (uint64_t)from_ram;
         r->cstats.cached_disk += (uint64_t)s->rs.cached_disk;
         r->cstats.cached_remote += (uint64_t)s->rs.cached_remote;
-        if (r->store)
+        if (r->store || r->sstore)
             HL_INFO("runner: prompt %d tokens, cached %d (ram %d, disk %d, remote %d)", n,
                     s->sess.prefix, from_ram, s->rs.cached_disk, s->rs.cached_remote);
         kv_session_schedule_prefill(&s->sess);
@@ -876,7 +1151,10 @@ static void step(runner *r) {
         if (s->phase == SEQ_PREFILL) {
             s->done += s->step_n;
             int32_t next = kv_session_next_snapshot(&s->sess);
-            if (next >= 0 && s->done >= next) st = kv_session_snapshot(&s->sess, &e);
+            if (next >= 0 && s->done >= next) {
+                if (r->sstore && s->done == next) state_publish(r, s, next);
+                st = kv_session_snapshot(&s->sess, &e);
+            }
         }
         pthread_mutex_unlock(&r->kv_mu);
         if (st) {
@@ -1111,10 +1389,15 @@ runner_memory runner_get_memory(const runner *r) {
     pthread_mutex_lock(&rw->kv_mu);
     kv_pool_stats ps = r->pool ? kv_pool_get_stats(r->pool) : (kv_pool_stats){0};
     size_t comp = compressed_bytes(&ps);
-    /* live recurrent states, and their snapshots in the trie (whole copies) */
+    /* live recurrent states, and their snapshots in the trie by tier */
     const size_t state_bytes = model_state_floats(r->m) * sizeof(float);
-    if (state_bytes)
-        ps.ram_bytes += (size_t)r->n_parallel * state_bytes + kv_prefix_snapshot_bytes(r->pc);
+    if (state_bytes) ps.ram_bytes += (size_t)r->n_parallel * state_bytes;
+    if (r->spager) {
+        kv_state_stats ss = kv_state_pager_get_stats(r->spager);
+        ps.ram_bytes += ss.ram_bytes;
+        comp += ss.ram_bytes - ss.n_resident * state_bytes;
+        ps.disk_bytes += ss.disk_bytes;
+    }
     if (r->wpool) {
         kv_pool_stats ws = kv_pool_get_stats(r->wpool);
         ps.ram_bytes += ws.ram_bytes;
@@ -1137,18 +1420,24 @@ runner_memory runner_get_memory(const runner *r) {
 runner_cache_stats runner_get_cache_stats(runner *r) {
     pthread_mutex_lock(&r->kv_mu);
     runner_cache_stats cs = r->cstats;
+    if (r->spager) cs.state = kv_state_pager_get_stats(r->spager);
     pthread_mutex_unlock(&r->kv_mu);
     if (r->store) cs.store = kv_store_get_stats(r->store);
+    if (r->sstore) cs.state_store = kv_store_get_stats(r->sstore);
+    if (r->wstore) cs.state_store = kv_store_get_stats(r->wstore);
     return cs;
 }
 
 void runner_kv_flush(runner *r) {
     if (r->store) kv_store_flush(r->store);
+    if (r->sstore) kv_store_flush(r->sstore);
+    if (r->wstore) kv_store_flush(r->wstore);
 }
 
 void runner_page_out_idle(runner *r) {
     pthread_mutex_lock(&r->kv_mu);
     if (r->pool) kv_pool_page_out_cold(r->pool);
     if (r->wpool) kv_pool_page_out_cold(r->wpool);
+    if (r->spager) kv_state_pager_page_out_all(r->spager);
     pthread_mutex_unlock(&r->kv_mu);
 }

@@ -68,6 +68,7 @@
 
 #include "base/status.h"
 #include "kv/block.h"
+#include "kv/kvcache.h"
 #include "kv/store.h"
 #include "model/model.h"
 #include "sample/sampler.h"
@@ -85,11 +86,12 @@ typedef struct runner_config {
     int32_t n_ctx;           /* context length; <= 0: the model's trained context */
     int32_t prefill_chunk;   /* <= 0: RUNNER_PREFILL_CHUNK */
     int32_t block_tokens;    /* <= 0: RUNNER_BLOCK_TOKENS */
-    size_t kv_budget_bytes;  /* RAM for cached KV; 0: kv_default_budget() */
-    /* RAM for the prefix trie's whole-state snapshots of a recurrent model (kept beside
-     * the KV pools); 0: kv_budget_bytes' value */
+    /* RAM for cached KV; 0: kv_default_budget(). A recurrent model's snapshots get a
+     * budget of their own (snapshot_budget_bytes; 0: the KV budget's size), paged like
+     * blocks (compressed, then spilled). */
+    size_t kv_budget_bytes;
     size_t snapshot_budget_bytes;
-    const char *spill_dir;   /* NULL: inactive blocks are only compressed in RAM */
+    const char *spill_dir;   /* NULL: inactive blocks and snapshots only compressed in RAM */
     size_t spill_max_bytes;  /* 0: unlimited */
     int32_t n_parallel;      /* active requests; <= 0: $HEARTH_NUM_PARALLEL, else 4 */
     int32_t max_queue;       /* requests waiting for a slot; <= 0: $HEARTH_MAX_QUEUE, else 512 */
@@ -102,9 +104,15 @@ typedef struct runner_config {
     /* The prefix cache beyond this process (kv/store.h): full blocks of every prompt are
      * written behind to a directory that survives restarts and/or published to Redis, and
      * a prompt the trie does not fully hold continues with consecutive blocks found there
-     * by their hash-chain key. Only for models whose whole cache is full-attention KV
-     * (window and recurrent snapshots stay in RAM). Independent of spill_dir, which pages
-     * this process's blocks out and deletes them when it exits. */
+     * by their hash-chain key. A model with a recurrent state (alone or with full KV) also
+     * writes its snapshots there (the state and the KV block at the offset, keyed by the
+     * chain at that offset, under <kv_store_dir>/state) and restores the longest prefix
+     * where blocks and a snapshot exist. A sliding-window model writes its window
+     * layers' blocks (<kv_store_dir>/window) as they fill and restores at the deepest block
+     * boundary whose full blocks and window are all found (a model with both a window
+     * and a recurrent state: off). Independent of
+     * spill_dir, which pages this process's blocks and snapshots out and deletes them
+     * when it exits. */
     const char *kv_model_id; /* stable model identity (its digest); NULL: both tiers off */
     const char *kv_store_dir; /* this model's block directory; NULL: no disk tier */
     size_t kv_disk_max;       /* 0: KV_STORE_DISK_MAX_DEFAULT */
@@ -219,8 +227,8 @@ typedef struct runner_memory {
 /* Measured at the time of the call. */
 runner_memory runner_get_memory(const runner *r);
 
-/* Pages every KV block not used by a live sequence out of the working set (compressed,
- * then spilled when a spill directory is configured). */
+/* Pages every KV block not used by a live sequence, and every recurrent snapshot, out of
+ * the working set (compressed, then spilled when a spill directory is configured). */
 void runner_page_out_idle(runner *r);
 
 int32_t runner_n_parallel(const runner *r);
@@ -242,6 +250,9 @@ typedef struct runner_cache_stats {
     uint64_t cached_ram, cached_disk, cached_remote;
     bool store_on;         /* a disk or shared tier is configured */
     kv_store_stats store;  /* its counters (zero when off) */
+    /* recurrent snapshot records (or a window model's window blocks) in the tiers */
+    kv_store_stats state_store;
+    kv_state_stats state;  /* recurrent snapshots by tier (zero without recurrent state) */
 } runner_cache_stats;
 runner_cache_stats runner_get_cache_stats(runner *r);
 /* Waits until every block queued for the disk/shared tiers is written (tests). */

@@ -46,8 +46,10 @@ static void measure(engine *e) {
     atomic_store(&e->mem_bytes, (uint64_t)mem.total);
     atomic_store(&e->kv_ram, (uint64_t)(mem.kv - mem.kv_compressed));
     atomic_store(&e->kv_comp, (uint64_t)mem.kv_compressed);
-    /* disk: blocks spilled from RAM and the block files of the disk tier (kv/store.h) */
-    size_t tier = runner_get_cache_stats(e->run).store.disk_bytes;
+    /* disk: blocks and snapshots spilled from RAM and the files of the disk tier
+     * (kv/store.h: blocks, and recurrent snapshot records) */
+    runner_cache_stats cs = runner_get_cache_stats(e->run);
+    size_t tier = cs.store.disk_bytes + cs.state_store.disk_bytes;
     atomic_store(&e->kv_disk, (uint64_t)(mem.kv_disk + tier));
 }
 

@@ -678,24 +678,35 @@ static void ref_cb(void *ctx, const store_name *n, const char *path) {
     store_manifest_free(&m);
 }
 
-/* A model blob's KV blocks (<root>/kvcache/<blob name>/, kv/store.h) go with it. */
-static void remove_kv_blocks(const char *blob_path) {
-    const char *b = strstr(blob_path, "/blobs/");
-    if (!b) return;
-    char dir[PATH_CAP], file[PATH_CAP + 64];
-    if (snprintf(dir, sizeof dir, "%.*s/kvcache/%s", (int)(b - blob_path), blob_path, b + 7) >=
-        (int)sizeof dir)
-        return;
+/* Removes a directory's files and the directory; `depth` levels of subdirectories too. */
+static void remove_dir_files(const char *dir, int depth) {
+    char file[PATH_CAP + 64];
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *de;
     while ((de = readdir(d)))
         if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
-            snprintf(file, sizeof file, "%s/%s", dir, de->d_name);
-            unlink(file);
+            if (snprintf(file, sizeof file, "%s/%s", dir, de->d_name) >= (int)sizeof file) continue;
+            struct stat sb;
+            if (depth > 0 && lstat(file, &sb) == 0 && S_ISDIR(sb.st_mode))
+                remove_dir_files(file, depth - 1);
+            else
+                unlink(file);
         }
     closedir(d);
     rmdir(dir);
+}
+
+/* A model blob's KV blocks (<root>/kvcache/<blob name>/, kv/store.h; recurrent snapshot
+ * records in its state/ subdirectory) go with it. */
+static void remove_kv_blocks(const char *blob_path) {
+    const char *b = strstr(blob_path, "/blobs/");
+    if (!b) return;
+    char dir[PATH_CAP];
+    if (snprintf(dir, sizeof dir, "%.*s/kvcache/%s", (int)(b - blob_path), blob_path, b + 7) >=
+        (int)sizeof dir)
+        return;
+    remove_dir_files(dir, 1);
 }
 
 static void remove_if_unreferenced(const store *s, const char *digest) {
