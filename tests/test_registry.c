@@ -1058,7 +1058,8 @@ static void bars_body(const srv_proc *p) {
     rc = run_on_pty_int(p->port, pull2, 100, needle, out, sizeof out);
     for (int i = 0; i < 100 && !atomic_load(&px.peer_gone); i++) sp_sleep_ms(50);
     proxy_stop(&px);
-    CHECK_EQ_INT(rc, 128 + SIGINT);
+    CHECK_MSG(rc == 128 + SIGINT, "pull on a pty interrupted at \"%s\": %d (-1: no exit in time): %s",
+              needle, rc, out);
     const char *hide = strstr(out, "\033[?25l");
     CHECK_MSG(hide && strstr(hide, "\033[?25h"), "the cursor stays hidden: %s", out);
 
