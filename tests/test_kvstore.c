@@ -17,6 +17,7 @@
 #include "base/file.h"
 #include "kv/store.h"
 #include "model_synth.h"
+#include "net/http_client.h"
 #include "redisproc.h"
 #include "runner/runner.h"
 #include "runner_greedy.h"
@@ -549,6 +550,22 @@ static const char *stories(void) { return test_shared_path("models/stories260K/s
     "down. Then Lily took Max home and gave him a bowl of warm milk. Max slept next to the fire " \
     "and dreamed of the ball. The next morning"
 
+/* /metrics' cached prompt tokens of model s from one source ("ram", "disk", "remote");
+ * -1 when the sample is missing. */
+static long long cached_from(const srv_proc *p, const char *source) {
+    char *resp = NULL, want[128];
+    int status = 0;
+    long long v = -1;
+    if (net_http_request(&p->host, "GET", "/metrics", NULL, 0, &status, &resp, NULL, NULL) != HL_OK)
+        return -1;
+    snprintf(want, sizeof want, "hearth_prompt_cached_tokens_total{model=\"s:latest\",source=\"%s\"} ",
+             source);
+    const char *at = status == 200 && resp ? strstr(resp, want) : NULL;
+    if (at) v = strtoll(at + strlen(want), NULL, 10);
+    free(resp);
+    return v;
+}
+
 typedef struct gen_out {
     char text[2048];
     long long cached, prompt;
@@ -623,6 +640,10 @@ TEST(kvstore_serve_restart_is_a_cache_hit_and_a_corrupt_block_is_recomputed) {
         CHECK(read_all(p.log, &log, &log_len));
         CHECK_MSG(log && strstr(log, want), "no \"%s\" in the server log", want);
         free(log);
+        /* and so does /metrics */
+        CHECK_EQ_INT((int)cached_from(&p, "disk"), n_blocks * 32);
+        CHECK_EQ_INT((int)cached_from(&p, "ram"), 0);
+        CHECK_EQ_INT((int)cached_from(&p, "remote"), 0);
         if (test_failed()) sp_dump_log(&p);
         CHECK_EQ_INT(sp_stop(&p), 0);
     }
@@ -697,6 +718,8 @@ TEST(kvstore_two_servers_share_a_prefix_through_redis) {
         CHECK(read_all(b.log, &log, &log_len));
         CHECK_MSG(log && strstr(log, want), "no \"%s\" in server B's log", want);
         free(log);
+        CHECK_EQ_INT((int)cached_from(&b, "remote"), (int)(n_blocks * 32));
+        CHECK_EQ_INT((int)cached_from(&b, "disk"), 0);
 
         /* Redis goes away mid-test: both keep answering, recomputing */
         redis_stop(&rp);

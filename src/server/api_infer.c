@@ -797,10 +797,10 @@ static bool run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns, bool 
     hl_status st = engine_generate(m->eng, &req, &stats, &err);
     /* a failed or cancelled run has no prompt figures, its tokens were generated still */
     if (st)
-        metrics_tokens(c->mm, 0, 0, c->n_gen);
+        metrics_tokens(c->mm, 0, 0, 0, 0, c->n_gen);
     else
         metrics_tokens(c->mm, (uint64_t)stats.prompt_eval_count, (uint64_t)stats.cached_tokens,
-                       c->n_gen);
+                       (uint64_t)stats.cached_disk, (uint64_t)stats.cached_remote, c->n_gen);
     if (hl_log_enabled(HL_LOG_DEBUG)) {
         char np[16], nc[16], ng[16], ms[32];
         snprintf(np, sizeof np, "%d", (int)n_toks);
@@ -1073,7 +1073,7 @@ static void embed_run(srv_stream *s, void *vctx) {
         json_array_append_new(out, row);
     }
     free(vec);
-    metrics_tokens(metrics_model_get(c->srv->metrics, m->name), (uint64_t)total_tokens, 0, 0);
+    metrics_tokens(metrics_model_get(c->srv->metrics, m->name), (uint64_t)total_tokens, 0, 0, 0, 0);
     sched_release(c->srv->sched, m, c->keep_alive);
     if (srv_stream_cancelled(s)) st = HL_ERR_CANCELLED;
     if (st) {
