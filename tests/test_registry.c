@@ -966,6 +966,9 @@ static int run_on_pty_int(int port, const char *const *args, int cols, const cha
     int master;
     pid_t pid = forkpty(&master, NULL, NULL, &ws);
     if (pid == 0) {
+        /* a terminal's Ctrl-C: a test run in the background (sh: `cmd &`) inherits SIGINT
+         * ignored, and the CLI rightly keeps an ignored SIGINT ignored */
+        signal(SIGINT, SIG_DFL);
         setenv("HEARTH_HOST", hostv, 1);
         setenv("TERM", "xterm", 1);
         char *argv[16];
