@@ -12,9 +12,8 @@
 #include "runner_greedy.h"
 #include "test.h"
 
-/* The case's model and its prompt and greedy ids (up to 128 / 64); NULL when absent. */
-static model *case_model(const char *case_name, int32_t *prompt, int32_t *n_prompt,
-                         int32_t *greedy, int32_t *n_greedy) {
+model *arch_case_model(const char *case_name, int32_t *prompt, int32_t *n_prompt,
+                       int32_t *greedy, int32_t *n_greedy) {
     char rel[256];
     snprintf(rel, sizeof rel, "testdata/arch/%s.json", case_name);
     const char *jp = test_shared_path(rel);
@@ -28,11 +27,8 @@ static model *case_model(const char *case_name, int32_t *prompt, int32_t *n_prom
     for (size_t i = 0; i < json_array_size(g) && i < 64; i++)
         greedy[(*n_greedy)++] = (int32_t)json_integer_value(json_array_get(g, i));
     json_decref(root);
-    snprintf(rel, sizeof rel, "testdata/arch/%s.gguf", case_name);
-    const char *gp = test_shared_path(rel);
-    model *m = NULL;
-    if (!gp || model_load(gp, NULL, &m, NULL) != HL_OK) return NULL;
-    return m;
+    snprintf(rel, sizeof rel, "%s.gguf", case_name);
+    return arch_load_file(rel);
 }
 
 /* Evaluates toks[0..n) into kv in pieces of `step` tokens, logits of every position. */
@@ -48,7 +44,7 @@ static hl_status eval_in_steps(model_ctx *c, model_kv *kv, const int32_t *toks, 
 
 void arch_recurrent_batch_check(const char *case_name, double logit_tol) {
     int32_t prompt[128], greedy[64], n_prompt, n_greedy;
-    model *m = case_model(case_name, prompt, &n_prompt, greedy, &n_greedy);
+    model *m = arch_case_model(case_name, prompt, &n_prompt, greedy, &n_greedy);
     if (!m) SKIP("testdata/arch case not found (HEARTH_SHARED)");
     const int32_t V = model_get_hparams(m)->n_vocab;
     const size_t S = model_state_floats(m);
@@ -98,7 +94,7 @@ static runner *new_runner(model *m) {
 
 void arch_recurrent_runner_check(const char *case_name) {
     int32_t prompt[128], greedy[64], n_prompt, n_greedy;
-    model *m = case_model(case_name, prompt, &n_prompt, greedy, &n_greedy);
+    model *m = arch_case_model(case_name, prompt, &n_prompt, greedy, &n_greedy);
     if (!m) SKIP("testdata/arch case not found (HEARTH_SHARED)");
     CHECK(n_greedy >= 16);
     int32_t conv[200];
@@ -128,4 +124,82 @@ void arch_recurrent_runner_check(const char *case_name) {
     runner_destroy(warm);
     runner_destroy(fresh);
     model_free(m);
+}
+
+model *arch_load_file(const char *file) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "testdata/arch/%s", file);
+    const char *p = test_shared_path(rel);
+    model *m = NULL;
+    if (p && model_load(p, NULL, &m, NULL) != HL_OK) m = NULL;
+    return m;
+}
+
+void arch_steps_check(model *m, const int32_t *toks, int n, int n_ctx, const int *steps,
+                      int n_steps, double tol) {
+    const int32_t V = model_get_hparams(m)->n_vocab;
+    const size_t nl = (size_t)V * (size_t)n;
+    float *batch = malloc(sizeof(float) * nl), *lg = malloc(sizeof(float) * nl);
+    model_ctx *c = NULL;
+    model_kv *kv = NULL;
+    hl_err err = {0};
+    CHECK(batch && lg);
+    CHECK_OK(model_ctx_create(m, 2, n_ctx, &c, &err), &err);
+    CHECK_OK(model_kv_create(m, n_ctx, &kv, &err), &err);
+    CHECK_OK(model_eval(c, kv, toks, n, batch, &err), &err);
+    double mx = 0;
+    for (size_t i = 0; i < nl; i++) mx = fmax(mx, fabs(batch[i]));
+    CHECK_MSG(mx > 0.1, "degenerate logits");
+    for (int k = 0; k < n_steps; k++) {
+        model_kv_free(kv);
+        kv = NULL;
+        CHECK_OK(model_kv_create(m, n_ctx, &kv, &err), &err);
+        CHECK_OK(eval_in_steps(c, kv, toks, n, steps[k], lg, V, &err), &err);
+        double d = 0;
+        for (size_t i = 0; i < nl; i++) d = fmax(d, fabs(batch[i] - lg[i]));
+        fprintf(stderr, "    %d tokens in steps of %d: max |logit diff| %.3g (|logit| <= %.3g)\n",
+                n, steps[k], d, mx);
+        CHECK_NEAR(d, 0, tol);
+    }
+    free(batch);
+    free(lg);
+    model_kv_free(kv);
+    model_ctx_free(c);
+}
+
+static int32_t argmax(const float *l, int32_t n) {
+    int32_t best = 0;
+    for (int32_t v = 1; v < n; v++)
+        if (l[v] > l[best]) best = v;
+    return best;
+}
+
+void arch_runner_eval_check(model *m, const int32_t *prompt, int n) {
+    const int32_t V = model_get_hparams(m)->n_vocab;
+    runner *r = new_runner(m);
+    CHECK(r && n <= 48);
+    int32_t conv[96];
+    memcpy(conv, prompt, sizeof(int32_t) * (size_t)n);
+    collect c1, c2;
+    runner_stats s1, s2;
+    CHECK_OK(runner_greedy(r, conv, n, 12, &c1, &s1), NULL);
+    CHECK_EQ_INT(c1.n, 12);
+    for (int i = 0; i < c1.n; i++) conv[n++] = c1.toks[i];
+    for (int i = 0; i < 6; i++) conv[n++] = 40 + i;
+    CHECK_OK(runner_greedy(r, conv, n, 12, &c2, &s2), NULL);
+    CHECK_MSG(s2.cached_tokens >= 30, "cached %d of %d", (int)s2.cached_tokens, n);
+    CHECK_EQ_INT(c2.n, 12);
+    model_ctx *ctx;
+    model_kv *kv;
+    CHECK_OK(model_ctx_create(m, 1, 64, &ctx, NULL), NULL);
+    CHECK_OK(model_kv_create(m, 96, &kv, NULL), NULL);
+    CHECK_OK(model_eval(ctx, kv, conv, n, NULL, NULL), NULL);
+    for (int i = 0; i < c2.n; i++) {
+        int32_t best = argmax(model_ctx_logits(ctx), V);
+        CHECK_EQ_INT(best, c2.toks[i]);
+        CHECK_OK(model_eval(ctx, kv, &best, 1, NULL, NULL), NULL);
+    }
+    model_kv_free(kv);
+    model_ctx_free(ctx);
+    runner_destroy(r);
 }

@@ -435,3 +435,69 @@ void synth_ref_forward(const synth_model *s, const int32_t *tokens, int n, float
     free(u);
     free(sc);
 }
+
+model *synth_load(const synth_cfg *cfg, const char *path) {
+    synth_model *s = synth_build(cfg, path);
+    if (!s) return NULL;
+    synth_free(s);
+    model *m = NULL;
+    return model_load(path, NULL, &m, NULL) == HL_OK ? m : NULL;
+}
+
+bool synth_write_bigram(const char *path, const char *const *tokens, const int32_t *types,
+                        const int *next, int n_vocab, uint32_t n_ctx) {
+    const int V = n_vocab;
+    const size_t mat_n = (size_t)V * (size_t)V;
+    float *eye = calloc(mat_n, sizeof *eye), *out = calloc(mat_n, sizeof *out);
+    float *zeros = calloc(mat_n, sizeof *zeros), *ones = calloc((size_t)V, sizeof *ones);
+    float *scores = calloc((size_t)V, sizeof *scores);
+    gguf_writer *w = gguf_writer_create();
+    hl_err err = {0};
+    hl_status st = HL_ERR_NOMEM;
+    if (!w || !eye || !out || !zeros || !ones || !scores) {
+        snprintf(err.msg, sizeof err.msg, "out of memory");
+        goto done;
+    }
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    gguf_writer_set_u32(w, "llama.context_length", n_ctx);
+    gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)V);
+    gguf_writer_set_u32(w, "llama.block_count", 1);
+    gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)V);
+    gguf_writer_set_u32(w, "llama.attention.head_count", 1);
+    gguf_writer_set_u32(w, "llama.attention.head_count_kv", 1);
+    gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-6f);
+    gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
+    for (int i = 0; i < V; i++) scores[i] = (float)-i;
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, (uint64_t)V);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)V);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)V);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    for (int t = 0; t < V; t++) {
+        eye[(size_t)t * V + t] = 1.0f;
+        if (next[t] >= 0) out[(size_t)next[t] * V + t] = 10.0f; /* row next(t), column t */
+        ones[t] = 1.0f;
+    }
+    static const char *const zero_mats[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
+                                            "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+                                            "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
+                                            "blk.0.ffn_down.weight"};
+    static const char *const norms[] = {"output_norm.weight", "blk.0.attn_norm.weight",
+                                        "blk.0.ffn_norm.weight"};
+    int64_t ne2[2] = {V, V}, ne1[1] = {V};
+    const uint64_t mb = sizeof(float) * mat_n, vec = sizeof(float) * (uint64_t)V; /* bytes */
+    st = gguf_writer_add_tensor(w, "token_embd.weight", HL_TYPE_F32, 2, ne2, eye, mb, &err);
+    if (!st) st = gguf_writer_add_tensor(w, "output.weight", HL_TYPE_F32, 2, ne2, out, mb, &err);
+    for (size_t i = 0; !st && i < sizeof norms / sizeof norms[0]; i++)
+        st = gguf_writer_add_tensor(w, norms[i], HL_TYPE_F32, 1, ne1, ones, vec, &err);
+    for (size_t i = 0; !st && i < sizeof zero_mats / sizeof zero_mats[0]; i++)
+        st = gguf_writer_add_tensor(w, zero_mats[i], HL_TYPE_F32, 2, ne2, zeros, mb, &err);
+    if (!st) st = gguf_writer_write_file(w, path, &err);
+done:
+    if (w) gguf_writer_destroy(w);
+    free(eye), free(out), free(zeros), free(ones), free(scores);
+    if (st) fprintf(stderr, "    bigram model %s: %s\n", path, err.msg);
+    return st == HL_OK;
+}

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "tensor/types.h"
 
 typedef struct synth_cfg {
@@ -54,6 +55,25 @@ void synth_write_vocab(gguf_writer *w, int n_vocab);
 /* Writes the GGUF to path and returns the reference weights (free with synth_free). */
 synth_model *synth_build(const synth_cfg *cfg, const char *path);
 void synth_free(synth_model *s);
+/* A one-layer llama GGUF that is a bigram machine (for tool-call tests): token t's
+ * embedding is the one-hot e_t and the attention and FFN outputs are zero, so the logits
+ * after token t are column t of the output matrix: 10 at next[t], all 0 where next[t] < 0
+ * (the next token uniform). The vocabulary: tokens with their types, falling scores, <s> 1,
+ * </s> 2, <unk> 0. False (the reason on stderr) on failure. */
+bool synth_write_bigram(const char *path, const char *const *tokens, const int32_t *types,
+                        const int *next, int n_vocab, uint32_t n_ctx);
+/* The template the tool-call bigram models run with: the prompt ends in <Q> after a
+ * user turn and in <R> after a tool result. */
+#define SYNTH_BIGRAM_TOOL_TEMPLATE                                                           \
+    "{{- if .Tools }}{{ range .Tools }}{{ end }}{{ end }}"                                  \
+    "{{- range $i, $_ := .Messages }}{{ .Content }}"                                        \
+    "{{- if .ToolCalls }}<tool_call>{{ range .ToolCalls }}{{ json .Function.Arguments }}{{ end }}" \
+    "</tool_call>{{ end }}"                                                                 \
+    "{{- if eq (len (slice $.Messages $i)) 1 }}{{ if eq .Role \"tool\" }}<R>{{ else }}<Q>{{ end }}" \
+    "{{- end }}{{- end }}"
+
+/* Writes the GGUF to path (as synth_build) and loads it: the model, or NULL. */
+model *synth_load(const synth_cfg *cfg, const char *path);
 
 /* Reference logits for tokens[0..n), one position at a time: out is n * n_vocab. */
 void synth_ref_forward(const synth_model *s, const int32_t *tokens, int n, float *out);

@@ -14,19 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "srvproc.h"
 #include "test.h"
-
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
 
 bool redis_available(void) { return access(REDIS_BIN, X_OK) == 0; }
 
@@ -43,7 +32,7 @@ static redisContext *connect_to(int port) {
 bool redis_start(redis_proc *r, const char *tag) {
     memset(r, 0, sizeof *r);
     r->pid = -1;
-    r->port = free_port();
+    r->port = sp_free_port();
     if (r->port <= 0) return false;
     snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
     char log[1024], port[16];

@@ -2,12 +2,15 @@
 #define _GNU_SOURCE
 #include "srvproc.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -21,6 +24,18 @@
 void sp_sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+int sp_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
 }
 
 int sp_spawn(srv_proc *p, const char *tag, const char *const *env) {
@@ -160,6 +175,22 @@ bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, cons
              "{\"model\":\"%s\",\"files\":{\"m.gguf\":\"%s\"},\"stream\":false%s%s}", name,
              digest, *extra ? "," : "", extra);
     return sp_req(p, "POST", "/api/create", body, NULL) == 200;
+}
+
+bool sp_kv_dir(const srv_proc *p, const char *sub, char *out, size_t n) {
+    char base[1200];
+    snprintf(base, sizeof base, "%s/kvcache", p->models);
+    DIR *d = opendir(base);
+    if (!d) return false;
+    struct dirent *de;
+    bool found = false;
+    while (!found && (de = readdir(d)))
+        if (strncmp(de->d_name, "sha256-", 7) == 0) {
+            snprintf(out, n, "%s/%s%s%s", base, de->d_name, sub ? "/" : "", sub ? sub : "");
+            found = true;
+        }
+    closedir(d);
+    return found;
 }
 
 int sp_ps_count(const srv_proc *p) {

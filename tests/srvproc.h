@@ -23,6 +23,9 @@ typedef struct srv_proc {
     char log[1024];
 } srv_proc;
 
+/* A loopback port nothing listens on just now (for a child server to bind), or -1. */
+int sp_free_port(void);
+
 /* env: NULL-terminated "NAME=value" list (may be NULL). Returns 0, 1 when HEARTH_BIN is
  * not set, -1 when the server did not come up. */
 int sp_spawn(srv_proc *p, const char *tag, const char *const *env);
@@ -67,6 +70,9 @@ int sp_req(const srv_proc *p, const char *method, const char *path, const char *
 int sp_upload_file(const srv_proc *p, const char *path, char digest[80]);
 /* Creates `name` from a GGUF (extra: a JSON fragment of create fields, or ""). */
 bool sp_create_model(const srv_proc *p, const char *name, const char *gguf, const char *extra);
+/* The prefix cache's directory of the only model in p's store (models/kvcache/sha256-...),
+ * with "/sub" appended when sub is not NULL. False when there is none yet. */
+bool sp_kv_dir(const srv_proc *p, const char *sub, char *out, size_t n);
 /* /api/ps "models" entries: count, and whether `name` is listed. */
 int sp_ps_count(const srv_proc *p);
 bool sp_ps_has(const srv_proc *p, const char *name);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "arch_golden.h"
+#include "arch_recurrent.h"
 #include "model/model.h"
 #include "model_synth.h"
 #include "runner/runner.h"
@@ -204,55 +205,17 @@ TEST(arch_deepseek2_bad_router_hparams_are_named) {
     }
 }
 
-static model *load_case(const char *file) {
-    char rel[128];
-    snprintf(rel, sizeof rel, "testdata/arch/%s", file);
-    const char *p = test_shared_path(rel);
-    model *m = NULL;
-    if (p && model_load(p, NULL, &m, NULL) != HL_OK) m = NULL;
-    return m;
-}
-
-static int32_t argmax(const float *l, int32_t n) {
-    int32_t best = 0;
-    for (int32_t v = 1; v < n; v++)
-        if (l[v] > l[best]) best = v;
-    return best;
-}
-
 #define N_TOK 48
 
 /* One batch (tokens grouped by expert, every head's absorbed query in one matmul per
  * head) against the same tokens one at a time: every position's logits within 1e-4. */
 TEST(arch_deepseek2_batch_equals_token_by_token) {
-    model *m = load_case("deepseek2-groups-yarn.gguf");
+    model *m = arch_load_file("deepseek2-groups-yarn.gguf");
     if (!m) SKIP("testdata/arch/deepseek2-groups-yarn.gguf not found (HEARTH_SHARED)");
     const int32_t V = model_get_hparams(m)->n_vocab;
     int32_t toks[N_TOK];
     for (int i = 0; i < N_TOK; i++) toks[i] = (i * 97 + 13) % V;
-    float *batch = malloc(sizeof(float) * (size_t)V * N_TOK);
-    float *step = malloc(sizeof(float) * (size_t)V * N_TOK);
-    model_ctx *c = NULL;
-    model_kv *a = NULL, *b = NULL;
-    CHECK_OK(model_ctx_create(m, 2, N_TOK, &c, NULL), NULL);
-    CHECK_OK(model_kv_create(m, 64, &a, NULL), NULL);
-    CHECK_OK(model_kv_create(m, 64, &b, NULL), NULL);
-    CHECK_OK(model_eval(c, a, toks, N_TOK, batch, NULL), NULL);
-    for (int i = 0; i < N_TOK; i++)
-        CHECK_OK(model_eval(c, b, &toks[i], 1, step + (size_t)i * V, NULL), NULL);
-    double d = 0, mx = 0;
-    for (size_t i = 0; i < (size_t)V * N_TOK; i++) {
-        d = fmax(d, fabs(batch[i] - step[i]));
-        mx = fmax(mx, fabs(batch[i]));
-    }
-    fprintf(stderr, "    %d tokens: max |logit diff| %.3g (|logit| <= %.3g)\n", N_TOK, d, mx);
-    CHECK_MSG(mx > 0.1, "degenerate logits");
-    CHECK_NEAR(d, 0, 1e-4);
-    free(batch);
-    free(step);
-    model_kv_free(a);
-    model_kv_free(b);
-    model_ctx_free(c);
+    arch_steps_check(m, toks, N_TOK, 64, (const int[]){1}, 1, 1e-4);
     model_free(m);
 }
 
@@ -260,39 +223,12 @@ TEST(arch_deepseek2_batch_equals_token_by_token) {
  * different widths, prefix cache): a conversation continued from the cache gives the
  * greedy tokens of model_eval. */
 TEST(arch_deepseek2_runner_greedy_matches_model_eval) {
-    model *m = load_case("deepseek2.gguf");
+    model *m = arch_load_file("deepseek2.gguf");
     if (!m) SKIP("testdata/arch/deepseek2.gguf not found (HEARTH_SHARED)");
     const int32_t V = model_get_hparams(m)->n_vocab;
-    runner_config cfg = {.n_threads = 1, .block_tokens = 8, .prefill_chunk = 16,
-                         .kv_budget_bytes = (size_t)64 << 20, .n_parallel = 2,
-                         .batch_tokens = 32};
-    runner *r = NULL;
-    CHECK_OK(runner_create(m, &cfg, &r, NULL), NULL);
-    int32_t conv[96];
-    int n = 0;
-    for (int i = 0; i < 24; i++) conv[n++] = 3 + (i * 131 + 7) % (V - 3);
-    collect c1, c2;
-    runner_stats s1, s2;
-    CHECK_OK(runner_greedy(r, conv, n, 12, &c1, &s1), NULL);
-    CHECK_EQ_INT(c1.n, 12);
-    for (int i = 0; i < c1.n; i++) conv[n++] = c1.toks[i];
-    for (int i = 0; i < 6; i++) conv[n++] = 40 + i;
-    CHECK_OK(runner_greedy(r, conv, n, 12, &c2, &s2), NULL);
-    CHECK_MSG(s2.cached_tokens >= 30, "cached %d of %d", (int)s2.cached_tokens, n);
-    CHECK_EQ_INT(c2.n, 12);
-    model_ctx *ctx;
-    model_kv *kv;
-    CHECK_OK(model_ctx_create(m, 1, 64, &ctx, NULL), NULL);
-    CHECK_OK(model_kv_create(m, 96, &kv, NULL), NULL);
-    CHECK_OK(model_eval(ctx, kv, conv, n, NULL, NULL), NULL);
-    for (int i = 0; i < c2.n; i++) {
-        int32_t best = argmax(model_ctx_logits(ctx), V);
-        CHECK_EQ_INT(best, c2.toks[i]);
-        CHECK_OK(model_eval(ctx, kv, &best, 1, NULL, NULL), NULL);
-    }
-    model_kv_free(kv);
-    model_ctx_free(ctx);
-    runner_destroy(r);
+    int32_t prompt[24];
+    for (int i = 0; i < 24; i++) prompt[i] = 3 + (i * 131 + 7) % (V - 3);
+    arch_runner_eval_check(m, prompt, 24);
     model_free(m);
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "arch_golden.h"
+#include "arch_recurrent.h"
 #include "kv/block.h"
 #include "runner/runner.h"
 #include "runner_greedy.h"
@@ -23,15 +24,6 @@ TEST(arch_gemma4_q8_0) { arch_golden_check("gemma4-q8_0"); }
 TEST(arch_gemma4_keqv) { arch_golden_check("gemma4-keqv"); }
 TEST(arch_gemma4_keqv_f16) { arch_golden_check("gemma4-keqv-f16"); }
 TEST(arch_gemma4_keqv_q8_0) { arch_golden_check("gemma4-keqv-q8_0"); }
-
-static model *load_case(const char *file) {
-    char rel[128];
-    snprintf(rel, sizeof rel, "testdata/arch/%s", file);
-    const char *p = test_shared_path(rel);
-    model *m = NULL;
-    if (p && model_load(p, NULL, &m, NULL) != HL_OK) m = NULL;
-    return m;
-}
 
 static int32_t argmax(const float *l, int32_t n) {
     int32_t best = 0;
@@ -53,7 +45,7 @@ static void fill_tokens(int32_t *p, int n, int seed, int32_t n_vocab) {
  * alone as a contiguous cache (up to the order of the attention's blocks). */
 #define NSEQ 4
 TEST(gemma4_block_pool_batch_matches_each_alone_and_model_eval) {
-    model *m = load_case("gemma4.gguf");
+    model *m = arch_load_file("gemma4.gguf");
     if (!m) SKIP("testdata/arch/gemma4.gguf not found");
     const model_hparams *hp = model_get_hparams(m);
     const int32_t V = hp->n_vocab;
@@ -139,40 +131,11 @@ TEST(gemma4_block_pool_batch_matches_each_alone_and_model_eval) {
 /* Through the runner (the server's path): a conversation past the window, continued from
  * the prefix cache, gives the greedy tokens of model_eval. */
 TEST(gemma4_runner_greedy_matches_model_eval) {
-    model *m = load_case("gemma4.gguf");
+    model *m = arch_load_file("gemma4.gguf");
     if (!m) SKIP("testdata/arch/gemma4.gguf not found");
-    const int32_t V = model_get_hparams(m)->n_vocab;
-    runner_config cfg = {.n_threads = 1, .block_tokens = 8, .prefill_chunk = 16,
-                         .kv_budget_bytes = (size_t)64 << 20, .n_parallel = 2,
-                         .batch_tokens = 32};
-    runner *r = NULL;
-    CHECK_OK(runner_create(m, &cfg, &r, NULL), NULL);
-    int32_t conv[96];
-    int n = 0;
-    fill_tokens(conv, 24, 5, V);
-    n = 24;
-    collect c1, c2;
-    runner_stats s1, s2;
-    CHECK_OK(runner_greedy(r, conv, n, 12, &c1, &s1), NULL);
-    CHECK_EQ_INT(c1.n, 12);
-    for (int i = 0; i < c1.n; i++) conv[n++] = c1.toks[i];
-    for (int i = 0; i < 6; i++) conv[n++] = 40 + i;
-    CHECK_OK(runner_greedy(r, conv, n, 12, &c2, &s2), NULL);
-    CHECK_MSG(s2.cached_tokens >= 30, "cached %d of %d", (int)s2.cached_tokens, n);
-    CHECK_EQ_INT(c2.n, 12);
-    model_ctx *ctx;
-    model_kv *kv;
-    CHECK_OK(model_ctx_create(m, 1, 64, &ctx, NULL), NULL);
-    CHECK_OK(model_kv_create(m, 96, &kv, NULL), NULL);
-    CHECK_OK(model_eval(ctx, kv, conv, n, NULL, NULL), NULL);
-    for (int i = 0; i < c2.n; i++) {
-        int32_t best = argmax(model_ctx_logits(ctx), V);
-        CHECK_EQ_INT(best, c2.toks[i]);
-        CHECK_OK(model_eval(ctx, kv, &best, 1, NULL, NULL), NULL);
-    }
-    model_kv_free(kv);
-    model_ctx_free(ctx);
-    runner_destroy(r);
+    int32_t prompt[24];
+    fill_tokens(prompt, 24, 5, model_get_hparams(m)->n_vocab);
+    arch_runner_eval_check(m, prompt, 24);
     model_free(m);
 }
 

@@ -23,66 +23,17 @@ TEST(arch_gptoss) { arch_golden_check("gpt-oss"); }
 TEST(arch_gptoss_q8_0) { arch_golden_check("gpt-oss-q8_0"); }
 TEST(arch_gptoss_mxfp4) { arch_golden_check("gpt-oss-mxfp4"); }
 
-/* The golden's prompt ids (up to cap). */
-static int32_t golden_prompt(int32_t *prompt, int32_t cap) {
-    const char *jp = test_shared_path("testdata/arch/gpt-oss.json");
-    json_t *root = jp ? json_load_file(jp, 0, NULL) : NULL;
-    json_t *p = json_object_get(root, "prompt_ids");
-    int32_t n = 0;
-    for (size_t i = 0; i < json_array_size(p) && n < cap; i++)
-        prompt[n++] = (int32_t)json_integer_value(json_array_get(p, i));
-    json_decref(root);
-    return n;
-}
-
 /* The 70-token prompt (far past the window of 8) in one batch, one token per eval and
  * chunks of 7: every position's logits within 1e-4 (llama.cpp's own one-token vs batch
  * difference on this file is 1.5e-5). The windowed layers live in their own cache slot. */
 TEST(arch_gptoss_batch_equals_token_by_token_and_chunks) {
-    const char *gp = test_shared_path("testdata/arch/gpt-oss.gguf");
-    int32_t prompt[128];
-    const int32_t n_prompt = golden_prompt(prompt, 128);
-    if (!gp || n_prompt == 0) SKIP("testdata/arch/gpt-oss.{gguf,json} not found (HEARTH_SHARED)");
-    model *m = NULL;
-    CHECK_OK(model_load(gp, NULL, &m, NULL), NULL);
+    int32_t prompt[128], greedy[64], n_prompt, n_greedy;
+    model *m = arch_case_model("gpt-oss", prompt, &n_prompt, greedy, &n_greedy);
+    if (!m) SKIP("testdata/arch/gpt-oss.{gguf,json} not found (HEARTH_SHARED)");
     CHECK_EQ_INT(model_kv_slots(m), 2);
     CHECK_EQ_INT(model_kv_window(m), 8);
     CHECK(n_prompt > 16);
-    const int32_t V = model_get_hparams(m)->n_vocab;
-    float *batch = malloc(sizeof(float) * (size_t)V * (size_t)n_prompt);
-    float *step = malloc(sizeof(float) * (size_t)V * (size_t)n_prompt);
-    float *chunk = malloc(sizeof(float) * (size_t)V * (size_t)n_prompt);
-    model_ctx *c = NULL;
-    model_kv *a = NULL, *b = NULL, *d = NULL;
-    CHECK_OK(model_ctx_create(m, 2, 128, &c, NULL), NULL);
-    CHECK_OK(model_kv_create(m, 128, &a, NULL), NULL);
-    CHECK_OK(model_kv_create(m, 128, &b, NULL), NULL);
-    CHECK_OK(model_kv_create(m, 128, &d, NULL), NULL);
-    CHECK_OK(model_eval(c, a, prompt, n_prompt, batch, NULL), NULL);
-    for (int i = 0; i < n_prompt; i++)
-        CHECK_OK(model_eval(c, b, &prompt[i], 1, step + (size_t)i * V, NULL), NULL);
-    for (int i = 0; i < n_prompt; i += 7) {
-        const int n = n_prompt - i < 7 ? n_prompt - i : 7;
-        CHECK_OK(model_eval(c, d, &prompt[i], n, chunk + (size_t)i * V, NULL), NULL);
-    }
-    double ds = 0, dc = 0, mx = 0;
-    for (size_t i = 0; i < (size_t)V * (size_t)n_prompt; i++) {
-        ds = fmax(ds, fabs(batch[i] - step[i]));
-        dc = fmax(dc, fabs(batch[i] - chunk[i]));
-        mx = fmax(mx, fabs(batch[i]));
-    }
-    fprintf(stderr, "    %d tokens: max |logit diff| one by one %.3g, chunks of 7 %.3g (|logit| <= %.3g)\n",
-            n_prompt, ds, dc, mx);
-    CHECK_MSG(mx > 0.1, "degenerate logits");
-    CHECK_NEAR(ds, 0, 1e-4);
-    CHECK_NEAR(dc, 0, 1e-4);
-    free(batch);
-    free(step);
-    free(chunk);
-    model_kv_free(a);
-    model_kv_free(b);
-    model_kv_free(d);
-    model_ctx_free(c);
+    arch_steps_check(m, prompt, n_prompt, 128, (const int[]){1, 7}, 2, 1e-4);
     model_free(m);
 }
 

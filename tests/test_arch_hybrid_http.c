@@ -124,23 +124,6 @@ TEST(arch_hybrid_http_gptoss_shared_system_prompt) { shared_system_prompt("gpt-o
 
 static const char *g_sub = "state"; /* the records' subdirectory: state/ or window/ */
 
-/* The state (or window) record directory of the only model under a server's store. */
-static bool state_dir(const srv_proc *p, char *out, size_t n) {
-    char base[1200];
-    snprintf(base, sizeof base, "%s/kvcache", p->models);
-    DIR *d = opendir(base);
-    if (!d) return false;
-    struct dirent *de;
-    bool found = false;
-    while (!found && (de = readdir(d)))
-        if (strncmp(de->d_name, "sha256-", 7) == 0) {
-            snprintf(out, n, "%s/%s/%s", base, de->d_name, g_sub);
-            found = true;
-        }
-    closedir(d);
-    return found;
-}
-
 /* Record files in dir; with `damage`, flips a byte near the end of each. */
 static int records(const char *dir, bool damage) {
     DIR *d = opendir(dir);
@@ -175,7 +158,7 @@ static reply g_r;
 static void restart_first(srv_proc *p) {
     CHECK(chat(p, Q_A, &g_r));
     CHECK_EQ_INT(g_r.cached, 0);
-    CHECK(state_dir(p, g_sdir, sizeof g_sdir));
+    CHECK(sp_kv_dir(p, g_sub, g_sdir, sizeof g_sdir));
 }
 
 static void restart_again(srv_proc *p) { CHECK(chat(p, Q_B, &g_r)); }

@@ -13,31 +13,13 @@
 #include <string.h>
 
 #include "arch_golden.h"
+#include "arch_recurrent.h"
 #include "runner/runner.h"
 #include "runner_greedy.h"
 #include "test.h"
 
 TEST(arch_qwen35) { arch_golden_check("qwen35"); }
 TEST(arch_qwen35_q8_0) { arch_golden_check("qwen35-q8_0"); }
-
-/* The golden model (shared across tests) and its prompt and greedy ids. */
-static model *q35_model(int32_t *prompt, int32_t *n_prompt, int32_t *greedy, int32_t *n_greedy) {
-    const char *gp = test_shared_path("testdata/arch/qwen35.gguf");
-    const char *jp = test_shared_path("testdata/arch/qwen35.json");
-    if (!gp || !jp) return NULL;
-    json_t *root = json_load_file(jp, 0, NULL);
-    if (!root) return NULL;
-    json_t *p = json_object_get(root, "prompt_ids"), *g = json_object_get(root, "greedy_ids");
-    *n_prompt = *n_greedy = 0;
-    for (size_t i = 0; i < json_array_size(p) && i < 128; i++)
-        prompt[(*n_prompt)++] = (int32_t)json_integer_value(json_array_get(p, i));
-    for (size_t i = 0; i < json_array_size(g) && i < 64; i++)
-        greedy[(*n_greedy)++] = (int32_t)json_integer_value(json_array_get(g, i));
-    json_decref(root);
-    model *m = NULL;
-    if (model_load(gp, NULL, &m, NULL) != HL_OK) return NULL;
-    return m;
-}
 
 #define N_AFTER 8
 
@@ -48,7 +30,7 @@ static model *q35_model(int32_t *prompt, int32_t *n_prompt, int32_t *greedy, int
  * same 8 tokens: the logits are bitwise those of the first pass. */
 TEST(arch_qwen35_state_save_restore_is_exact) {
     int32_t prompt[128], greedy[64], n_prompt, n_greedy;
-    model *m = q35_model(prompt, &n_prompt, greedy, &n_greedy);
+    model *m = arch_case_model("qwen35", prompt, &n_prompt, greedy, &n_greedy);
     if (!m) SKIP("testdata/arch/qwen35.{gguf,json} not found (HEARTH_SHARED)");
     CHECK(n_greedy >= N_AFTER);
     const int32_t V = model_get_hparams(m)->n_vocab;
@@ -101,7 +83,7 @@ TEST(arch_qwen35_state_save_restore_is_exact) {
  * one-batch runs of it differ by 7e-5 in 70 positions). */
 TEST(arch_qwen35_chunked_prefill_equals_token_by_token) {
     int32_t prompt[128], greedy[64], n_prompt, n_greedy;
-    model *m = q35_model(prompt, &n_prompt, greedy, &n_greedy);
+    model *m = arch_case_model("qwen35", prompt, &n_prompt, greedy, &n_greedy);
     if (!m) SKIP("testdata/arch/qwen35.{gguf,json} not found (HEARTH_SHARED)");
     const int32_t V = model_get_hparams(m)->n_vocab;
     const size_t S = model_state_floats(m);
@@ -137,43 +119,10 @@ TEST(arch_qwen35_chunked_prefill_equals_token_by_token) {
     model_free(m);
 }
 
-static runner *new_runner(model *m) {
-    runner_config cfg = {.n_threads = 1, .block_tokens = 8, .prefill_chunk = 16,
-                         .kv_budget_bytes = (size_t)64 << 20, .n_parallel = 2,
-                         .batch_tokens = 32};
-    runner *r = NULL;
-    return runner_create(m, &cfg, &r, NULL) == HL_OK ? r : NULL;
-}
-
 /* The golden's greedy tokens through the runner; then the conversation continued is served
  * from the prefix cache (the recurrent state restored from its snapshot) and gives the
  * tokens of a cold run on a fresh runner. */
-TEST(arch_qwen35_runner_continues_from_the_cache) {
-    int32_t prompt[128], greedy[64], n_prompt, n_greedy;
-    model *m = q35_model(prompt, &n_prompt, greedy, &n_greedy);
-    if (!m) SKIP("testdata/arch/qwen35.{gguf,json} not found (HEARTH_SHARED)");
-    int32_t conv[200];
-    int n = 0;
-    for (int i = 0; i < n_prompt; i++) conv[n++] = prompt[i];
-    runner *warm = new_runner(m), *fresh = new_runner(m);
-    CHECK(warm && fresh);
-    collect c1, c2, cold;
-    runner_stats s1, s2, s3;
-    CHECK_OK(runner_greedy(warm, conv, n, 16, &c1, &s1), NULL);
-    CHECK_EQ_INT(c1.n, 16);
-    for (int i = 0; i < 16; i++) CHECK_EQ_INT(c1.toks[i], greedy[i]);
-    for (int i = 0; i < c1.n; i++) conv[n++] = c1.toks[i];
-    for (int i = 0; i < 10; i++) conv[n++] = 100 + i;
-    CHECK_OK(runner_greedy(warm, conv, n, 12, &c2, &s2), NULL);
-    CHECK_MSG(s2.cached_tokens > 0, "cached %d of %d", (int)s2.cached_tokens, n);
-    CHECK_OK(runner_greedy(fresh, conv, n, 12, &cold, &s3), NULL);
-    CHECK_EQ_INT(s3.cached_tokens, 0);
-    CHECK_EQ_INT(cold.n, c2.n);
-    for (int i = 0; i < cold.n; i++) CHECK_EQ_INT(c2.toks[i], cold.toks[i]);
-    runner_destroy(warm);
-    runner_destroy(fresh);
-    model_free(m);
-}
+TEST(arch_qwen35_runner_continues_from_the_cache) { arch_recurrent_runner_check("qwen35"); }
 
 /* ---- bad files get clear errors ---- */
 

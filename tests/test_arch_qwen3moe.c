@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "arch_golden.h"
+#include "arch_recurrent.h"
 #include "model/model.h"
 #include "model_synth.h"
 #include "test.h"
@@ -31,29 +32,7 @@ TEST(arch_qwen3moe_batch_equals_token_by_token) {
     const int32_t V = model_get_hparams(m)->n_vocab;
     int32_t toks[N_TOK];
     for (int i = 0; i < N_TOK; i++) toks[i] = (i * 97 + 13) % V;
-    float *batch = malloc(sizeof(float) * (size_t)V * N_TOK);
-    float *step = malloc(sizeof(float) * (size_t)V * N_TOK);
-    model_ctx *c = NULL;
-    model_kv *a = NULL, *b = NULL;
-    CHECK_OK(model_ctx_create(m, 2, N_TOK, &c, NULL), NULL);
-    CHECK_OK(model_kv_create(m, 128, &a, NULL), NULL);
-    CHECK_OK(model_kv_create(m, 128, &b, NULL), NULL);
-    CHECK_OK(model_eval(c, a, toks, N_TOK, batch, NULL), NULL);
-    for (int i = 0; i < N_TOK; i++)
-        CHECK_OK(model_eval(c, b, &toks[i], 1, step + (size_t)i * V, NULL), NULL);
-    double d = 0, mx = 0;
-    for (size_t i = 0; i < (size_t)V * N_TOK; i++) {
-        d = fmax(d, fabs(batch[i] - step[i]));
-        mx = fmax(mx, fabs(batch[i]));
-    }
-    fprintf(stderr, "    %d tokens: max |logit diff| %.3g (|logit| <= %.3g)\n", N_TOK, d, mx);
-    CHECK_MSG(mx > 0.1, "degenerate logits");
-    CHECK_NEAR(d, 0, 1e-4);
-    free(batch);
-    free(step);
-    model_kv_free(a);
-    model_kv_free(b);
-    model_ctx_free(c);
+    arch_steps_check(m, toks, N_TOK, 128, (const int[]){1}, 1, 1e-4);
     model_free(m);
 }
 

@@ -5,6 +5,7 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kv/kvcache.h"
 #include "kv/trie.h"
@@ -19,12 +20,7 @@ static model *load_synth_type(hl_type wtype) {
     snprintf(path, sizeof path, "%s/batch%d.gguf", test_tmpdir(), (int)wtype);
     synth_cfg c = {.arch = "llama", .n_vocab = V, .n_embd = 64, .n_layer = 2, .n_ff = 96,
                    .n_head = 4, .n_head_kv = 2, .rope_base = 10000, .wtype = wtype, .seed = 11};
-    synth_model *s = synth_build(&c, path);
-    if (!s) return NULL;
-    synth_free(s);
-    model *m = NULL;
-    if (model_load(path, NULL, &m, NULL) != HL_OK) return NULL;
-    return m;
+    return synth_load(&c, path);
 }
 
 static void fill_prompt(int32_t *p, int n, int seed) {
@@ -277,6 +273,53 @@ static bool run_alone(job_run *jobs, int n, int32_t ref[][256], int *ref_n) {
 }
 
 static int32_t g_prompts[16][256];
+
+/* A pool's geometry is checked in full the first time a context sees it (forward.c keeps
+ * the ones that passed): after a batch on a good pool, another geometry whose layer does
+ * not fit the model is still refused, and the good one still serves. */
+TEST(batch_view_geometry_is_checked_once_and_a_misfit_still_refused) {
+    model *m = load_synth_type(HL_TYPE_F32);
+    CHECK(m);
+    const model_hparams *hp = model_get_hparams(m);
+    model_ctx *c;
+    CHECK_OK(model_ctx_create(m, 1, 64, &c, NULL), NULL);
+    kv_pool_config pc = {.layout = {hp->n_layer, hp->n_head_kv, hp->head_dim_k, hp->head_dim_v,
+                                    8},
+                         .budget_bytes = (size_t)4 << 20};
+    kv_pool *pool;
+    CHECK_OK(kv_pool_create(&pc, &pool, NULL), NULL);
+    int32_t toks[12];
+    fill_prompt(toks, 12, 5);
+    kv_table t;
+    kv_table_init(&t, pool);
+    model_kv_view v;
+    for (int i = 0; i < 2; i++) { /* the second batch finds the geometry checked */
+        CHECK_OK(kv_table_reserve(&t, 6, NULL), NULL);
+        view_of(&t, &v);
+        CHECK_OK(model_eval_view(c, &v, toks + 6 * i, 6, NULL, NULL), NULL);
+        kv_table_commit(&t, 6);
+    }
+    const kv_geom *good = kv_pool_geom(pool);
+    kv_layer_dims dims[8];
+    CHECK(good->n_layer <= 8);
+    memcpy(dims, good->dims, sizeof(kv_layer_dims) * (size_t)good->n_layer);
+    dims[1].head_dim_v *= 2; /* the second layer's values twice as wide */
+    kv_geom bad;
+    CHECK_OK(kv_geom_init(&bad, good->n_layer, dims, good->k_type, good->v_type, NULL), NULL);
+    CHECK_OK(kv_table_reserve(&t, 1, NULL), NULL);
+    view_of(&t, &v);
+    v.geom = &bad;
+    hl_err err = {0};
+    CHECK_EQ_INT(model_eval_view(c, &v, toks, 1, NULL, &err), HL_ERR_INVALID);
+    CHECK_MSG(strstr(err.msg, "layer 1 does not fit"), "%s", err.msg);
+    v.geom = good;
+    CHECK_OK(model_eval_view(c, &v, toks, 1, NULL, NULL), NULL);
+    kv_geom_free(&bad);
+    kv_table_free(&t);
+    kv_pool_destroy(pool);
+    model_ctx_free(c);
+    model_free(m);
+}
 
 TEST(batch_concurrent_greedy_requests_match_each_alone) {
     CHECK(batch_model());

@@ -15,6 +15,7 @@
 
 #include "base/file.h"
 #include "gguf/gguf.h"
+#include "model_synth.h"
 #include "tensor/types.h"
 #include "net/http_client.h"
 #include "server/compat.h"
@@ -621,60 +622,10 @@ static const char *const k_tb_tokens[TB_V] = {
     "\xe2\x96\x81w13", "\xe2\x96\x81w14", "\xe2\x96\x81w15"};
 static const int32_t k_tb_types[TB_V] = {2, 3, 3, 3, 3, 4, 1, 4, 1, 1, 1, 1, 1, 1, 1, 1};
 static const int k_tb_next[TB_V] = {2, 2, 2, 5, 8, 6, 7, 2, 9, 10, 11, 2, 2, 2, 2, 2};
-static const char *k_tb_template =
-    "{{- if .Tools }}{{ range .Tools }}{{ end }}{{ end }}"
-    "{{- range $i, $_ := .Messages }}{{ .Content }}"
-    "{{- if .ToolCalls }}<tool_call>{{ range .ToolCalls }}{{ json .Function.Arguments }}{{ end }}"
-    "</tool_call>{{ end }}"
-    "{{- if eq (len (slice $.Messages $i)) 1 }}{{ if eq .Role \"tool\" }}<R>{{ else }}<Q>{{ end }}"
-    "{{- end }}{{- end }}";
+static const char *k_tb_template = SYNTH_BIGRAM_TOOL_TEMPLATE;
 
 static bool write_tool_gguf(const char *path) {
-    gguf_writer *w = gguf_writer_create();
-    if (!w) return false;
-    gguf_writer_set_str(w, "general.architecture", "llama");
-    gguf_writer_set_u32(w, "llama.context_length", 256);
-    gguf_writer_set_u32(w, "llama.embedding_length", TB_V);
-    gguf_writer_set_u32(w, "llama.block_count", 1);
-    gguf_writer_set_u32(w, "llama.feed_forward_length", TB_V);
-    gguf_writer_set_u32(w, "llama.attention.head_count", 1);
-    gguf_writer_set_u32(w, "llama.attention.head_count_kv", 1);
-    gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-6f);
-    gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    float scores[TB_V];
-    for (int i = 0; i < TB_V; i++) scores[i] = (float)-i;
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", k_tb_tokens, TB_V);
-    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, TB_V);
-    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, k_tb_types, TB_V);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    static float eye[TB_V * TB_V], out[TB_V * TB_V], ones[TB_V], zeros[TB_V * TB_V];
-    for (int t = 0; t < TB_V; t++) {
-        eye[t * TB_V + t] = 1.0f;
-        out[k_tb_next[t] * TB_V + t] = 10.0f; /* row next(t), column t */
-        ones[t] = 1.0f;
-    }
-    static const char *const zero_mats[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
-                                            "blk.0.attn_v.weight", "blk.0.attn_output.weight",
-                                            "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
-                                            "blk.0.ffn_down.weight"};
-    static const char *const norms[] = {"output_norm.weight", "blk.0.attn_norm.weight",
-                                        "blk.0.ffn_norm.weight"};
-    int64_t ne2[2] = {TB_V, TB_V}, ne1[1] = {TB_V};
-    uint64_t mat = sizeof(float) * TB_V * TB_V;
-    hl_err err;
-    hl_status st = gguf_writer_add_tensor(w, "token_embd.weight", HL_TYPE_F32, 2, ne2, eye, mat, &err);
-    if (!st) st = gguf_writer_add_tensor(w, "output.weight", HL_TYPE_F32, 2, ne2, out, mat, &err);
-    for (size_t i = 0; !st && i < sizeof norms / sizeof norms[0]; i++)
-        st = gguf_writer_add_tensor(w, norms[i], HL_TYPE_F32, 1, ne1, ones, sizeof ones, &err);
-    for (size_t i = 0; !st && i < sizeof zero_mats / sizeof zero_mats[0]; i++)
-        st = gguf_writer_add_tensor(w, zero_mats[i], HL_TYPE_F32, 2, ne2, zeros, mat, &err);
-    if (!st) st = gguf_writer_write_file(w, path, &err);
-    gguf_writer_destroy(w);
-    if (st) fprintf(stderr, "    tool model: %s\n", err.msg);
-    return st == HL_OK;
+    return synth_write_bigram(path, k_tb_tokens, k_tb_types, k_tb_next, TB_V, 256);
 }
 
 /* Creates "toolbot" (the model above with its template). */

@@ -52,6 +52,10 @@ TEST(grammar_recognizer_accepts_and_rejects) {
         {"\"json\"", "{\"a\":\"\\ud800\"}", 0}, /* no surrogate escapes */
         {"\"json\"", "{\"a\":\"\xc3\"}", 0},    /* broken UTF-8 */
         {"\"json\"", "{\"a\":01}", 0},
+        /* exponents of two digits at most: 6e604 is JSON but no double (parsers refuse it) */
+        {"\"json\"", "{\"a\":[6e99, 1.5E-99, 2e+7]}", 1},
+        {"\"json\"", "{\"a\":6e604}", 0},
+        {"\"json\"", "{\"a\":1e100}", 0},
         {"\"json\"", "{  }", 0},
         {k_test_schemas[0], "{\"name\":\"Lily\",\"age\":3}", 1},
         {k_test_schemas[0], "{\"age\":3,\"name\":\"Lily\"}", 1},

@@ -270,11 +270,7 @@ static model *load_synth64(void) {
     synth_cfg cfg = {.arch = "llama", .n_vocab = 64, .n_embd = 128, .n_layer = 2, .n_ff = 96,
                      .n_head = 4, .n_head_kv = 2, .head_dim = 64, .rope_base = 10000.0f,
                      .wtype = HL_TYPE_F32, .seed = 3};
-    synth_model *s = synth_build(&cfg, path);
-    if (!s) return NULL;
-    synth_free(s);
-    model *m = NULL;
-    return model_load(path, NULL, &m, NULL) == HL_OK ? m : NULL;
+    return synth_load(&cfg, path);
 }
 
 TEST(kv_type_runner_cache_hit_equals_cold_and_block_bytes) {

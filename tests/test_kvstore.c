@@ -17,6 +17,7 @@
 #include "base/file.h"
 #include "kv/store.h"
 #include "model_synth.h"
+#include "net/http_client.h"
 #include "redisproc.h"
 #include "runner/runner.h"
 #include "runner_greedy.h"
@@ -294,12 +295,7 @@ static model *load_synth(void) {
     synth_cfg c = {.arch = "llama", .n_vocab = V, .n_embd = 32, .n_layer = 2, .n_ff = 48,
                    .n_head = 4, .n_head_kv = 2, .rope_base = 10000, .wtype = HL_TYPE_F32,
                    .seed = 11};
-    synth_model *s = synth_build(&c, path);
-    if (!s) return NULL;
-    synth_free(s);
-    model *m = NULL;
-    if (model_load(path, NULL, &m, NULL) != HL_OK) return NULL;
-    return m;
+    return synth_load(&c, path);
 }
 
 static runner *tier_runner(const model *m, const char *dir, const char *redis) {
@@ -554,6 +550,22 @@ static const char *stories(void) { return test_shared_path("models/stories260K/s
     "down. Then Lily took Max home and gave him a bowl of warm milk. Max slept next to the fire " \
     "and dreamed of the ball. The next morning"
 
+/* /metrics' cached prompt tokens of model s from one source ("ram", "disk", "remote");
+ * -1 when the sample is missing. */
+static long long cached_from(const srv_proc *p, const char *source) {
+    char *resp = NULL, want[128];
+    int status = 0;
+    long long v = -1;
+    if (net_http_request(&p->host, "GET", "/metrics", NULL, 0, &status, &resp, NULL, NULL) != HL_OK)
+        return -1;
+    snprintf(want, sizeof want, "hearth_prompt_cached_tokens_total{model=\"s:latest\",source=\"%s\"} ",
+             source);
+    const char *at = status == 200 && resp ? strstr(resp, want) : NULL;
+    if (at) v = strtoll(at + strlen(want), NULL, 10);
+    free(resp);
+    return v;
+}
+
 typedef struct gen_out {
     char text[2048];
     long long cached, prompt;
@@ -578,23 +590,6 @@ static bool gen(const srv_proc *p, const char *prompt, gen_out *o) {
     }
     json_decref(j);
     return ok;
-}
-
-/* The model's block directory under a server's store (the only one in kvcache/). */
-static bool kv_dir(const srv_proc *p, char *out, size_t n) {
-    char base[1200];
-    snprintf(base, sizeof base, "%s/kvcache", p->models);
-    DIR *d = opendir(base);
-    if (!d) return false;
-    struct dirent *de;
-    bool found = false;
-    while (!found && (de = readdir(d)))
-        if (strncmp(de->d_name, "sha256-", 7) == 0) {
-            snprintf(out, n, "%s/%s", base, de->d_name);
-            found = true;
-        }
-    closedir(d);
-    return found;
 }
 
 /* Waits (up to 10 s) until the directory holds `want` block files. */
@@ -625,7 +620,7 @@ TEST(kvstore_serve_restart_is_a_cache_hit_and_a_corrupt_block_is_recomputed) {
         CHECK_EQ_INT(cold.cached, 0);
         n_blocks = (int)((cold.prompt - 1) / 32);
         CHECK(n_blocks >= 4);
-        CHECK(kv_dir(&p, dir, sizeof dir));
+        CHECK(sp_kv_dir(&p, NULL, dir, sizeof dir));
         CHECK_MSG(wait_files(dir, n_blocks), "%d block files in %s", count_files(dir, ".kvb"), dir);
         if (test_failed()) sp_dump_log(&p);
         CHECK_EQ_INT(sp_stop(&p), 0);
@@ -645,6 +640,10 @@ TEST(kvstore_serve_restart_is_a_cache_hit_and_a_corrupt_block_is_recomputed) {
         CHECK(read_all(p.log, &log, &log_len));
         CHECK_MSG(log && strstr(log, want), "no \"%s\" in the server log", want);
         free(log);
+        /* and so does /metrics */
+        CHECK_EQ_INT((int)cached_from(&p, "disk"), n_blocks * 32);
+        CHECK_EQ_INT((int)cached_from(&p, "ram"), 0);
+        CHECK_EQ_INT((int)cached_from(&p, "remote"), 0);
         if (test_failed()) sp_dump_log(&p);
         CHECK_EQ_INT(sp_stop(&p), 0);
     }
@@ -719,6 +718,8 @@ TEST(kvstore_two_servers_share_a_prefix_through_redis) {
         CHECK(read_all(b.log, &log, &log_len));
         CHECK_MSG(log && strstr(log, want), "no \"%s\" in server B's log", want);
         free(log);
+        CHECK_EQ_INT((int)cached_from(&b, "remote"), (int)(n_blocks * 32));
+        CHECK_EQ_INT((int)cached_from(&b, "disk"), 0);
 
         /* Redis goes away mid-test: both keep answering, recomputing */
         redis_stop(&rp);

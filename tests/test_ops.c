@@ -225,14 +225,14 @@ TEST(metrics_text_format_every_line_parses) {
     const char *weird = "we\"ird\\name\nx:latest";
     metrics_model *a = metrics_model_get(m, "a:latest"), *w = metrics_model_get(m, weird);
     CHECK(a && w && metrics_model_get(m, "a:latest") == a);
-    metrics_tokens(a, 10, 4, 7);
-    metrics_tokens(a, 5, 0, 3);
-    metrics_tokens(w, 1, 1, 1);
+    metrics_tokens(a, 10, 4, 1, 2, 7); /* 4 cached: 1 from disk, 2 from Redis, 1 from RAM */
+    metrics_tokens(a, 5, 0, 0, 0, 3);
+    metrics_tokens(w, 1, 1, 0, 0, 1);
     metrics_ttft(a, 3000000);          /* 3 ms: the first bucket */
     metrics_ttft(a, 700000000);        /* 0.7 s */
     metrics_ttft(a, 500000000000ULL);  /* 500 s: past every bound, +Inf only */
     for (int i = 0; i < 9; i++) metrics_token_latency(a, 20000000); /* 20 ms */
-    metrics_tokens(NULL, 1, 1, 1);     /* NULL series: nothing, no crash */
+    metrics_tokens(NULL, 1, 1, 0, 0, 1); /* NULL series: nothing, no crash */
     metrics_gauges g = {.kv_ram = 1 << 20, .kv_compressed = 4096, .kv_disk = 7, .queued = 2, .loaded = 1};
     char *text;
     size_t len;
@@ -248,7 +248,9 @@ TEST(metrics_text_format_every_line_parses) {
     CHECK(expo_get(&e, "hearth_http_requests_total", "route", "other", "status", "404") == 1);
     CHECK(expo_get(&e, "hearth_http_requests_total", "status", "0", NULL, NULL) == -1);
     CHECK(expo_get(&e, "hearth_prompt_tokens_total", "model", "a:latest", NULL, NULL) == 15);
-    CHECK(expo_get(&e, "hearth_prompt_cached_tokens_total", "model", "a:latest", NULL, NULL) == 4);
+    CHECK(expo_get(&e, "hearth_prompt_cached_tokens_total", "model", "a:latest", "source", "ram") == 1);
+    CHECK(expo_get(&e, "hearth_prompt_cached_tokens_total", "model", "a:latest", "source", "disk") == 1);
+    CHECK(expo_get(&e, "hearth_prompt_cached_tokens_total", "model", "a:latest", "source", "remote") == 2);
     CHECK(expo_get(&e, "hearth_generated_tokens_total", "model", "a:latest", NULL, NULL) == 10);
     /* the label escapes round-trip */
     CHECK(expo_get(&e, "hearth_generated_tokens_total", "model", weird, NULL, NULL) == 1);
@@ -450,7 +452,10 @@ static void metrics_live(srv_proc *p) {
     if (ok) ok = expo_get(&e, "hearth_http_requests_total", "route", "/api/generate", "status", "400") == 1;
     if (ok) ok = expo_get(&e, "hearth_http_requests_total", "route", "other", "status", "404") == 1;
     if (ok) ok = expo_get(&e, "hearth_prompt_tokens_total", "model", "s260:latest", NULL, NULL) == sv.prompt;
-    if (ok) ok = expo_get(&e, "hearth_prompt_cached_tokens_total", "model", "s260:latest", NULL, NULL) == sv.cached;
+    if (ok) ok = expo_get(&e, "hearth_prompt_cached_tokens_total", "model", "s260:latest", "source", "ram") +
+                     expo_get(&e, "hearth_prompt_cached_tokens_total", "model", "s260:latest", "source", "disk") +
+                     expo_get(&e, "hearth_prompt_cached_tokens_total", "model", "s260:latest", "source", "remote") ==
+                 sv.cached;
     if (ok) ok = expo_get(&e, "hearth_generated_tokens_total", "model", "s260:latest", NULL, NULL) == sv.generated;
     if (ok) ok = expo_get(&e, "hearth_time_to_first_token_seconds_count", "model", "s260:latest", NULL, NULL) == 3;
     if (ok) ok = expo_get(&e, "hearth_token_latency_seconds_count", "model", "s260:latest", NULL, NULL) ==
@@ -539,18 +544,6 @@ TEST(metrics_queue_depth_counts_waiting_requests) {
 
 /* ---------------- a real Prometheus scrapes hearth ---------------- */
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* The single value of an instant query, or -1 (no result yet, or Prometheus not up). */
 static double prom_query(const net_host *h, const char *query_escaped) {
     char path[1024];
@@ -585,7 +578,7 @@ static void prometheus_scrape(srv_proc *p) {
              "    scrape_timeout: 1s\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n",
              p->port);
     CHECK_OK(hl_file_write(cfg, text, strlen(text), NULL), NULL);
-    int port = free_port();
+    int port = sp_free_port();
     CHECK(port > 0);
     char a_cfg[1300], a_data[1300], a_listen[64];
     snprintf(a_cfg, sizeof a_cfg, "--config.file=%s", cfg);

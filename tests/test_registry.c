@@ -29,18 +29,6 @@
 
 #define REGISTRY_BIN "/usr/bin/docker-registry"
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* ---- the registry ---- */
 
 typedef struct registry {
@@ -50,7 +38,7 @@ typedef struct registry {
 
 static bool registry_start(registry *r) {
     r->pid = -1;
-    r->port = free_port();
+    r->port = sp_free_port();
     char cfg[1024], root[1024], log[1024];
     snprintf(root, sizeof root, "%s/registry", test_tmpdir());
     snprintf(cfg, sizeof cfg, "%s/registry.yml", test_tmpdir());
@@ -553,17 +541,43 @@ static void roundtrip_body(const srv_proc *p) {
 
 TEST(registry_push_pull_roundtrip_same_tokens) { WITH_REGISTRY(roundtrip_body); }
 
-static void resume_body(const srv_proc *p) {
-    proxy px;
-    CHECK(proxy_start(&px, g_reg.port, PROXY_CUT_ONCE));
-    char name[128], body[256];
-    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
-    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+/* The name of library/stories behind the proxy and the body of its pull (not streamed). */
+static void stories_via(const proxy *px, char name[128], char body[256]) {
+    snprintf(name, 128, "127.0.0.1:%d/library/stories", px->port);
+    snprintf(body, 256, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+}
+
+/* POST /api/pull with body: whether it answered 200 with status "success"; its error (or
+ * "") in err when err is not NULL. */
+static bool pull_ok(const srv_proc *p, const char *body, char *err, size_t cap) {
     json_t *j = NULL;
     int st = sp_req(p, "POST", "/api/pull", body, &j);
     const char *status = json_string_value(json_object_get(j, "status"));
     bool ok = st == 200 && status && strcmp(status, "success") == 0;
+    if (err) snprintf(err, cap, "%s", json_string_value(json_object_get(j, "error")) ?: "");
     json_decref(j);
+    return ok;
+}
+
+/* The registry's own status for HEAD path (-1: no answer). */
+static int registry_head(const char *path) {
+    net_host h = {0};
+    snprintf(h.host, sizeof h.host, "127.0.0.1");
+    h.port = g_reg.port;
+    int status = -1;
+    char *resp = NULL;
+    if (net_http_request(&h, "HEAD", path, NULL, 0, &status, &resp, NULL, NULL) != HL_OK)
+        status = -1;
+    free(resp);
+    return status;
+}
+
+static void resume_body(const srv_proc *p) {
+    proxy px;
+    CHECK(proxy_start(&px, g_reg.port, PROXY_CUT_ONCE));
+    char name[128], body[256];
+    stories_via(&px, name, body);
+    bool ok = pull_ok(p, body, NULL, 0);
     bool cut = px.cut_done;
     int ranges = px.range_gets;
     char range[128];
@@ -609,8 +623,7 @@ static void resume_later_body(const srv_proc *p) {
     CHECK(proxy_start(&px, g_reg.port, PROXY_CUT_ALWAYS));
     px.cut_at = 100000;
     char name[128], body[256];
-    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
-    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    stories_via(&px, name, body);
     json_t *j = NULL;
     int st1 = sp_req(p, "POST", "/api/pull", body, &j);
     json_decref(j);
@@ -745,11 +758,7 @@ static void cancel_body(const srv_proc *p) {
     px.mode = PROXY_PASS;
     pthread_mutex_unlock(&px.lock);
     snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
-    json_t *j = NULL;
-    int st = sp_req(p, "POST", "/api/pull", body, &j);
-    const char *status = json_string_value(json_object_get(j, "status"));
-    bool ok = st == 200 && status && strcmp(status, "success") == 0;
-    json_decref(j);
+    bool ok = pull_ok(p, body, NULL, 0);
     int ranges = px.range_gets;
     char range[128];
     snprintf(range, sizeof range, "%s", px.last_range);
@@ -783,8 +792,7 @@ static void parts_body(const srv_proc *p) {
     px.cut_from = 2 * SMALL_PART; /* the third part, and its resumed retries */
     px.cut_to = 3 * SMALL_PART;
     char name[128], body[256];
-    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
-    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
+    stories_via(&px, name, body);
     json_t *j = NULL;
     int st1 = sp_req(p, "POST", "/api/pull", body, &j);
     char err1[512];
@@ -867,14 +875,7 @@ static void mount_body(const srv_proc *p) {
     char wd[80], path[256];
     CHECK(weights_digest(wd));
     snprintf(path, sizeof path, "/v2/ns/b/blobs/%s", wd);
-    net_host h = {0};
-    snprintf(h.host, sizeof h.host, "127.0.0.1");
-    h.port = g_reg.port;
-    int status = 0;
-    char *resp = NULL;
-    CHECK(net_http_request(&h, "HEAD", path, NULL, 0, &status, &resp, NULL, NULL) == HL_OK);
-    free(resp);
-    CHECK_EQ_INT(status, 200);
+    CHECK_EQ_INT(registry_head(path), 200);
 }
 
 TEST(registry_push_in_chunks_mounts_shared_weights) { WITH_REGISTRY_ENV(g_env_parts, mount_body); }
@@ -886,15 +887,9 @@ static void auth_body(const srv_proc *p) {
     proxy px;
     CHECK(proxy_start(&px, g_reg.port, PROXY_AUTH));
     char name[128], body[256];
-    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
-    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
-    json_t *j = NULL;
-    int st = sp_req(p, "POST", "/api/pull", body, &j);
-    const char *status = json_string_value(json_object_get(j, "status"));
-    bool ok = st == 200 && status && strcmp(status, "success") == 0;
+    stories_via(&px, name, body);
     char err1[256];
-    snprintf(err1, sizeof err1, "%s", json_string_value(json_object_get(j, "error")) ?: "");
-    json_decref(j);
+    bool ok = pull_ok(p, body, err1, sizeof err1);
     int tokens = px.token_gets, unauth = px.unauthorized, gets = px.blob_gets;
     char query[512];
     snprintf(query, sizeof query, "%s", px.token_query);
@@ -907,6 +902,7 @@ static void auth_body(const srv_proc *p) {
     pthread_mutex_lock(&px.lock);
     px.mode = PROXY_AUTH_DENY;
     pthread_mutex_unlock(&px.lock);
+    json_t *j = NULL;
     int st2 = sp_req(p, "POST", "/api/pull", body, &j);
     char err2[256];
     snprintf(err2, sizeof err2, "%s", json_string_value(json_object_get(j, "error")) ?: "");
@@ -932,15 +928,9 @@ static void auth_expire_body(const srv_proc *p) {
     CHECK(proxy_start(&px, g_reg.port, PROXY_AUTH));
     px.expire_after = 2;
     char name[128], body[256];
-    snprintf(name, sizeof name, "127.0.0.1:%d/library/stories", px.port);
-    snprintf(body, sizeof body, "{\"model\":\"%s\",\"insecure\":true,\"stream\":false}", name);
-    json_t *j = NULL;
-    int st = sp_req(p, "POST", "/api/pull", body, &j);
-    const char *status = json_string_value(json_object_get(j, "status"));
-    bool ok = st == 200 && status && strcmp(status, "success") == 0;
+    stories_via(&px, name, body);
     char err1[256];
-    snprintf(err1, sizeof err1, "%s", json_string_value(json_object_get(j, "error")) ?: "");
-    json_decref(j);
+    bool ok = pull_ok(p, body, err1, sizeof err1);
     int tokens = px.token_gets;
     proxy_stop(&px);
     CHECK_MSG(ok, "pull failed: %s", err1);
@@ -976,6 +966,9 @@ static int run_on_pty_int(int port, const char *const *args, int cols, const cha
     int master;
     pid_t pid = forkpty(&master, NULL, NULL, &ws);
     if (pid == 0) {
+        /* a terminal's Ctrl-C: a test run in the background (sh: `cmd &`) inherits SIGINT
+         * ignored, and the CLI rightly keeps an ignored SIGINT ignored */
+        signal(SIGINT, SIG_DFL);
         setenv("HEARTH_HOST", hostv, 1);
         setenv("TERM", "xterm", 1);
         char *argv[16];
@@ -1130,14 +1123,7 @@ static void upload_cut_body(const srv_proc *p) {
     char wd[80], path[256];
     CHECK(weights_digest(wd));
     snprintf(path, sizeof path, "/v2/ns/cut/blobs/%s", wd);
-    net_host h = {0};
-    snprintf(h.host, sizeof h.host, "127.0.0.1");
-    h.port = g_reg.port;
-    int status = 0;
-    char *resp = NULL;
-    CHECK(net_http_request(&h, "HEAD", path, NULL, 0, &status, &resp, NULL, NULL) == HL_OK);
-    free(resp);
-    CHECK_EQ_INT(status, 200);
+    CHECK_EQ_INT(registry_head(path), 200);
 }
 
 TEST(registry_push_recovers_from_a_chunk_that_broke_off) { WITH_REGISTRY_ENV(g_env_parts, upload_cut_body); }

@@ -19,12 +19,7 @@ static model *load_synth(void) {
     synth_cfg c = {.arch = "llama", .n_vocab = V, .n_embd = 32, .n_layer = 2, .n_ff = 48,
                    .n_head = 4, .n_head_kv = 2, .rope_base = 10000, .wtype = HL_TYPE_F32,
                    .seed = 7};
-    synth_model *s = synth_build(&c, path);
-    if (!s) return NULL;
-    synth_free(s);
-    model *m = NULL;
-    if (model_load(path, NULL, &m, NULL) != HL_OK) return NULL;
-    return m;
+    return synth_load(&c, path);
 }
 
 static runner *new_runner(const model *m, int32_t block, int32_t chunk) {

@@ -3,12 +3,16 @@
  * Models: stories260K under several names (different Modelfile SYSTEMs) and
  * llama-2-tiny-random. Every server started is stopped, also on failure. */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <ftw.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -692,4 +696,325 @@ TEST(sched_runner_stall_client_leaves) {
     static const char *const env[] = {"HEARTH_RUNNER_TEST_STALL_AFTER_TOKENS=3",
                                       "HEARTH_MAX_LOADED_MODELS=1", NULL};
     WITH_SRV("stalldc", env, stall_disconnect_api);
+}
+
+typedef struct bg_req {
+    const srv_proc *p;
+    const char *body;
+    int status;
+    json_t *out;
+    pthread_t th;
+} bg_req;
+
+static void *bg_req_main(void *arg) {
+    bg_req *b = arg;
+    b->status = req_within(b->p, b->body, 20000, &b->out);
+    return NULL;
+}
+
+static void sigstop_api(srv_proc *p) {
+    CHECK(make_models(p));
+    /* mid-decode (a token every 50 ms), the runner is stopped with SIGSTOP: alive, but it
+     * sends nothing, not even heartbeats */
+    json_t *first = NULL;
+    net_http *h = stream_open(p, "{\"model\":\"a\",\"prompt\":\"x\",\"options\":{\"num_predict\":400}}",
+                              &first);
+    CHECK(h != NULL && first && json_object_get(first, "response"));
+    json_decref(first);
+    pid_t runner = only_child(p);
+    CHECK_MSG(runner > 0, "runner processes: %d", -runner);
+    if (!h || runner <= 0) {
+        net_http_close(h);
+        return;
+    }
+    kill(runner, SIGSTOP);
+    uint64_t t0 = hl_time_ns();
+    /* a second request for the model queues on the stopped runner and gets nothing */
+    bg_req q = {.p = p, .body = "{\"model\":\"a\",\"prompt\":\"y\",\"stream\":false,"
+                                "\"options\":{\"num_predict\":3,\"temperature\":0}}"};
+    bool started = pthread_create(&q.th, NULL, bg_req_main, &q) == 0;
+    CHECK(started);
+    /* the in-flight stream ends with an error line within the stall timeout (2 s) */
+    net_http_set_timeout(h, 10000);
+    json_t *last = NULL;
+    char *line;
+    size_t len;
+    while (net_http_read_line(h, &line, &len, NULL) == HL_OK && line) {
+        json_decref(last);
+        last = json_loadb(line, len, 0, NULL);
+    }
+    net_http_close(h);
+    double took = (double)(hl_time_ns() - t0) / 1e9;
+    CHECK_MSG(took < 2.0 + 2.5, "the stream ended after %.1f s", took);
+    const char *msg = json_string_value(json_object_get(last, "error"));
+    CHECK_MSG(msg && strstr(msg, "model runner has unexpectedly stopped") &&
+                  strstr(msg, "sent nothing"),
+              "last line: %s", msg ? msg : "(none)");
+    json_decref(last);
+    /* the queued one runs on a fresh runner and succeeds */
+    if (started) pthread_join(q.th, NULL);
+    CHECK_MSG(q.status == 200, "queued request: %d %s", q.status,
+              json_string_value(json_object_get(q.out, "error")) ?: "");
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(q.out, "eval_count")), 3);
+    json_decref(q.out);
+    CHECK_MSG(!process_exists(runner), "the stopped runner %d is still there", (int)runner);
+    pid_t again = only_child(p);
+    CHECK_MSG(again > 0 && again != runner, "runner %d, then %d", (int)runner, (int)again);
+    if (process_exists(runner)) {
+        kill(runner, SIGCONT);
+        kill(runner, SIGKILL);
+    }
+}
+
+TEST(sched_sigstopped_runner_fails_inflight_retries_queued) {
+    static const char *const env[] = {"HEARTH_RUNNER_STALL_TIMEOUT=2s",
+                                      "HEARTH_RUNNER_TEST_TOKEN_DELAY_MS=50", NULL};
+    WITH_SRV("sigstop", env, sigstop_api);
+}
+
+static void queued_beats_api(srv_proc *p) {
+    CHECK(make_models(p));
+    /* one slot, a token every 100 ms: b waits ~3 s in the runner's queue behind a, twice
+     * the stall timeout; the runner's heartbeats keep both alive */
+    bg_req a = {.p = p, .body = "{\"model\":\"a\",\"prompt\":\"x\",\"stream\":false,"
+                                "\"options\":{\"num_predict\":30}}"};
+    bg_req b = {.p = p, .body = "{\"model\":\"a\",\"prompt\":\"z\",\"stream\":false,"
+                                "\"options\":{\"num_predict\":2}}"};
+    CHECK_EQ_INT(load(p, "a", "10m"), 200);
+    pid_t runner = only_child(p);
+    bool sa = pthread_create(&a.th, NULL, bg_req_main, &a) == 0;
+    sp_sleep_ms(300);
+    bool sb = pthread_create(&b.th, NULL, bg_req_main, &b) == 0;
+    if (sa) pthread_join(a.th, NULL);
+    if (sb) pthread_join(b.th, NULL);
+    CHECK_MSG(a.status == 200, "a: %d %s", a.status,
+              json_string_value(json_object_get(a.out, "error")) ?: "");
+    CHECK_MSG(b.status == 200, "b: %d %s", b.status,
+              json_string_value(json_object_get(b.out, "error")) ?: "");
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(a.out, "eval_count")), 30);
+    json_decref(a.out);
+    json_decref(b.out);
+    CHECK_EQ_INT(only_child(p), runner); /* never killed */
+}
+
+TEST(sched_runner_queue_heartbeats) {
+    static const char *const env[] = {"HEARTH_RUNNER_STALL_TIMEOUT=1500ms",
+                                      "HEARTH_RUNNER_TEST_TOKEN_DELAY_MS=100",
+                                      "HEARTH_NUM_PARALLEL=1", NULL};
+    WITH_SRV("beats", env, queued_beats_api);
+}
+
+/* ---- one memory budget (HEARTH_MAX_MEMORY) with KV paged to disk ---- */
+
+#define MEM_N_CONV 10
+static const char *const k_mem_models[] = {"t", "a", "b"}; /* the largest first */
+static char g_mem_env[64];
+static uint64_t g_mem_budget;
+
+static uint64_t file_bytes(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Three models resident together, each left with a KV share of ~1.5 MiB (sched.h). */
+static void mem_budget_env(void) {
+    uint64_t files = file_bytes(tiny()) + 2 * file_bytes(stories());
+    g_mem_budget = SCHED_SERVER_RESERVE + files + 3 * SCHED_RUNNER_OVERHEAD +
+                   3 * (SCHED_KV_MIN + ((uint64_t)512 << 10));
+    snprintf(g_mem_env, sizeof g_mem_env, "HEARTH_MAX_MEMORY=%" PRIu64, g_mem_budget);
+}
+
+/* A long conversation of its own for each i (no shared prefix beyond a few tokens). */
+static void mem_prompt(int i, char *out, size_t cap) {
+    static const char *const words[] = {"cat", "dog", "sun", "tree", "ball", "girl", "boy",
+                                        "park", "red", "big", "happy", "run", "jump", "sky"};
+    size_t n = (size_t)snprintf(out, cap, "Story %d:", i);
+    unsigned x = 2654435761u * (unsigned)(i + 1);
+    for (int w = 0; w < 110 && n + 16 < cap; w++) {
+        x = x * 1103515245u + 12345u;
+        n += (size_t)snprintf(out + n, cap - n, " %s", words[(x >> 16) % 14]);
+    }
+}
+
+/* Runs every conversation on every model; resp[m][i] gets the answers (malloc'd). */
+static bool mem_run_all(const srv_proc *p, char *resp[3][MEM_N_CONV]) {
+    bool ok = true;
+    for (int m = 0; m < 3; m++)
+        for (int i = 0; i < MEM_N_CONV; i++) {
+            char prompt[2048], body[4096];
+            mem_prompt(i, prompt, sizeof prompt);
+            snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":\"%s\",\"stream\":false,"
+                     "\"keep_alive\":\"10m\",\"options\":{\"num_predict\":24,"
+                     "\"temperature\":0,\"num_ctx\":512}}", k_mem_models[m], prompt);
+            json_t *j = NULL;
+            int st = sp_req(p, "POST", "/api/generate", body, &j);
+            const char *r = json_string_value(json_object_get(j, "response"));
+            if (st != 200 || !r) {
+                test_fail_at(__FILE__, __LINE__, "%s #%d: %d %s", k_mem_models[m], i, st,
+                             json_string_value(json_object_get(j, "error")) ?: "");
+                ok = false;
+            }
+            resp[m][i] = strdup(r ? r : "");
+            json_decref(j);
+        }
+    return ok;
+}
+
+static void mem_free_all(char *resp[3][MEM_N_CONV]) {
+    for (int m = 0; m < 3; m++)
+        for (int i = 0; i < MEM_N_CONV; i++) free(resp[m][i]);
+}
+
+static int g_spill_files;
+static int count_file(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)path, (void)ftw;
+    if (flag == FTW_F && S_ISREG(sb->st_mode) && sb->st_size > 0) g_spill_files++;
+    return 0;
+}
+
+static int spill_files(const srv_proc *p) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/kvspill", p->models);
+    g_spill_files = 0;
+    nftw(dir, count_file, 16, FTW_PHYS);
+    return g_spill_files;
+}
+
+static int spill_dirs(const srv_proc *p) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/kvspill", p->models);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+/* ASan's shadow memory and quarantine inflate every process's RSS: the budget bounds
+ * what hearth allocates, so the RSS checks run in builds without it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_CHECKED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RSS_CHECKED 0
+#endif
+#endif
+#ifndef RSS_CHECKED
+#define RSS_CHECKED 1
+#endif
+
+/* VmRSS of the server and its runners together. */
+static uint64_t total_rss(const srv_proc *p) {
+    pid_t kids[16];
+    int n = sp_children(p->pid, kids, 16);
+    uint64_t sum = (uint64_t)sp_rss(p->pid);
+    for (int i = 0; i < n; i++) sum += (uint64_t)sp_rss(kids[i]);
+    return sum;
+}
+
+static char *g_ample[3][MEM_N_CONV];
+
+static void mem_ample_api(srv_proc *p) {
+    CHECK(make_models(p));
+    CHECK(mem_run_all(p, g_ample));
+}
+
+static void mem_tight_api(srv_proc *p) {
+    CHECK(make_models(p));
+    char *first[3][MEM_N_CONV] = {{0}}, *again[3][MEM_N_CONV] = {{0}};
+    CHECK(mem_run_all(p, first));
+    /* all three stay loaded, and the server with its runners stays under the budget */
+    CHECK_EQ_INT(sp_ps_count(p), 3);
+    CHECK_EQ_INT(sp_children(p->pid, (pid_t[8]){0}, 8), 3);
+    uint64_t rss = total_rss(p);
+    CHECK_MSG(rss > 0 && (!RSS_CHECKED || rss < g_mem_budget),
+              "RSS %" PRIu64 " KiB, budget %" PRIu64 " KiB", rss >> 10, g_mem_budget >> 10);
+    /* the cached conversations did not fit in the KV budgets: paged out to disk */
+    CHECK_EQ_INT(spill_dirs(p), 3);
+    int files = spill_files(p);
+    CHECK_MSG(files > 0, "no KV spilled under %s/kvspill", p->models);
+    /* every conversation again: their KV comes back from the disk with the same result */
+    CHECK(mem_run_all(p, again));
+    for (int m = 0; m < 3; m++)
+        for (int i = 0; i < MEM_N_CONV; i++) {
+            CHECK_MSG(first[m][i] && again[m][i] && !strcmp(first[m][i], again[m][i]),
+                      "%s #%d: \"%s\" then \"%s\"", k_mem_models[m], i, first[m][i],
+                      again[m][i]);
+            CHECK_MSG(first[m][i] && g_ample[m][i] && !strcmp(first[m][i], g_ample[m][i]),
+                      "%s #%d: \"%s\" with an ample budget, \"%s\" under a tight one",
+                      k_mem_models[m], i, g_ample[m][i], first[m][i]);
+        }
+    rss = total_rss(p);
+    CHECK_MSG(!RSS_CHECKED || rss < g_mem_budget, "RSS %" PRIu64 " KiB, budget %" PRIu64 " KiB",
+              rss >> 10, g_mem_budget >> 10);
+    /* an unloaded model's runner leaves no spill directory behind */
+    CHECK_EQ_INT(load(p, "a", "0"), -2);
+    for (int i = 0; i < 100 && spill_dirs(p) != 2; i++) sp_sleep_ms(20);
+    CHECK_EQ_INT(spill_dirs(p), 2);
+    mem_free_all(first);
+    mem_free_all(again);
+}
+
+TEST(sched_memory_budget_pages_kv_to_disk) {
+    static const char *const ample[] = {"HEARTH_KV_SPILL_DIR=off", NULL};
+    WITH_SRV("memample", ample, mem_ample_api);
+    mem_budget_env();
+    const char *const tight[] = {g_mem_env, NULL};
+    WITH_SRV("memtight", tight, mem_tight_api);
+    mem_free_all(g_ample);
+}
+
+TEST(sched_memory_budget_env) {
+    CHECK_EQ_INT(sched_parse_bytes("4GiB"), (uint64_t)4 << 30);
+    CHECK_EQ_INT(sched_parse_bytes("512MiB"), (uint64_t)512 << 20);
+    CHECK_EQ_INT(sched_parse_bytes("512M"), (uint64_t)512 << 20);
+    CHECK_EQ_INT(sched_parse_bytes("1.5G"), (uint64_t)3 << 29);
+    CHECK_EQ_INT(sched_parse_bytes("64K"), 65536);
+    CHECK_EQ_INT(sched_parse_bytes("123"), 123);
+    CHECK_EQ_INT(sched_parse_bytes("2TB"), (uint64_t)2 << 40);
+    CHECK_EQ_INT(sched_parse_bytes("lots"), 0);
+    CHECK_EQ_INT(sched_parse_bytes("4GiBs"), 0);
+    CHECK_EQ_INT(sched_parse_bytes("-1G"), 0);
+    const char *old = getenv("HEARTH_MAX_MEMORY");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("HEARTH_MAX_MEMORY", "3GiB", 1);
+    CHECK_EQ_INT(sched_memory_budget(), (uint64_t)3 << 30);
+    /* the default: 90% of the machine's memory less a margin, never all of it */
+    unsetenv("HEARTH_MAX_MEMORY");
+    uint64_t dflt = sched_memory_budget();
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    uint64_t total = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+    CHECK(dflt >= ((uint64_t)256 << 20));
+    CHECK_MSG(total == 0 || dflt < total, "default %" PRIu64 " of %" PRIu64, dflt, total);
+    if (saved) setenv("HEARTH_MAX_MEMORY", saved, 1);
+    free(saved);
+}
+
+/* A starting server removes the spill directories of servers that are gone, not those of
+ * live ones (two servers may share a models directory). */
+TEST(sched_removes_stale_spill_dirs) {
+    char root[1024], dead[1200], live[1200], file[1300];
+    snprintf(root, sizeof root, "%s/stale-models", test_tmpdir());
+    snprintf(dead, sizeof dead, "%s/kvspill", root);
+    mkdir(root, 0700);
+    mkdir(dead, 0700);
+    snprintf(live, sizeof live, "%s/kvspill/%d-1", root, (int)getpid());
+    snprintf(dead, sizeof dead, "%s/kvspill/2147483600-1", root); /* past any pid_max */
+    CHECK(mkdir(live, 0700) == 0 && mkdir(dead, 0700) == 0);
+    snprintf(file, sizeof file, "%s/block-0", dead);
+    CHECK(hl_file_write(file, "kv", 2, NULL) == HL_OK);
+    const char *old = getenv("HEARTH_KV_SPILL_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    unsetenv("HEARTH_KV_SPILL_DIR");
+    sched *s = NULL;
+    hl_status st = sched_create(root, &s, NULL);
+    if (saved) setenv("HEARTH_KV_SPILL_DIR", saved, 1);
+    free(saved);
+    CHECK(st == HL_OK);
+    sched_destroy(s);
+    CHECK_MSG(access(dead, F_OK) != 0, "%s is still there", dead);
+    CHECK_MSG(access(live, F_OK) == 0, "%s was removed", live);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "model_synth.h"
 #include "tensor/types.h"
 #include "grammar/grammar.h"
 #include "schema_check.h"
@@ -153,71 +154,15 @@ enum { CB_V = sizeof k_cb_tokens / sizeof *k_cb_tokens };
 
 static bool write_callbot(const char *path) {
     int32_t types[CB_V];
-    float scores[CB_V];
+    int next[CB_V];
     for (int i = 0; i < CB_V; i++) {
         types[i] = i == 0 ? 2 : i <= 4 ? 3 : i <= 6 ? 4 : i == 7 ? 6 : 1;
-        scores[i] = (float)-i;
+        next[i] = i == 3 ? 5 : -1; /* <Q> -> <tool_call>; all else uniform */
     }
-    gguf_writer *w = gguf_writer_create();
-    if (!w) return false;
-    gguf_writer_set_str(w, "general.architecture", "llama");
-    gguf_writer_set_u32(w, "llama.context_length", 1024);
-    gguf_writer_set_u32(w, "llama.embedding_length", CB_V);
-    gguf_writer_set_u32(w, "llama.block_count", 1);
-    gguf_writer_set_u32(w, "llama.feed_forward_length", CB_V);
-    gguf_writer_set_u32(w, "llama.attention.head_count", 1);
-    gguf_writer_set_u32(w, "llama.attention.head_count_kv", 1);
-    gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-6f);
-    gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", k_cb_tokens, CB_V);
-    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, CB_V);
-    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, CB_V);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    size_t mat_n = (size_t)CB_V * CB_V;
-    float *eye = calloc(mat_n, sizeof *eye), *out = calloc(mat_n, sizeof *out);
-    float *zeros = calloc(mat_n, sizeof *zeros), ones[CB_V];
-    if (!eye || !out || !zeros) {
-        free(eye), free(out), free(zeros);
-        gguf_writer_destroy(w);
-        return false;
-    }
-    for (int t = 0; t < CB_V; t++) {
-        eye[t * CB_V + t] = 1.0f;
-        ones[t] = 1.0f;
-    }
-    out[5 * CB_V + 3] = 10.0f; /* <Q> -> <tool_call> */
-    static const char *const zero_mats[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
-                                            "blk.0.attn_v.weight", "blk.0.attn_output.weight",
-                                            "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
-                                            "blk.0.ffn_down.weight"};
-    static const char *const norms[] = {"output_norm.weight", "blk.0.attn_norm.weight",
-                                        "blk.0.ffn_norm.weight"};
-    int64_t ne2[2] = {CB_V, CB_V}, ne1[1] = {CB_V};
-    uint64_t mat = sizeof(float) * mat_n;
-    hl_err err;
-    hl_status st = gguf_writer_add_tensor(w, "token_embd.weight", HL_TYPE_F32, 2, ne2, eye, mat, &err);
-    if (!st) st = gguf_writer_add_tensor(w, "output.weight", HL_TYPE_F32, 2, ne2, out, mat, &err);
-    for (size_t i = 0; !st && i < sizeof norms / sizeof norms[0]; i++)
-        st = gguf_writer_add_tensor(w, norms[i], HL_TYPE_F32, 1, ne1, ones, sizeof ones, &err);
-    for (size_t i = 0; !st && i < sizeof zero_mats / sizeof zero_mats[0]; i++)
-        st = gguf_writer_add_tensor(w, zero_mats[i], HL_TYPE_F32, 2, ne2, zeros, mat, &err);
-    if (!st) st = gguf_writer_write_file(w, path, &err);
-    gguf_writer_destroy(w);
-    free(eye), free(out), free(zeros);
-    if (st) fprintf(stderr, "    callbot model: %s\n", err.msg);
-    return st == HL_OK;
+    return synth_write_bigram(path, k_cb_tokens, types, next, CB_V, 1024);
 }
 
-static const char *k_cb_template =
-    "{{- if .Tools }}{{ range .Tools }}{{ end }}{{ end }}"
-    "{{- range $i, $_ := .Messages }}{{ .Content }}"
-    "{{- if .ToolCalls }}<tool_call>{{ range .ToolCalls }}{{ json .Function.Arguments }}{{ end }}"
-    "</tool_call>{{ end }}"
-    "{{- if eq (len (slice $.Messages $i)) 1 }}{{ if eq .Role \"tool\" }}<R>{{ else }}<Q>{{ end }}"
-    "{{- end }}{{- end }}";
+static const char *k_cb_template = SYNTH_BIGRAM_TOOL_TEMPLATE;
 
 static bool create_callbot(const srv_proc *p) {
     char path[1100], digest[80];

@@ -537,10 +537,10 @@ async function createModel(ev) {
     if (file) body.files = { [file.name]: await uploadBlob(file) }
     else body.from = from
     await progressRequest('create', '/api/create', body)
-    logLine(`created ${name}`)
     await loadModels()
     const created = state.models.find((m) => m.name === name || m.name === `${name}:latest`)
     if (created) { $('model').value = created.name; modelChanged() }
+    logLine(`created ${name}`) // last: once it shows, the new model is listed and selected
   } catch (e) {
     showProgress(0, 0)
     logLine(String(e.message || e), true)

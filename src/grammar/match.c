@@ -20,7 +20,7 @@ enum { N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 #define INT_DIGITS 18 /* an int64 for every parser */
 #define BOUNDED_DIGITS 18
 #define FRAC_DIGITS 20
-#define EXP_DIGITS 3
+#define EXP_DIGITS 2 /* 18 digits x 1e99 stays a finite double; e999 overflows parsers */
 #define MAX_NEST 48 /* anyOf/$ref chains followed at one value start */
 
 typedef struct mctx {

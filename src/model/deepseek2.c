@@ -133,10 +133,10 @@ static void ds_attention(model_ctx *c, int32_t l, int32_t n_tok) {
     float *ao = gout + (size_t)n_tok * wide;         /* [n_tok][H][v] */
     float *kvb = ao + (size_t)n_tok * H * vd;        /* [n_tok][H][nope + v] (kv_b form) */
 
-    op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+    op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
     if (x->mla_q_lora) {
         op_linear(c, &ly->wq_a, NULL, c->xb, n_tok, qa);
-        op_rmsnorm(c, qa, qa, ly->q_a_norm, n_tok, x->mla_q_lora, eps);
+        op_rmsnorm(qa, qa, ly->q_a_norm, n_tok, x->mla_q_lora, eps);
         op_linear(c, &ly->wq_b, NULL, qa, n_tok, qf);
     } else {
         op_linear(c, &ly->wq, NULL, c->xb, n_tok, qf);
@@ -201,12 +201,10 @@ static void ds_forward(model_ctx *c, int32_t n_tok) {
         const model_layer *ly = &m->layers[l];
         ds_attention(c, l, n_tok);
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         if (!ds_moe_layer(m, l)) {
             const int64_t F = m->lhp[l].n_ff;
-            op_linear_many(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb, n_tok);
-            op_glu(c->gate, c->up, (int64_t)n_tok * F, OP_SILU);
-            op_linear(c, &ly->w_down, NULL, c->gate, n_tok, c->proj);
+            op_ffn_glu(c, &ly->w_gate, &ly->w_up, &ly->w_down, F, OP_SILU, c->xb, n_tok, c->proj);
             op_add(c->x, c->proj, n_tok * E);
             continue;
         }
@@ -219,19 +217,15 @@ static void ds_forward(model_ctx *c, int32_t n_tok) {
         op_add(c->x, c->proj, n_tok * E);
         if (ly->ffn_gate_shexp.data) {
             const int64_t F = ly->ffn_gate_shexp.n_rows;
-            op_linear_many(c, &ly->ffn_gate_shexp, c->gate, &ly->ffn_up_shexp, c->up, NULL,
-                           NULL, c->xb, n_tok);
-            op_glu(c->gate, c->up, (int64_t)n_tok * F, OP_SILU);
-            op_linear(c, &ly->ffn_down_shexp, NULL, c->gate, n_tok, c->proj);
+            op_ffn_glu(c, &ly->ffn_gate_shexp, &ly->ffn_up_shexp, &ly->ffn_down_shexp, F, OP_SILU,
+                       c->xb, n_tok, c->proj);
             op_add(c->x, c->proj, n_tok * E);
         }
     }
 }
 
 static const model_tensor_spec ds_tensors[] = {
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),
+    MT_EMBD_OUTPUT,
     MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),
     MT_L("blk.%d.attn_q_a.weight", wq_a, MT_MAT, MD_EMBD, DS_Q_LORA),
     MT_L("blk.%d.attn_q_a_norm.weight", q_a_norm, MT_VEC, DS_Q_LORA, MD_ONE),

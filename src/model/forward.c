@@ -384,8 +384,38 @@ hl_status model_eval(model_ctx *c, model_kv *kv, const int32_t *tokens, int32_t 
     return HL_OK;
 }
 
+/* Whether g passed check_geom against want in this context before: the same object
+ * with the same layer array, layer count and element types (a pool's geometry does not
+ * change while the pool lives). */
+static bool geom_seen(const model_ctx *c, const kv_geom *want, const kv_geom *g) {
+    const int32_t n = c->n_geom_ok < MODEL_GEOM_SEEN ? c->n_geom_ok : MODEL_GEOM_SEEN;
+    for (int32_t i = 0; i < n; i++)
+        if (c->geom_ok[i].g == g && c->geom_ok[i].want == want &&
+            c->geom_ok[i].dims == g->dims && c->geom_ok[i].n_layer == g->n_layer &&
+            c->geom_ok[i].k_type == g->k_type && c->geom_ok[i].v_type == g->v_type)
+            return true;
+    return false;
+}
+
+/* check_geom once per geometry: its per-layer compare ran every batch. */
+static hl_status check_geom_once(model_ctx *c, const kv_geom *want, const kv_geom *g,
+                                 hl_err *err) {
+    if (g == want || geom_seen(c, want, g)) return HL_OK;
+    hl_status st = check_geom(want, g, err);
+    if (st) return st;
+    const int32_t i = c->n_geom_ok++ % MODEL_GEOM_SEEN;
+    if (c->n_geom_ok >= 2 * MODEL_GEOM_SEEN) c->n_geom_ok -= MODEL_GEOM_SEEN; /* no overflow */
+    c->geom_ok[i].g = g;
+    c->geom_ok[i].want = want;
+    c->geom_ok[i].dims = g->dims;
+    c->geom_ok[i].n_layer = g->n_layer;
+    c->geom_ok[i].k_type = g->k_type;
+    c->geom_ok[i].v_type = g->v_type;
+    return HL_OK;
+}
+
 /* slot -1: a view of every layer (the combined geometry); 0 or 1: that slot's. */
-static hl_status check_view(const model_ctx *c, const model_kv_view *kv, int32_t n, int32_t slot,
+static hl_status check_view(model_ctx *c, const model_kv_view *kv, int32_t n, int32_t slot,
                             hl_err *err) {
     if (c->m->state_floats > 0 && slot <= 0 && !kv->state)
         return hl_fail(err, HL_ERR_INVALID, "this model keeps a recurrent state: the view needs it");
@@ -404,7 +434,7 @@ static hl_status check_view(const model_ctx *c, const model_kv_view *kv, int32_t
     const kv_geom *want = slot < 0 ? &c->m->kv : &c->m->kv_slot[slot];
     if (slot >= 0 && !kv->geom)
         return hl_fail(err, HL_ERR_INVALID, "a cache slot's view needs its geometry");
-    hl_status st = check_geom(want, kv->geom ? kv->geom : &c->m->kv, err);
+    hl_status st = check_geom_once(c, want, kv->geom ? kv->geom : &c->m->kv, err);
     return st ? st : check_whole(c, kv->len, n, err);
 }
 

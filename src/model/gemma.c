@@ -29,7 +29,7 @@ static void gemma_forward(model_ctx *c, int32_t n_tok) {
         const model_layer *ly = &m->layers[l];
         const model_layer_hp *h = &m->lhp[l];
 
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
         op_linear_many(c, &ly->wq, c->q, &ly->wk, c->k, &ly->wv, c->v, c->xb, n_tok);
         if (ly->q_norm) op_head_norm(c, c->q, ly->q_norm, n_tok, h->n_head, h->head_dim_k, eps);
         if (ly->k_norm) op_head_norm(c, c->k, ly->k_norm, n_tok, h->n_head_kv, h->head_dim_k, eps);
@@ -42,34 +42,26 @@ static void gemma_forward(model_ctx *c, int32_t n_tok) {
                            .softcap = m->x.attn_softcap, .window = h->window, .causal = true};
         op_attention(c, &a, n_tok);
         op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
-        op_rmsnorm(c, c->proj, c->proj, ly->post_attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->proj, c->proj, ly->post_attn_norm, n_tok, E, eps);
         op_add(c->x, c->proj, n_tok * E);
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
-        op_linear_many(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb, n_tok);
-        op_glu(c->gate, c->up, (int64_t)n_tok * h->n_ff, OP_GELU_TANH);
-        op_linear(c, &ly->w_down, NULL, c->gate, n_tok, c->proj);
-        op_rmsnorm(c, c->proj, c->proj, ly->post_ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_ffn_glu(c, &ly->w_gate, &ly->w_up, &ly->w_down, h->n_ff, OP_GELU_TANH,
+                   c->xb, n_tok, c->proj);
+        op_rmsnorm(c->proj, c->proj, ly->post_ffn_norm, n_tok, E, eps);
         op_add(c->x, c->proj, n_tok * E);
     }
 }
 
 #define GEMMA_TENSORS(qk_norm)                                                              \
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),                         \
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),                       \
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),                      \
+    MT_EMBD_OUTPUT,                                                                         \
     MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),                    \
-    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q),                                \
-    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),                              \
-    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),                              \
-    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD),                           \
+    MT_ATTN_QKVO,                                                                           \
     MT_L("blk.%d.attn_q_norm.weight", q_norm, MT_VEC | (qk_norm), MD_HEAD_K, MD_ONE),       \
     MT_L("blk.%d.attn_k_norm.weight", k_norm, MT_VEC | (qk_norm), MD_HEAD_K, MD_ONE),       \
     MT_L("blk.%d.post_attention_norm.weight", post_attn_norm, MT_VEC, MD_EMBD, MD_ONE),     \
     MT_L("blk.%d.ffn_norm.weight", ffn_norm, MT_VEC, MD_EMBD, MD_ONE),                      \
-    MT_L("blk.%d.ffn_gate.weight", w_gate, MT_MAT, MD_EMBD, MD_FF),                         \
-    MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),                             \
-    MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD),                         \
+    MT_FFN_GLU,                                                                             \
     MT_L("blk.%d.post_ffw_norm.weight", post_ffn_norm, MT_VEC, MD_EMBD, MD_ONE)
 
 static const model_tensor_spec gemma2_tensors[] = {GEMMA_TENSORS(MT_OPT)};

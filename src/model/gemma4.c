@@ -46,7 +46,7 @@ static void per_layer_inputs(model_ctx *c, int32_t n_tok) {
     float *tok = c->extra + (int64_t)c->max_batch * LPL;
     op_linear(c, &m->pl_model_proj, NULL, c->x, n_tok, P);
     op_scale(P, 1.0f / sqrtf((float)m->hp.n_embd), n_tok * LPL);
-    op_rmsnorm(c, P, P, m->pl_proj_norm, n_tok * L, PL, m->x.norm_eps);
+    op_rmsnorm(P, P, m->pl_proj_norm, n_tok * L, PL, m->x.norm_eps);
     op_embed(c, &m->pl_tok_embd, n_tok, sqrtf((float)PL), tok);
     op_add(P, tok, n_tok * LPL);
     op_scale(P, 1.0f / sqrtf(2.0f), n_tok * LPL);
@@ -65,7 +65,7 @@ static void per_layer_add(model_ctx *c, const model_layer *ly, int32_t l, int32_
         for (int64_t i = 0; i < PL; i++) g[t * PL + i] *= p[i];
     }
     op_linear(c, &ly->pl_proj, NULL, g, n_tok, c->proj);
-    op_rmsnorm(c, c->proj, c->proj, ly->pl_post_norm, n_tok, E, m->x.norm_eps);
+    op_rmsnorm(c->proj, c->proj, ly->pl_post_norm, n_tok, E, m->x.norm_eps);
     op_add(c->x, c->proj, n_tok * E);
 }
 
@@ -82,7 +82,7 @@ static void gemma4_forward(model_ctx *c, int32_t n_tok) {
         const model_layer_hp *src = &m->lhp[h->kv_src];
         const bool own_kv = h->kv_src == l;
 
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
         if (!own_kv) {
             op_linear(c, &ly->wq, NULL, c->xb, n_tok, c->q);
         } else if (ly->wv.data) {
@@ -105,14 +105,13 @@ static void gemma4_forward(model_ctx *c, int32_t n_tok) {
                            .causal = true};
         op_attention(c, &a, n_tok);
         op_linear(c, &ly->wo, NULL, c->att, n_tok, c->proj);
-        op_rmsnorm(c, c->proj, c->proj, ly->post_attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->proj, c->proj, ly->post_attn_norm, n_tok, E, eps);
         op_add(c->x, c->proj, n_tok * E);
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
-        op_linear_many(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb, n_tok);
-        op_glu(c->gate, c->up, (int64_t)n_tok * h->n_ff, OP_GELU_TANH);
-        op_linear(c, &ly->w_down, NULL, c->gate, n_tok, c->proj);
-        op_rmsnorm(c, c->proj, c->proj, ly->post_ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_ffn_glu(c, &ly->w_gate, &ly->w_up, &ly->w_down, h->n_ff, OP_GELU_TANH,
+                   c->xb, n_tok, c->proj);
+        op_rmsnorm(c->proj, c->proj, ly->post_ffn_norm, n_tok, E, eps);
         op_add(c->x, c->proj, n_tok * E);
 
         if (m->x.n_embd_per_layer > 0) per_layer_add(c, ly, l, n_tok);
@@ -124,9 +123,7 @@ static void gemma4_forward(model_ctx *c, int32_t n_tok) {
  * them (and rejects any); attn_v is optional (V = K); per-layer-input tensors have size 0
  * and are skipped when the model has none. */
 static const model_tensor_spec gemma4_tensors[] = {
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),
+    MT_EMBD_OUTPUT,
     MT_G("rope_freqs.weight", rope_freqs, MT_VEC | MT_OPT, MD_ROT2, MD_ONE),
     MT_G("per_layer_token_embd.weight", pl_tok_embd, MT_EMB, MD_PL_ALL, MD_VOCAB),
     MT_G("per_layer_model_proj.weight", pl_model_proj, MT_MAT, MD_EMBD, MD_PL_ALL),
@@ -141,9 +138,7 @@ static const model_tensor_spec gemma4_tensors[] = {
     MT_L("blk.%d.attn_k_norm.weight", k_norm, MT_VEC | MT_OPT, MD_HEAD_K, MD_ONE),
     MT_L("blk.%d.post_attention_norm.weight", post_attn_norm, MT_VEC, MD_EMBD, MD_ONE),
     MT_L("blk.%d.ffn_norm.weight", ffn_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_L("blk.%d.ffn_gate.weight", w_gate, MT_MAT, MD_EMBD, MD_FF),
-    MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),
-    MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD),
+    MT_FFN_GLU,
     MT_L("blk.%d.post_ffw_norm.weight", post_ffn_norm, MT_VEC, MD_EMBD, MD_ONE),
     MT_L("blk.%d.layer_output_scale.weight", layer_out_scale, MT_VEC | MT_OPT, MD_ONE, MD_ONE),
     MT_L("blk.%d.inp_gate.weight", pl_gate, MT_MAT, MD_EMBD, MD_PL),

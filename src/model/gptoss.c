@@ -31,7 +31,7 @@ static void gptoss_forward(model_ctx *c, int32_t n_tok) {
         const model_layer *ly = &m->layers[l];
         model_llama_attention(c, l, n_tok); /* biases, sinks and the window from the layer */
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         const op_moe_args a = {.router = &ly->ffn_gate_inp, .gate = &ly->ffn_gate_exps,
                                .up = &ly->ffn_up_exps, .down = &ly->ffn_down_exps,
                                .router_b = ly->ffn_gate_inp_b, .b_gate = ly->b_gate_exps,
@@ -44,14 +44,9 @@ static void gptoss_forward(model_ctx *c, int32_t n_tok) {
 }
 
 static const model_tensor_spec gptoss_tensors[] = {
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),
+    MT_EMBD_OUTPUT,
     MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q),
-    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),
-    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),
-    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD),
+    MT_ATTN_QKVO,
     MT_L("blk.%d.attn_q.bias", bq, MT_VEC, MD_Q, MD_ONE),
     MT_L("blk.%d.attn_k.bias", bk, MT_VEC, MD_KVK, MD_ONE),
     MT_L("blk.%d.attn_v.bias", bv, MT_VEC, MD_KVV, MD_ONE),
@@ -61,9 +56,7 @@ static const model_tensor_spec gptoss_tensors[] = {
     MT_L("blk.%d.post_attention_norm.weight", ffn_norm, MT_VEC, MD_EMBD, MD_ONE),
     MT_L("blk.%d.ffn_gate_inp.weight", ffn_gate_inp, MT_MAT, MD_EMBD, MD_EXPERTS),
     MT_L("blk.%d.ffn_gate_inp.bias", ffn_gate_inp_b, MT_VEC, MD_EXPERTS, MD_ONE),
-    MT_L("blk.%d.ffn_gate_exps.weight", ffn_gate_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP),
-    MT_L("blk.%d.ffn_up_exps.weight", ffn_up_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP),
-    MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP, MD_EMBD),
+    MT_FFN_EXPS,
     MT_L("blk.%d.ffn_gate_exps.bias", b_gate_exps, MT_VEC, MD_FF_EXP, MD_EXPERTS),
     MT_L("blk.%d.ffn_up_exps.bias", b_up_exps, MT_VEC, MD_FF_EXP, MD_EXPERTS),
     MT_L("blk.%d.ffn_down_exps.bias", b_down_exps, MT_VEC, MD_EMBD, MD_EXPERTS),

@@ -179,6 +179,8 @@ typedef struct model_rope_table {
 
 /* The largest key head a q8_0 cache takes (attention quantizes q on the stack). */
 #define MODEL_KV_Q8_MAX_HEAD_DIM 1024
+/* KV geometries a context remembers as checked (model_ctx.geom_ok) */
+#define MODEL_GEOM_SEEN 8
 
 /* The KV buffers of one sequence as the forward pass sees them. */
 typedef struct model_seq_kv {
@@ -236,6 +238,15 @@ struct model_ctx {
     int32_t n_ctx_set, n_ctx_eval;
     void *mm_scratch;
     size_t scratch_bytes;
+    /* KV geometries (a pool's) that passed the full per-layer check against `want`: a
+     * later batch on the same one compares only these fields (forward.c, check_view) */
+    struct {
+        const kv_geom *g, *want;
+        const kv_layer_dims *dims;
+        int32_t n_layer;
+        hl_type k_type, v_type;
+    } geom_ok[MODEL_GEOM_SEEN];
+    int32_t n_geom_ok; /* how many were ever added (the slot of the next: modulo) */
 };
 
 /* ---- architecture descriptor ---- */
@@ -303,6 +314,31 @@ typedef struct model_tensor_spec {
 
 #define MT_G(name, field, fl, a, b) {name, offsetof(struct model, field), (fl), (a), (b)}
 #define MT_L(name, field, fl, a, b) {name, offsetof(model_layer, field), (fl) | MT_LAYER, (a), (b)}
+
+/* Rows that many tables share word for word (GGUF's common names), to splice into a
+ * table: the embeddings, final norm and optional output projection; */
+#define MT_EMBD_OUTPUT                                                                      \
+    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),                         \
+    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),                       \
+    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB)
+/* the attention's q, k, v and output projections (no biases); */
+#define MT_ATTN_QKVO                                                                        \
+    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q),                                \
+    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),                              \
+    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),                              \
+    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD)
+/* a gated feed-forward's gate, up and down projections; */
+#define MT_FFN_GLU                                                                          \
+    MT_L("blk.%d.ffn_gate.weight", w_gate, MT_MAT, MD_EMBD, MD_FF),                         \
+    MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),                             \
+    MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD)
+/* the experts' stacked gate, up and down projections (x.n_ff_exp rows each). */
+#define MT_FFN_EXPS                                                                         \
+    MT_L("blk.%d.ffn_gate_exps.weight", ffn_gate_exps, MT_MAT | MT_EXPERTS, MD_EMBD,        \
+         MD_FF_EXP),                                                                        \
+    MT_L("blk.%d.ffn_up_exps.weight", ffn_up_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP), \
+    MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP,      \
+         MD_EMBD)
 
 typedef struct model_arch_desc {
     const char *name;

@@ -32,7 +32,7 @@ static void shortconv_layer(model_ctx *c, const model_layer *ly, const model_lay
     const model *m = c->m;
     const int64_t E = m->hp.n_embd, K = m->x.ssm_d_conv, W = 3 * E;
     float *bcx = c->extra;
-    op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
+    op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
     op_linear(c, &ly->ssm_in, NULL, c->xb, n_tok, bcx);
     for (int32_t e = 0; e < c->n_seq; e++) {
         float *cs = c->seq_kv[e].state + hp->state_off; /* [K-1][E] */
@@ -69,10 +69,8 @@ static void lfm2_forward(model_ctx *c, int32_t n_tok) {
         else
             model_llama_attention(c, l, n_tok);
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
-        op_linear_many(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb, n_tok);
-        op_glu(c->gate, c->up, (int64_t)n_tok * h->n_ff, OP_SILU);
-        op_linear(c, &ly->w_down, NULL, c->gate, n_tok, c->proj);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_ffn_glu(c, &ly->w_gate, &ly->w_up, &ly->w_down, h->n_ff, OP_SILU, c->xb, n_tok, c->proj);
         op_add(c->x, c->proj, n_tok * E);
     }
 }
@@ -108,15 +106,10 @@ static const model_tensor_spec lfm2_tensors[] = {
     MT_L("blk.%d.shortconv.in_proj.weight", ssm_in, MT_MAT, MD_EMBD, MD_SSM_INNER3),
     MT_L("blk.%d.shortconv.out_proj.weight", ssm_out, MT_MAT, MD_SSM_INNER, MD_EMBD),
     /* attention layers */
-    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q),
-    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),
-    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),
-    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD),
+    MT_ATTN_QKVO,
     MT_L("blk.%d.attn_q_norm.weight", q_norm, MT_VEC, MD_HEAD_K, MD_ONE),
     MT_L("blk.%d.attn_k_norm.weight", k_norm, MT_VEC, MD_HEAD_K, MD_ONE),
-    MT_L("blk.%d.ffn_gate.weight", w_gate, MT_MAT, MD_EMBD, MD_FF),
-    MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),
-    MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD),
+    MT_FFN_GLU,
 };
 #define N_SPECS(t) (int32_t)(sizeof t / sizeof t[0])
 

@@ -26,7 +26,7 @@ void model_llama_attention(model_ctx *c, int32_t l, int32_t n_tok) {
     const bool neox = m->hp.rope_kind == MODEL_ROPE_NEOX;
     const model_layer *ly = &m->layers[l];
     const model_layer_hp *h = &m->lhp[l];
-    op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+    op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
     op_linear_many(c, &ly->wq, c->q, &ly->wk, c->k, &ly->wv, c->v, c->xb, n_tok);
     op_add_bias(c->q, ly->bq, n_tok, ly->wq.n_rows);
     op_add_bias(c->k, ly->bk, n_tok, ly->wk.n_rows);
@@ -57,15 +57,13 @@ static void llama_forward(model_ctx *c, int32_t n_tok) {
         model_llama_attention(c, l, n_tok);
 
         /* feed-forward */
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         if (ly->ffn_gate_inp.data) {
             op_moe(c, &ly->ffn_gate_inp, &ly->ffn_gate_exps, &ly->ffn_up_exps,
                    &ly->ffn_down_exps, m->x.n_expert_used, c->xb, n_tok, c->proj, c->extra);
         } else {
-            op_linear_many(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb,
-                           n_tok);
-            op_glu(c->gate, c->up, (int64_t)n_tok * h->n_ff, OP_SILU);
-            op_linear(c, &ly->w_down, NULL, c->gate, n_tok, c->proj);
+            op_ffn_glu(c, &ly->w_gate, &ly->w_up, &ly->w_down, h->n_ff, OP_SILU,
+                       c->xb, n_tok, c->proj);
         }
         op_add(c->x, c->proj, n_tok * E);
     }
@@ -74,32 +72,20 @@ static void llama_forward(model_ctx *c, int32_t n_tok) {
 /* The table shared by the family; `bias` and `qk_norm` say whether qwen2's biases and
  * qwen3's head norms are required (MT_OPT elsewhere). */
 #define LLAMA_TENSORS(bias, qk_norm)                                                    \
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),                     \
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),                   \
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),                  \
+    MT_EMBD_OUTPUT,                                                                     \
     MT_G("rope_freqs.weight", rope_freqs, MT_VEC | MT_OPT, MD_ROT2, MD_ONE),            \
     MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),                \
-    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q),                            \
-    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),                          \
-    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),                          \
-    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD),                       \
+    MT_ATTN_QKVO,                                                                       \
     MT_L("blk.%d.attn_q.bias", bq, MT_VEC | (bias), MD_Q, MD_ONE),                      \
     MT_L("blk.%d.attn_k.bias", bk, MT_VEC | (bias), MD_KVK, MD_ONE),                    \
     MT_L("blk.%d.attn_v.bias", bv, MT_VEC | (bias), MD_KVV, MD_ONE),                    \
     MT_L("blk.%d.attn_q_norm.weight", q_norm, MT_VEC | (qk_norm), MD_HEAD_K, MD_ONE),   \
     MT_L("blk.%d.attn_k_norm.weight", k_norm, MT_VEC | (qk_norm), MD_HEAD_K, MD_ONE),   \
     MT_L("blk.%d.ffn_norm.weight", ffn_norm, MT_VEC, MD_EMBD, MD_ONE),                  \
-    MT_L("blk.%d.ffn_gate.weight", w_gate, MT_MAT, MD_EMBD, MD_FF),                     \
-    MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),                         \
-    MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD),                     \
+    MT_FFN_GLU,                                                                         \
     /* experts (Mixtral): no size, so not loaded, without expert_count */               \
     MT_L("blk.%d.ffn_gate_inp.weight", ffn_gate_inp, MT_MAT, MD_EMBD, MD_EXPERTS),      \
-    MT_L("blk.%d.ffn_gate_exps.weight", ffn_gate_exps, MT_MAT | MT_EXPERTS, MD_EMBD,    \
-         MD_FF_EXP),                                                                    \
-    MT_L("blk.%d.ffn_up_exps.weight", ffn_up_exps, MT_MAT | MT_EXPERTS, MD_EMBD,        \
-         MD_FF_EXP),                                                                    \
-    MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP,  \
-         MD_EMBD)
+    MT_FFN_EXPS
 
 static const model_tensor_spec llama_tensors[] = {LLAMA_TENSORS(MT_OPT, MT_OPT)};
 static const model_tensor_spec qwen2_tensors[] = {LLAMA_TENSORS(0, MT_OPT)};

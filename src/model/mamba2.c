@@ -149,7 +149,7 @@ static void m2_mixer(model_ctx *c, const model_layer *ly, const model_layer_hp *
         const float *z = zx + t * d.nin;
         for (int64_t i = 0; i < d.inner; i++) yt[i] *= silu(z[i]);
         for (int64_t g = 0; g < d.ng; g++)
-            op_rmsnorm(c, yt + g * gs, yt + g * gs, ly->ssm_norm + g * gs, 1, gs, m->x.norm_eps);
+            op_rmsnorm(yt + g * gs, yt + g * gs, ly->ssm_norm + g * gs, 1, gs, m->x.norm_eps);
     }
     op_linear(c, &ly->ssm_out, NULL, y, n_tok, c->proj);
 }
@@ -160,7 +160,7 @@ static void mamba2_forward(model_ctx *c, int32_t n_tok) {
     op_embed(c, &m->tok_embd, n_tok, 0.0f, c->x);
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *ly = &m->layers[l];
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
         m2_mixer(c, ly, &m->lhp[l], n_tok);
         op_add(c->x, c->proj, n_tok * E);
     }
@@ -196,7 +196,7 @@ static void nemotron_h_forward(model_ctx *c, int32_t n_tok) {
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *ly = &m->layers[l];
         const model_layer_hp *h = &m->lhp[l];
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, m->x.norm_eps);
         if (h->state_floats)
             m2_mixer(c, ly, h, n_tok);
         else if (h->n_ff == 0)
@@ -252,9 +252,7 @@ static hl_status nemotron_h_read_hparams(model_loader *L, hl_err *err) {
 }
 
 #define M2_TENSORS                                                                          \
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),                         \
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),                       \
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),                      \
+    MT_EMBD_OUTPUT,                                                                         \
     MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),                    \
     MT_L("blk.%d.ssm_in.weight", ssm_in, MT_MAT, MD_EMBD, MD_SSM_IN_M2),                    \
     MT_L("blk.%d.ssm_conv1d.weight", ssm_conv1d, MT_VEC, MD_SSM_CONV_K, MD_SSM_CONV_CH),    \
@@ -268,10 +266,7 @@ static hl_status nemotron_h_read_hparams(model_loader *L, hl_err *err) {
 static const model_tensor_spec mamba2_tensors[] = {M2_TENSORS};
 static const model_tensor_spec nemotron_h_tensors[] = {
     M2_TENSORS,
-    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q),
-    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),
-    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),
-    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD),
+    MT_ATTN_QKVO,
     MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),
     MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD),
 };

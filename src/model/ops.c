@@ -57,9 +57,8 @@ void op_add_row(model_ctx *c, const model_weight *w, int64_t row, int32_t n_tok,
     add_rows(c, w, n_tok, NULL, row, out);
 }
 
-void op_rmsnorm(model_ctx *c, float *out, const float *x, const float *w, int32_t n_tok,
-                int64_t n, float eps) {
-    (void)c;
+void op_rmsnorm(float *out, const float *x, const float *w, int32_t n_tok, int64_t n,
+                float eps) {
     for (int32_t t = 0; t < n_tok; t++) kern_rmsnorm(out + t * n, x + t * n, w, n, eps);
 }
 
@@ -158,6 +157,14 @@ void op_glu(float *gate, const float *up, int64_t n, op_act act) {
     }
     op_act_apply(gate, n, act);
     for (int64_t i = 0; i < n; i++) gate[i] *= up[i];
+}
+
+void op_ffn_glu(model_ctx *c, const model_weight *gate, const model_weight *up,
+                const model_weight *down, int64_t n_ff, op_act act, const float *x,
+                int32_t n_tok, float *out) {
+    op_linear_many(c, gate, c->gate, up, c->up, NULL, NULL, x, n_tok);
+    op_glu(c->gate, c->up, (int64_t)n_tok * n_ff, act);
+    op_linear(c, down, NULL, c->gate, n_tok, out);
 }
 
 void op_softcap(float *x, int64_t n, float cap) {

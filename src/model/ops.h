@@ -21,8 +21,8 @@ void op_add_rows_by_pos(model_ctx *c, const model_weight *w, int32_t n_tok, floa
 void op_add_row(model_ctx *c, const model_weight *w, int64_t row, int32_t n_tok, float *out);
 
 /* RMSNorm of each row; w NULL: no weight (unit). out may equal x. */
-void op_rmsnorm(model_ctx *c, float *out, const float *x, const float *w, int32_t n_tok,
-                int64_t n, float eps);
+void op_rmsnorm(float *out, const float *x, const float *w, int32_t n_tok, int64_t n,
+                float eps);
 /* LayerNorm of each row with optional weight and bias. out may equal x. */
 void op_layernorm(float *out, const float *x, const float *w, const float *b, int32_t n_tok,
                   int64_t n, float eps);
@@ -49,6 +49,11 @@ typedef enum op_act { OP_SILU, OP_GELU_TANH, OP_GELU_ERF } op_act;
 void op_act_apply(float *x, int64_t n, op_act act);
 /* gate = act(gate) * up, elementwise. */
 void op_glu(float *gate, const float *up, int64_t n, op_act act);
+/* A gated feed-forward: out = (act(x gate^T) * (x up^T)) down^T, n_ff hidden units a
+ * token, held in c->gate and c->up. */
+void op_ffn_glu(model_ctx *c, const model_weight *gate, const model_weight *up,
+                const model_weight *down, int64_t n_ff, op_act act, const float *x,
+                int32_t n_tok, float *out);
 
 /* RoPE over the first n_rot dims of each head (the rest pass through), with the layer's
  * base, scale and frequency factors and the model's scaling kind; neox rotates halves

@@ -57,7 +57,7 @@ static void phi3_forward(model_ctx *c, int32_t n_tok) {
         const int64_t F = h.n_ff;
 
         /* attention */
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
         if (ly->wqkv.data) {
             op_linear(c, &ly->wqkv, NULL, c->xb, n_tok, c->gate);
             op_split(c->gate, n_tok, c->q, nq, c->k, nk, c->v, nv);
@@ -78,7 +78,7 @@ static void phi3_forward(model_ctx *c, int32_t n_tok) {
         op_add(c->x, c->proj, n_tok * E);
 
         /* feed-forward: ffn_up's rows are [gate | up] */
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         op_linear(c, &ly->w_up, NULL, c->xb, n_tok, c->up);
         for (int32_t t = 0; t < n_tok; t++) {
             const float *row = c->up + (int64_t)t * 2 * F;
@@ -91,9 +91,7 @@ static void phi3_forward(model_ctx *c, int32_t n_tok) {
 }
 
 static const model_tensor_spec phi3_tensors[] = {
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),
+    MT_EMBD_OUTPUT,
     MT_G("rope_factors_long.weight", rope_long, MT_VEC | MT_OPT, MD_ROT2, MD_ONE),
     MT_G("rope_factors_short.weight", rope_short, MT_VEC | MT_OPT, MD_ROT2, MD_ONE),
     MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),

@@ -319,20 +319,19 @@ static void qwen35_forward(model_ctx *c, int32_t n_tok) {
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *ly = &m->layers[l];
         const model_layer_hp *h = &m->lhp[l];
-        op_rmsnorm(c, c->xb, c->x, ly->attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->attn_norm, n_tok, E, eps);
         if (h->state_floats)
             gdn_layer(c, ly, h, n_tok);
         else
             attn_layer(c, ly, h, l, n_tok);
         op_add(c->x, c->proj, n_tok * E);
 
-        op_rmsnorm(c, c->xb, c->x, ly->post_attn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->post_attn_norm, n_tok, E, eps);
         if (ly->ffn_gate_inp.data) {
             moe_ffn(c, ly, n_tok);
         } else {
-            op_linear_many(c, &ly->w_gate, c->gate, &ly->w_up, c->up, NULL, NULL, c->xb, n_tok);
-            op_glu(c->gate, c->up, (int64_t)n_tok * h->n_ff, OP_SILU);
-            op_linear(c, &ly->w_down, NULL, c->gate, n_tok, c->proj);
+            op_ffn_glu(c, &ly->w_gate, &ly->w_up, &ly->w_down, h->n_ff, OP_SILU,
+                       c->xb, n_tok, c->proj);
         }
         op_add(c->x, c->proj, n_tok * E);
     }
@@ -379,9 +378,7 @@ static hl_status qwen35_read_hparams(model_loader *L, hl_err *err) {
 
 /* The tensors qwen35 and qwen35moe share: all but the feed-forward. */
 #define QWEN35_TENSORS                                                                        \
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),                           \
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),                         \
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),                        \
+    MT_EMBD_OUTPUT,                                                                           \
     MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),                      \
     MT_L("blk.%d.post_attention_norm.weight", post_attn_norm, MT_VEC, MD_EMBD, MD_ONE),       \
     /* Gated DeltaNet layers */                                                               \
@@ -404,9 +401,7 @@ static hl_status qwen35_read_hparams(model_loader *L, hl_err *err) {
 
 static const model_tensor_spec qwen35_tensors[] = {
     QWEN35_TENSORS,
-    MT_L("blk.%d.ffn_gate.weight", w_gate, MT_MAT, MD_EMBD, MD_FF),
-    MT_L("blk.%d.ffn_up.weight", w_up, MT_MAT, MD_EMBD, MD_FF),
-    MT_L("blk.%d.ffn_down.weight", w_down, MT_MAT, MD_FF, MD_EMBD),
+    MT_FFN_GLU,
 };
 
 /* The shared expert's tensors have no size (and are not loaded) without
@@ -414,9 +409,7 @@ static const model_tensor_spec qwen35_tensors[] = {
 static const model_tensor_spec qwen35moe_tensors[] = {
     QWEN35_TENSORS,
     MT_L("blk.%d.ffn_gate_inp.weight", ffn_gate_inp, MT_MAT, MD_EMBD, MD_EXPERTS),
-    MT_L("blk.%d.ffn_gate_exps.weight", ffn_gate_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP),
-    MT_L("blk.%d.ffn_up_exps.weight", ffn_up_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP),
-    MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP, MD_EMBD),
+    MT_FFN_EXPS,
     MT_L("blk.%d.ffn_gate_shexp.weight", ffn_gate_shexp, MT_MAT, MD_EMBD, MD_FF_SHEXP),
     MT_L("blk.%d.ffn_up_shexp.weight", ffn_up_shexp, MT_MAT, MD_EMBD, MD_FF_SHEXP),
     MT_L("blk.%d.ffn_down_shexp.weight", ffn_down_shexp, MT_MAT, MD_FF_SHEXP, MD_EMBD),

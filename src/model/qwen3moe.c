@@ -24,7 +24,7 @@ static void qwen3moe_forward(model_ctx *c, int32_t n_tok) {
         const model_layer *ly = &m->layers[l];
         model_llama_attention(c, l, n_tok); /* qwen3's: q/k norms present, neox */
 
-        op_rmsnorm(c, c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
+        op_rmsnorm(c->xb, c->x, ly->ffn_norm, n_tok, E, eps);
         op_moe(c, &ly->ffn_gate_inp, &ly->ffn_gate_exps, &ly->ffn_up_exps, &ly->ffn_down_exps,
                m->x.n_expert_used, c->xb, n_tok, c->proj, c->extra);
         op_add(c->x, c->proj, n_tok * E);
@@ -32,21 +32,14 @@ static void qwen3moe_forward(model_ctx *c, int32_t n_tok) {
 }
 
 static const model_tensor_spec qwen3moe_tensors[] = {
-    MT_G("token_embd.weight", tok_embd, MT_EMB, MD_EMBD, MD_VOCAB),
-    MT_G("output_norm.weight", output_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_G("output.weight", output, MT_MAT | MT_OPT, MD_EMBD, MD_VOCAB),
+    MT_EMBD_OUTPUT,
     MT_L("blk.%d.attn_norm.weight", attn_norm, MT_VEC, MD_EMBD, MD_ONE),
-    MT_L("blk.%d.attn_q.weight", wq, MT_MAT, MD_EMBD, MD_Q),
-    MT_L("blk.%d.attn_k.weight", wk, MT_MAT, MD_EMBD, MD_KVK),
-    MT_L("blk.%d.attn_v.weight", wv, MT_MAT, MD_EMBD, MD_KVV),
-    MT_L("blk.%d.attn_output.weight", wo, MT_MAT, MD_O, MD_EMBD),
+    MT_ATTN_QKVO,
     MT_L("blk.%d.attn_q_norm.weight", q_norm, MT_VEC, MD_HEAD_K, MD_ONE),
     MT_L("blk.%d.attn_k_norm.weight", k_norm, MT_VEC, MD_HEAD_K, MD_ONE),
     MT_L("blk.%d.ffn_norm.weight", ffn_norm, MT_VEC, MD_EMBD, MD_ONE),
     MT_L("blk.%d.ffn_gate_inp.weight", ffn_gate_inp, MT_MAT, MD_EMBD, MD_EXPERTS),
-    MT_L("blk.%d.ffn_gate_exps.weight", ffn_gate_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP),
-    MT_L("blk.%d.ffn_up_exps.weight", ffn_up_exps, MT_MAT | MT_EXPERTS, MD_EMBD, MD_FF_EXP),
-    MT_L("blk.%d.ffn_down_exps.weight", ffn_down_exps, MT_MAT | MT_EXPERTS, MD_FF_EXP, MD_EMBD),
+    MT_FFN_EXPS,
 };
 
 hl_status model_hp_experts(model_loader *L, int32_t n_ff_exp_dflt, hl_err *err) {

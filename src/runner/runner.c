@@ -100,6 +100,9 @@ struct runner {
     job *q_head, *q_tail;
     int32_t n_queued, n_active;
     bool stop;
+    /* the batch thread is waiting (for callers' acknowledgements or for work), not inside
+     * a step: waiting requests get heartbeats meanwhile (runner_generate) */
+    bool batch_idle;
     uint64_t n_steps, n_step_tokens, n_admitted;
 
     kv_store *store;   /* disk / shared tiers, or NULL */
@@ -581,10 +584,14 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     const size_t state_floats = model_state_floats(m);
     r->n_caches = n_slots + (state_floats > 0);
     /* recurrent snapshots are copies outside the pools, paged by a budget of their own
-     * the size of the KV budget (compressed, then spilled beside the blocks) */
+     * (snapshot_budget_bytes, else the size of the KV budget; compressed, then spilled
+     * beside the blocks) */
     if (!st && state_floats > 0) {
-        kv_state_pager_config spc = {.budget_bytes = budget, .spill_dir = cfg->spill_dir,
-                                     .spill_max_bytes = cfg->spill_max_bytes};
+        kv_state_pager_config spc = {.budget_bytes = cfg->snapshot_budget_bytes
+                                                          ? cfg->snapshot_budget_bytes
+                                                          : budget,
+                                         .spill_dir = cfg->spill_dir,
+                                         .spill_max_bytes = cfg->spill_max_bytes};
         st = kv_state_pager_create(&spc, &r->spager, err);
         r->pools.state_pager = r->spager;
     }
@@ -964,14 +971,18 @@ static bool gather(runner *r) {
             if (any_ready) break;
         }
         if (!any_ready) {
+            r->batch_idle = true;
             pthread_cond_wait(&r->loop_cv, &r->mu);
+            r->batch_idle = false;
             continue;
         }
         if (any_waiting) {
             /* give the callers of the last step a moment, so their sequences join this one
              * (callers already late before it are not waited for again) */
             if (r->ack_wait_ns < 0) {
+                r->batch_idle = true;
                 pthread_cond_wait(&r->loop_cv, &r->mu);
+                r->batch_idle = false;
                 continue;
             }
             struct timespec dl;
@@ -987,7 +998,9 @@ static bool gather(runner *r) {
                         waiting = true;
                 }
                 if (!waiting || r->stop || timed_out) break;
+                r->batch_idle = true;
                 timed_out = pthread_cond_timedwait(&r->loop_cv, &r->mu, &dl) == ETIMEDOUT;
+                r->batch_idle = false;
             }
         }
         break;
@@ -1255,9 +1268,35 @@ hl_status runner_generate(runner *r, const runner_request *req, runner_stats *st
     r->n_queued++;
     pthread_cond_signal(&r->loop_cv);
     bool refused = false;
+    uint64_t beat_steps = r->n_steps;
     for (;;) {
-        while (!j.has_progress && !j.has_token && !j.finished) pthread_cond_wait(&j.cv, &r->mu);
-        if (!j.has_progress && !j.has_token) break; /* finished, all delivered */
+        /* waiting (queued, or not stepped): a heartbeat through progress every
+         * RUNNER_BEAT_MS while the batch thread makes progress (runner_heartbeat_fn) */
+        bool beat = false;
+        while (!j.has_progress && !j.has_token && !j.finished && !beat) {
+            if (!req->heartbeat) {
+                pthread_cond_wait(&j.cv, &r->mu);
+                continue;
+            }
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl); /* j.cv's clock */
+            add_ns(&dl, (int64_t)RUNNER_BEAT_MS * 1000000);
+            if (pthread_cond_timedwait(&j.cv, &r->mu, &dl) != ETIMEDOUT) continue;
+            beat = r->n_steps != beat_steps || r->batch_idle;
+            beat_steps = r->n_steps;
+        }
+        if (!j.has_progress && !j.has_token) {
+            if (!beat) break; /* finished, all delivered */
+            pthread_mutex_unlock(&r->mu);
+            if (!refused) refused = !req->heartbeat(req->user);
+            pthread_mutex_lock(&r->mu);
+            if (refused && !j.refused) {
+                j.refused = true;
+                pthread_cond_signal(&r->loop_cv);
+            }
+            continue;
+        }
+        beat_steps = r->n_steps;
         const bool progress = j.has_progress;
         const int32_t processed = j.processed;
         const sampler_out so = j.so; /* copied: the callback runs without the lock */

@@ -79,6 +79,7 @@
 #define RUNNER_MAX_QUEUE 512
 #define RUNNER_BATCH_TOKENS 512
 #define RUNNER_ACK_WAIT_US 2000
+#define RUNNER_BEAT_MS 500
 
 typedef struct runner_config {
     int n_threads;           /* <= 0: all CPUs */
@@ -86,8 +87,10 @@ typedef struct runner_config {
     int32_t prefill_chunk;   /* <= 0: RUNNER_PREFILL_CHUNK */
     int32_t block_tokens;    /* <= 0: RUNNER_BLOCK_TOKENS */
     /* RAM for cached KV; 0: kv_default_budget(). A recurrent model's snapshots get a
-     * budget of the same size, paged like blocks (compressed, then spilled). */
+     * budget of their own (snapshot_budget_bytes; 0: the KV budget's size), paged like
+     * blocks (compressed, then spilled). */
     size_t kv_budget_bytes;
+    size_t snapshot_budget_bytes;
     const char *spill_dir;   /* NULL: inactive blocks and snapshots only compressed in RAM */
     size_t spill_max_bytes;  /* 0: unlimited */
     int32_t n_parallel;      /* active requests; <= 0: $HEARTH_NUM_PARALLEL, else 4 */
@@ -155,6 +158,12 @@ typedef struct runner_event {
 typedef bool (*runner_emit_fn)(void *user, const runner_event *ev);
 /* Called after each prefill chunk ("prompt processing progress"); false cancels. */
 typedef bool (*runner_progress_fn)(void *user, int32_t processed, int32_t total);
+/* A heartbeat: called every RUNNER_BEAT_MS while the request waits with nothing to report
+ * (queued for a slot, or its sequence left out of the steps) as long as the batch thread
+ * makes progress (a step ended since the last beat, or it waits for callers or work); a
+ * runner stuck inside a step sends none, so a caller can tell a long wait from a hung
+ * runner. False cancels. */
+typedef bool (*runner_heartbeat_fn)(void *user);
 
 typedef struct runner_request {
     const int32_t *tokens;
@@ -166,6 +175,7 @@ typedef struct runner_request {
     atomic_bool *cancel;          /* may be NULL */
     runner_emit_fn emit;          /* may be NULL */
     runner_progress_fn progress;  /* may be NULL */
+    runner_heartbeat_fn heartbeat; /* may be NULL */
     /* May be NULL. Called with a copy of each logits row before it is sampled; it may
      * change it (e.g. set tokens a response format forbids to -inf). */
     void (*logits_hook)(void *user, float *logits, int32_t n_vocab);

@@ -6,7 +6,9 @@
  * srv_stream_run. The producer thread then:
  *   1. answers load/unload requests (empty prompt/messages/input);
  *   2. acquires the model from the loaded-model manager (sched.h: load on first use,
- *      keep_alive);
+ *      keep_alive); when its runner is lost (crashed, or killed for a stall) before the
+ *      request got a token, nothing was sent yet: it acquires the model again (a fresh
+ *      runner) and runs once more;
  *   3. renders the prompt (prompt.h), tokenizes it and runs it through the engine
  *      (engine.h), turning each token into text (tok_stream), then stop strings,
  *      thinking and tool calls (outproc.h), streaming a chunk per piece of text;
@@ -80,6 +82,7 @@ typedef struct infer_ctx {
     outbuf ready, thinking, content, all_content, all_thinking, tmp;
     int32_t *gen;
     size_t n_gen, cap_gen;
+    bool got_token; /* the engine passed a token (a lost runner is then not retried) */
     json_t *tool_calls;
     char *format_text; /* format "json" / a schema as JSON text (engine_request.format) */
     /* _tool_choice (set by the compat APIs): a call is required / of this tool only */
@@ -431,6 +434,7 @@ static void add_logprob(infer_ctx *c, int32_t token, const sampler_out *so) {
 
 static bool on_token(void *ud, int32_t token, const sampler_out *so) {
     infer_ctx *c = ud;
+    c->got_token = true;
     uint64_t now = hl_time_ns();
     if (c->n_gen == 0) metrics_ttft(c->mm, now - c->t_start);
     else metrics_token_latency(c->mm, now - c->t_last_tok);
@@ -673,7 +677,26 @@ static bool build_prompt(infer_ctx *c, const prompt_renderer *pr, int32_t n_ctx,
     return true;
 }
 
-static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
+/* Undoes run_generation's setup (nothing was generated) so that it can run again. */
+static void gen_state_reset(infer_ctx *c) {
+    free(c->piece);
+    c->piece = NULL;
+    stop_free(&c->stop);
+    think_free(&c->thinkp);
+    tool_free(&c->toolp);
+    c->stop = (stop_matcher){0};
+    c->thinkp = (think_parser){0};
+    c->toolp = (tool_parser){0};
+    json_decref(c->tool_calls);
+    c->tool_calls = NULL;
+    c->vocab = NULL;
+}
+
+/* Returns true (having sent nothing) when the model's runner was lost before the request
+ * got a token and retry allows another run: the caller acquires the model anew (the
+ * scheduler starts a fresh runner) and calls it again. */
+static bool run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns, bool retry) {
+    bool again = false;
     hl_err err;
     prompt_renderer *pr = NULL;
     int32_t *toks = NULL;
@@ -683,7 +706,7 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
     if (prompt_renderer_create(c->sm.template_text, engine_chat_template(m->eng), c->vocab, &pr,
                                &err) != HL_OK) {
         srv_stream_fail(c->s, 500, "%s", err.msg);
-        return;
+        return false;
     }
     prompt_caps caps = prompt_renderer_caps(pr);
     /* capabilities (Ollama's messages) */
@@ -774,10 +797,10 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
     hl_status st = engine_generate(m->eng, &req, &stats, &err);
     /* a failed or cancelled run has no prompt figures, its tokens were generated still */
     if (st)
-        metrics_tokens(c->mm, 0, 0, c->n_gen);
+        metrics_tokens(c->mm, 0, 0, 0, 0, c->n_gen);
     else
         metrics_tokens(c->mm, (uint64_t)stats.prompt_eval_count, (uint64_t)stats.cached_tokens,
-                       c->n_gen);
+                       (uint64_t)stats.cached_disk, (uint64_t)stats.cached_remote, c->n_gen);
     if (hl_log_enabled(HL_LOG_DEBUG)) {
         char np[16], nc[16], ng[16], ms[32];
         snprintf(np, sizeof np, "%d", (int)n_toks);
@@ -788,6 +811,13 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
                      "generated", ng, "duration", ms, "status", st ? hl_status_str(st) : "ok");
     }
     if (st == HL_ERR_CANCELLED || srv_stream_cancelled(c->s)) goto out;
+    if (st && stats.runner_lost && !c->got_token && retry) {
+        /* queued behind a hung or crashed runner: nothing reached the client yet */
+        HL_WARN("%s: the model's runner was lost before the request got a token; retrying "
+                "on a new runner", c->full_name);
+        again = true;
+        goto out;
+    }
     if (st) {
         fail_status(c, st, &err);
         goto out;
@@ -830,6 +860,8 @@ out:
     free(toks);
     free(rendered);
     prompt_renderer_free(pr);
+    if (again) gen_state_reset(c);
+    return again;
 }
 
 static bool load_only(const infer_ctx *c) {
@@ -864,17 +896,22 @@ static void infer_run(srv_stream *s, void *vctx) {
         send_load_reply(c, "unload");
         return;
     }
-    sched_model *m;
-    uint64_t load_ns;
-    if (!acquire(c, &m, &load_ns)) return;
-    if (m->info.embedding_only) /* Ollama's answer for a model without completion */
-        srv_stream_fail(s, 400, "\"%s\" does not support %s", c->req_model,
-                        c->kind == INFER_CHAT ? "chat" : "generate");
-    else if (load_only(c))
-        send_load_reply(c, "load");
-    else
-        run_generation(c, m, load_ns);
-    sched_release(c->srv->sched, m, c->keep_alive);
+    /* a request whose runner is lost before it gets a token runs once more */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        sched_model *m;
+        uint64_t load_ns;
+        if (!acquire(c, &m, &load_ns)) return;
+        bool again = false;
+        if (m->info.embedding_only) /* Ollama's answer for a model without completion */
+            srv_stream_fail(s, 400, "\"%s\" does not support %s", c->req_model,
+                            c->kind == INFER_CHAT ? "chat" : "generate");
+        else if (load_only(c))
+            send_load_reply(c, "load");
+        else
+            again = run_generation(c, m, load_ns, attempt == 0);
+        sched_release(c->srv->sched, m, c->keep_alive);
+        if (!again) break;
+    }
 }
 
 static enum MHD_Result start_req(srv_request *r, json_t *req, infer_kind kind,
@@ -1036,7 +1073,7 @@ static void embed_run(srv_stream *s, void *vctx) {
         json_array_append_new(out, row);
     }
     free(vec);
-    metrics_tokens(metrics_model_get(c->srv->metrics, m->name), (uint64_t)total_tokens, 0, 0);
+    metrics_tokens(metrics_model_get(c->srv->metrics, m->name), (uint64_t)total_tokens, 0, 0, 0, 0);
     sched_release(c->srv->sched, m, c->keep_alive);
     if (srv_stream_cancelled(s)) st = HL_ERR_CANCELLED;
     if (st) {

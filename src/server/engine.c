@@ -5,9 +5,14 @@
  * only adapts its event stream to engine.h's callbacks. Embeddings go through the same
  * runner (runner_embed: batched with whatever else runs, pooled as the model declares).
  */
+#define _GNU_SOURCE
 #include "server/engine.h"
 
+#include <errno.h>
+#include <ftw.h>
 #include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +34,7 @@ struct engine {
     engine_info info;
     _Atomic uint64_t mem_bytes; /* measured after load and after every request */
     _Atomic uint64_t kv_ram, kv_comp, kv_disk; /* measured with mem_bytes */
+    char *spill_dir; /* created by engine_open; removed by engine_close */
     char *chat_template;
     engine_config cfg; /* as opened (its strings are the caller's, which outlive it) */
     pthread_mutex_t gv_mu;
@@ -47,6 +53,39 @@ static void measure(engine *e) {
     atomic_store(&e->kv_disk, (uint64_t)(mem.kv_disk + tier));
 }
 
+/* mkdir -p, the last component private to this user */
+static hl_status make_dirs(const char *path, hl_err *err) {
+    char *p = strdup(path);
+    if (!p) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            hl_status st = hl_fail(err, HL_ERR_IO, "cannot create %s: %s", p, strerror(errno));
+            free(p);
+            return st;
+        }
+        *c = '/';
+    }
+    free(p);
+    if (mkdir(path, 0700) != 0 && errno != EEXIST)
+        return hl_fail(err, HL_ERR_IO, "cannot create the KV spill directory %s: %s", path,
+                       strerror(errno));
+    return HL_OK;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)ftw;
+    if (flag == FTW_DP) rmdir(path);
+    else unlink(path);
+    return 0;
+}
+
+/* The runner's spill directory and whatever a killed runner left in it. */
+static void remove_spill_dir(const char *dir) {
+    if (dir) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static void read_metadata(engine *e, const char *path) {
     gguf_file *f = NULL;
     if (gguf_open(path, &f, NULL) != HL_OK) return;
@@ -61,6 +100,9 @@ static void read_metadata(engine *e, const char *path) {
     gguf_close(f);
 }
 
+static hl_status open_here(const char *gguf_path, const engine_config *cfg, engine **out,
+                           hl_err *err);
+
 bool engine_use_subprocess(void) {
     const char *v = getenv("HEARTH_RUNNER");
     return !(v && (strcmp(v, "inprocess") == 0 || strcmp(v, "in-process") == 0));
@@ -68,16 +110,43 @@ bool engine_use_subprocess(void) {
 
 hl_status engine_open(const char *gguf_path, const engine_config *cfg, engine **out,
                       hl_err *err) {
-    if (!engine_use_subprocess()) return engine_open_local(gguf_path, cfg, out, err);
+    if (!engine_use_subprocess()) return open_here(gguf_path, cfg, out, err);
     engine *e = calloc(1, sizeof *e);
     if (!e) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     e->cfg = *cfg;
-    hl_status st = eremote_open(gguf_path, cfg, &e->remote, err);
+    hl_status st = HL_OK;
+    if (cfg->spill_dir) {
+        e->spill_dir = strdup(cfg->spill_dir);
+        st = e->spill_dir ? make_dirs(cfg->spill_dir, err)
+                          : hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
+    if (!st) st = eremote_open(gguf_path, cfg, &e->remote, err);
     if (st) {
+        remove_spill_dir(e->spill_dir);
+        free(e->spill_dir);
         free(e);
         return st;
     }
     *out = e;
+    return HL_OK;
+}
+
+/* In this process, owning the spill directory as engine_open does for a runner. */
+static hl_status open_here(const char *gguf_path, const engine_config *cfg, engine **out,
+                           hl_err *err) {
+    if (cfg->spill_dir) {
+        hl_status st = make_dirs(cfg->spill_dir, err);
+        if (st) return st;
+    }
+    char *dir = cfg->spill_dir ? strdup(cfg->spill_dir) : NULL;
+    hl_status st = cfg->spill_dir && !dir ? hl_fail(err, HL_ERR_NOMEM, "out of memory")
+                                          : engine_open_local(gguf_path, cfg, out, err);
+    if (st) {
+        remove_spill_dir(dir);
+        free(dir);
+        return st;
+    }
+    (*out)->spill_dir = dir;
     return HL_OK;
 }
 
@@ -131,7 +200,9 @@ hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, eng
     if (n_ctx < 4) n_ctx = 4;
     runner_config rc = {.n_threads = cfg->n_threads, .n_ctx = n_ctx,
                         .prefill_chunk = cfg->num_batch > 0 ? cfg->num_batch : 0,
-                        .kv_type = cfg->kv_type};
+                        .kv_type = cfg->kv_type, .kv_budget_bytes = cfg->kv_budget_bytes,
+                        .snapshot_budget_bytes = cfg->snapshot_budget_bytes,
+                        .spill_dir = cfg->spill_dir};
     char kv_dir[4096], kv_id[128];
     kv_tiers(gguf_path, &rc, kv_dir, sizeof kv_dir, kv_id, sizeof kv_id);
     /* an encoder sees its whole input at once: any input that fits the context must fit
@@ -161,14 +232,15 @@ void engine_close(engine *e) {
     if (!e) return;
     if (e->remote) {
         eremote_close(e->remote);
-        free(e);
-        return;
+    } else {
+        runner_destroy(e->run); /* removes its spill files */
+        model_free(e->m);
+        free(e->chat_template);
     }
-    runner_destroy(e->run);
-    model_free(e->m);
-    free(e->chat_template);
     gram_vocab_free(e->gv);
     pthread_mutex_destroy(&e->gv_mu);
+    remove_spill_dir(e->spill_dir);
+    free(e->spill_dir);
     free(e);
 }
 
@@ -237,6 +309,13 @@ static bool bridge_progress(void *user, int32_t processed, int32_t total) {
     return !(b->req->cancelled && b->req->cancelled(b->req->ud));
 }
 
+/* the runner's heartbeat while the request waits: polls the caller's cancel flag, which
+ * in a runner process sends the server a keep-alive line (runner_srv.c) */
+static bool bridge_heartbeat(void *user) {
+    gen_bridge *b = user;
+    return !(b->req->cancelled && b->req->cancelled(b->req->ud));
+}
+
 static void bridge_logits(void *user, float *logits, int32_t n_vocab) {
     gen_bridge *b = user;
     if (b->gm) gram_matcher_mask(b->gm, logits, n_vocab);
@@ -274,6 +353,7 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
         .sampling = req->sp,
         .emit = bridge_emit,
         .progress = bridge_progress,
+        .heartbeat = bridge_heartbeat,
         .logits_hook = req->logits_hook || b.gm ? bridge_logits : NULL,
         .user = &b,
         .snapshot_at = req->snapshot_at,

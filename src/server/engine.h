@@ -19,8 +19,11 @@
  *   - num_predict <= 0: until EOG or the context is full (Ollama's -1, -2 and 0); > 0:
  *     exactly that many tokens at most. A full context or the limit ends with
  *     ENGINE_DONE_LENGTH; EOG or on_token's stop with ENGINE_DONE_STOP;
- *   - req->cancelled is polled between tokens (and between prefill chunks): when it turns
- *     true the run ends with HL_ERR_CANCELLED.
+ *   - req->cancelled is polled between tokens, between prefill chunks and while the
+ *     request waits (the runner's heartbeat): when it turns true the run ends with
+ *     HL_ERR_CANCELLED;
+ *   - a failure because the runner process died or was killed (a stall) sets
+ *     stats->runner_lost: nothing more will come from that engine.
  */
 #ifndef HL_SERVER_ENGINE_H
 #define HL_SERVER_ENGINE_H
@@ -47,6 +50,12 @@ typedef struct engine_config {
     /* may be NULL: when it turns true, a load waiting for its runner process fails
      * ("server shutting down"); not a load option (ignored when comparing configs) */
     const _Atomic bool *abort;
+    /* Memory the loaded-model manager grants (not load options either): RAM for cached
+     * KV and for recurrent state snapshots (runner_config; 0: the runner's defaults), and
+     * the directory KV pages spill to (NULL: none). engine_open creates spill_dir and
+     * engine_close removes it with what is left in it. */
+    size_t kv_budget_bytes, snapshot_budget_bytes;
+    const char *spill_dir;
 } engine_config;
 
 typedef struct engine_info {
@@ -111,6 +120,7 @@ typedef struct engine_stats {
     int32_t eval_count;        /* tokens sampled (and passed to on_token) */
     uint64_t eval_ns;
     engine_done done;
+    bool runner_lost;          /* failed: the runner process died or was killed under it */
 } engine_stats;
 
 /* By default the model runs in a runner process (`hearth runner`, runner_srv.h) spoken to

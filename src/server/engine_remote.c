@@ -31,6 +31,7 @@
 #include "server/runner_srv.h"
 
 #define LAST_LINE_MAX 256
+#define EMBED_STALL_FACTOR 10
 #define DIED_MSG                                                                          \
     "model runner has unexpectedly stopped, this may be due to resource limitations or " \
     "an internal error, check the server logs for details"
@@ -54,6 +55,7 @@ struct eremote {
     int exit_status;
     char last_line[LAST_LINE_MAX + 1]; /* guarded by mu */
     atomic_bool dead;
+    _Atomic int64_t stalled_ns; /* killed for a stall that long (0: not) */
     atomic_llong next_id; /* completion ids, for POST /stop */
     int64_t stall_ns;     /* a request with no runner output for this long fails; 0: none */
     /* this start's secret: the runner answers only paths under "/<secret>/" (it gets
@@ -176,6 +178,10 @@ static void last_line(eremote *r, char *buf, size_t cap) {
 
 /* The runner failed under a request: kill it, let the output drain, describe. */
 static hl_status runner_died(eremote *r, hl_err *err) {
+    int64_t stalled = atomic_load(&r->stalled_ns);
+    if (stalled) /* another request found it stuck and killed it */
+        return hl_fail(err, HL_ERR_IO, "%s: the runner sent nothing for %.1f s", DIED_MSG,
+                       (double)stalled / 1e9);
     atomic_store(&r->dead, true);
     if (!wait_exit(r, 300)) kill(r->pid, SIGKILL);
     wait_exit(r, 2000);
@@ -199,12 +205,15 @@ static void runner_kill(eremote *r) {
     wait_exit(r, 2000);
 }
 
-static hl_status runner_stalled(eremote *r, hl_err *err) {
+static hl_status runner_stalled(eremote *r, int64_t stall_ns, hl_err *err) {
+    int64_t none = 0;
+    bool first = atomic_compare_exchange_strong(&r->stalled_ns, &none, stall_ns);
     runner_kill(r);
-    HL_WARN("runner pid %d sent nothing for %.1f s: killed", (int)r->pid,
-            (double)r->stall_ns / 1e9);
+    if (first)
+        HL_WARN("runner pid %d sent nothing for %.1f s: killed", (int)r->pid,
+                (double)stall_ns / 1e9);
     return hl_fail(err, HL_ERR_IO, "%s: the runner sent nothing for %.1f s", DIED_MSG,
-                   (double)r->stall_ns / 1e9);
+                   (double)stall_ns / 1e9);
 }
 
 /* ---- spawning ---- */
@@ -264,10 +273,15 @@ static hl_status spawn(eremote *r, const char *path, const engine_config *cfg, i
     snprintf(sctx, sizeof sctx, "%d", (int)cfg->num_ctx);
     snprintf(sbatch, sizeof sbatch, "%d", (int)cfg->num_batch);
     snprintf(sthr, sizeof sthr, "%d", cfg->n_threads);
+    char skv[24], ssnap[24];
+    snprintf(skv, sizeof skv, "%zu", cfg->kv_budget_bytes);
+    snprintf(ssnap, sizeof ssnap, "%zu", cfg->snapshot_budget_bytes);
     char *argv[] = {(char *)bin, "runner", "--model", (char *)path, "--port", sport, "--ctx",
                     sctx, "--batch", sbatch, "--threads", sthr, "--mmap",
                     cfg->use_mmap ? "1" : "0", "--kv-type",
-                    (char *)(cfg->kv_type && *cfg->kv_type ? cfg->kv_type : "f16"), NULL};
+                    (char *)(cfg->kv_type && *cfg->kv_type ? cfg->kv_type : "f16"),
+                    "--kv-budget", skv, "--snapshot-budget", ssnap,
+                    cfg->spill_dir ? "--spill-dir" : NULL, (char *)cfg->spill_dir, NULL};
     /* the environment plus the secret (built before fork: the child may not allocate) */
     extern char **environ;
     size_t n_env = 0;
@@ -427,7 +441,7 @@ hl_status eremote_open(const char *gguf_path, const engine_config *cfg, eremote 
     r->out_fd = r->lifeline_fd = -1;
     /* generous: the runner beats only between prefill chunks, and one chunk of a large
      * model on a small CPU can take minutes; this catches a runner that is stuck */
-    r->stall_ns = env_duration_ns("HEARTH_RUNNER_STALL_TIMEOUT", NULL, 20LL * 60 * 1000000000LL);
+    r->stall_ns = env_duration_ns("HEARTH_RUNNER_STALL_TIMEOUT", NULL, EREMOTE_STALL_DEFAULT_NS);
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     /* the tokenizer lives here too: requests are tokenized and rendered in the server */
@@ -601,6 +615,7 @@ enum { WAIT_NONE, WAIT_CANCELLED, WAIT_DIED, WAIT_STALLED };
 typedef struct read_wait {
     eremote *r;
     const engine_request *req; /* NULL: not cancellable */
+    int64_t stall_ns;          /* silence that ends the read (0: none) */
     uint64_t last_out;         /* the runner's last line (or the request's start) */
     int why;
 } read_wait;
@@ -617,7 +632,7 @@ static hl_status read_waiter(void *ud, hl_err *err) {
     }
     /* the runner sends a line per token and a heartbeat while queued or in prefill:
      * silence this long means it is stuck */
-    if (w->r->stall_ns > 0 && (int64_t)(hl_time_ns() - w->last_out) > w->r->stall_ns) {
+    if (w->stall_ns > 0 && (int64_t)(hl_time_ns() - w->last_out) > w->stall_ns) {
         w->why = WAIT_STALLED;
         return hl_fail(err, HL_ERR_TIMEOUT, "the runner stalled");
     }
@@ -628,7 +643,10 @@ static hl_status read_waiter(void *ud, hl_err *err) {
  * is killed and the request fails with the runner-stopped message. */
 static hl_status read_failed(eremote *r, const read_wait *w, hl_status st, hl_err *err) {
     if (w->why == WAIT_CANCELLED) return st;
-    if (w->why == WAIT_STALLED) return runner_stalled(r, err);
+    /* the connection's own timeout (the stall bound, set for sending) may see the
+     * silence before the waiter's next slice does: a stall too */
+    if (w->why == WAIT_STALLED || (w->why == WAIT_NONE && st == HL_ERR_TIMEOUT))
+        return runner_stalled(r, w->stall_ns, err);
     return runner_died(r, err);
 }
 
@@ -643,9 +661,9 @@ static hl_status post_text(eremote *r, const char *path, const char *text, read_
     if (!st) {
         net_http_set_waiter(h, read_waiter, w);
         /* sending a large body must not block forever either */
-        if (r->stall_ns > 0)
-            net_http_set_timeout(h, r->stall_ns / 1000000 > INT_MAX ? INT_MAX
-                                                                    : (int)(r->stall_ns / 1000000));
+        if (w->stall_ns > 0)
+            net_http_set_timeout(h, w->stall_ns / 1000000 > INT_MAX ? INT_MAX
+                                                                    : (int)(w->stall_ns / 1000000));
         st = net_http_send(h, text, len, err);
     }
     if (!st) st = net_http_finish(h, err);
@@ -676,12 +694,18 @@ static hl_status error_line(const json_t *j, hl_err *err) {
 static hl_status generate(eremote *r, const engine_request *req, engine_stats *stats,
                           hl_err *err) {
     *stats = (engine_stats){0};
-    if (!eremote_alive(r)) return runner_died(r, err);
+    if (!eremote_alive(r)) {
+        stats->runner_lost = true;
+        return runner_died(r, err);
+    }
     net_http *h;
     long long id = atomic_fetch_add(&r->next_id, 1) + 1;
-    read_wait w = {.r = r, .req = req, .last_out = hl_time_ns()};
+    read_wait w = {.r = r, .req = req, .stall_ns = r->stall_ns, .last_out = hl_time_ns()};
     hl_status st = post_json(r, "/completion", request_json(req, id), &w, &h, err);
-    if (st) return st;
+    if (st) {
+        stats->runner_lost = st != HL_ERR_CANCELLED && !eremote_alive(r);
+        return st;
+    }
     int32_t n_tok = 0;
     bool finished = false, stopped = false;
     while (!finished) {
@@ -727,7 +751,7 @@ static hl_status generate(eremote *r, const engine_request *req, engine_stats *s
                 char body[64];
                 snprintf(body, sizeof body, "{\"id\":%lld}", id);
                 net_http *sh;
-                read_wait sw = {.r = r, .last_out = hl_time_ns()};
+                read_wait sw = {.r = r, .stall_ns = r->stall_ns, .last_out = hl_time_ns()};
                 if (post_text(r, "/stop", body, &sw, &sh, NULL) == HL_OK) {
                     char *resp = NULL;
                     size_t rlen;
@@ -761,6 +785,8 @@ static hl_status generate(eremote *r, const engine_request *req, engine_stats *s
         json_decref(j);
     }
     net_http_close(h); /* early: the runner sees the connection go and cancels */
+    /* the runner died or was killed under it (not an error line it sent) */
+    stats->runner_lost = st && st != HL_ERR_CANCELLED && !eremote_alive(r);
     return st;
 }
 
@@ -769,7 +795,10 @@ static hl_status embed(eremote *r, const int32_t *tokens, size_t n, float *out, 
     json_t *toks = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(toks, json_integer(tokens[i]));
     net_http *h;
-    read_wait w = {.r = r, .last_out = hl_time_ns()};
+    /* an embedding's reply comes whole, with no heartbeat before it: a longer bound */
+    int64_t stall = r->stall_ns > INT64_MAX / EMBED_STALL_FACTOR ? INT64_MAX
+                                                                  : r->stall_ns * EMBED_STALL_FACTOR;
+    read_wait w = {.r = r, .stall_ns = stall, .last_out = hl_time_ns()};
     hl_status st = post_json(r, "/embedding", json_pack("{s:o}", "tokens", toks), &w, &h, err);
     if (st) return st;
     char *body = NULL;

@@ -23,15 +23,24 @@
  * this may be due to resource limitations or an internal error, check the server logs
  * for details: <last line>", the runner is killed and eremote_alive turns false (the
  * scheduler then reloads the model for the next request).
- * A runner that goes silent under a request (no line, not even the heartbeat it sends
- * while queued or in prefill, for $HEARTH_RUNNER_STALL_TIMEOUT: integer seconds or a Go
- * duration, default 20m, <= 0 none; also bounds sending to it) is killed and the request
- * fails with the same message ("...: the runner sent nothing for N s"). Embeddings and
- * POST /stop are bounded the same way.
+ * A runner that goes silent under a request (no line for $HEARTH_RUNNER_STALL_TIMEOUT:
+ * integer seconds or a Go duration, default 30 s, <= 0 none; also bounds sending to it)
+ * is stuck: it sends a line per token, and a heartbeat line while the request is queued,
+ * in prefill or left out of the batch's steps as long as its batch loop makes progress
+ * (runner_heartbeat_fn; a single forward pass must stay shorter than the timeout). It
+ * is killed (SIGKILL, reaped) and the request fails with the same message ("...: the
+ * runner sent nothing for N s"; the other requests on it too). POST /stop is bounded the
+ * same way; an embedding, whose
+ * reply has no heartbeat, waits up to EMBED_STALL_FACTOR (10) times the timeout.
+ * Whenever a generation fails because its runner died or was killed under it,
+ * stats->runner_lost is set: a request that got no token yet may run again on a fresh
+ * runner (api_infer.c retries it once).
  * eremote_ping: GET /health within timeout_ms (connect included); a runner that does not
  * answer in time is killed (SIGKILL; the reaper thread reaps it) and eremote_alive turns
  * false. The scheduler pings an idle runner before reusing it (sched.h).
- * Memory: mem_bytes is what the runner measured (at load and after each request).
+ * Memory: the runner gets cfg's KV and snapshot budgets and spill directory on its
+ * command line (sched.h grants them); mem_bytes and kv_disk_bytes are what it measured
+ * (at load and after each request).
  * eremote_close: SIGKILL, wait for the reaper and the output thread, free everything.
  */
 #ifndef HL_SERVER_ENGINE_REMOTE_H
@@ -40,6 +49,8 @@
 #include <stdbool.h>
 
 #include "server/engine.h"
+
+#define EREMOTE_STALL_DEFAULT_NS (30LL * 1000000000LL)
 
 typedef struct eremote eremote;
 

@@ -32,7 +32,7 @@ typedef struct histo {
 struct metrics_model {
     struct metrics_model *next;
     char *name;
-    atomic_uint_fast64_t prompt, cached, generated;
+    atomic_uint_fast64_t prompt, cached_ram, cached_disk, cached_remote, generated;
     histo ttft, tok;
 };
 
@@ -116,10 +116,16 @@ metrics_model *metrics_model_get(metrics *m, const char *model) {
     return mm;
 }
 
-void metrics_tokens(metrics_model *mm, uint64_t prompt, uint64_t cached, uint64_t generated) {
+void metrics_tokens(metrics_model *mm, uint64_t prompt, uint64_t cached, uint64_t cached_disk,
+                    uint64_t cached_remote, uint64_t generated) {
     if (!mm) return;
+    /* the tiers' counts are part of cached; never let a mismatch wrap the RAM count */
+    uint64_t tiers = cached_disk + cached_remote;
     atomic_fetch_add_explicit(&mm->prompt, prompt, memory_order_relaxed);
-    atomic_fetch_add_explicit(&mm->cached, cached, memory_order_relaxed);
+    atomic_fetch_add_explicit(&mm->cached_ram, cached > tiers ? cached - tiers : 0,
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&mm->cached_disk, cached_disk, memory_order_relaxed);
+    atomic_fetch_add_explicit(&mm->cached_remote, cached_remote, memory_order_relaxed);
     atomic_fetch_add_explicit(&mm->generated, generated, memory_order_relaxed);
 }
 
@@ -221,8 +227,6 @@ hl_status metrics_render(metrics *m, const metrics_gauges *g, char **out, size_t
     } k_counters[] = {
         {"hearth_prompt_tokens_total", "Prompt tokens of finished generations (cache hits included).",
          offsetof(metrics_model, prompt)},
-        {"hearth_prompt_cached_tokens_total", "Prompt tokens served from the prefix cache.",
-         offsetof(metrics_model, cached)},
         {"hearth_generated_tokens_total", "Tokens generated.", offsetof(metrics_model, generated)},
     };
     for (size_t c = 0; c < sizeof k_counters / sizeof k_counters[0]; c++) {
@@ -234,6 +238,23 @@ hl_status metrics_render(metrics *m, const metrics_gauges *g, char **out, size_t
                     (unsigned long long)atomic_load_explicit(v, memory_order_relaxed));
         }
     }
+    static const struct {
+        const char *source;
+        size_t off;
+    } k_sources[] = {
+        {"ram", offsetof(metrics_model, cached_ram)},
+        {"disk", offsetof(metrics_model, cached_disk)},
+        {"remote", offsetof(metrics_model, cached_remote)},
+    };
+    family(f, "hearth_prompt_cached_tokens_total", "counter",
+           "Prompt tokens served from the prefix cache, by source (ram, disk, remote).");
+    for (metrics_model *mm = head; mm; mm = mm->next)
+        for (size_t k = 0; k < sizeof k_sources / sizeof k_sources[0]; k++) {
+            atomic_uint_fast64_t *v = (atomic_uint_fast64_t *)((char *)mm + k_sources[k].off);
+            fprintf(f, "hearth_prompt_cached_tokens_total{model=\"%s\",source=\"%s\"} %llu\n",
+                    metrics_label_escape(mm->name, esc, sizeof esc), k_sources[k].source,
+                    (unsigned long long)atomic_load_explicit(v, memory_order_relaxed));
+        }
     family(f, "hearth_time_to_first_token_seconds", "histogram",
            "Time from a generation request's arrival to its first token.");
     for (metrics_model *mm = head; mm; mm = mm->next)

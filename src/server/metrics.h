@@ -8,7 +8,10 @@
  *                                                  paths count as route="other", so no
  *                                                  client text becomes a label)
  *   hearth_prompt_tokens_total{model}             prompt tokens of finished requests
- *   hearth_prompt_cached_tokens_total{model}      those restored from the prefix cache
+ *   hearth_prompt_cached_tokens_total{model,source} those restored from the prefix cache,
+ *                                                  by where they came from: source="ram"
+ *                                                  (the runner's trie), "disk" (the
+ *                                                  persistent tier), "remote" (Redis)
  *   hearth_generated_tokens_total{model}          tokens generated (cancelled runs too)
  *   hearth_time_to_first_token_seconds{model}     histogram: request arrival to the first
  *                                                  generated token (load and queue included)
@@ -50,7 +53,10 @@ void metrics_request(metrics *m, const char *route, int status);
 
 /* The series of one model (created on first use); NULL when m is NULL or out of memory. */
 metrics_model *metrics_model_get(metrics *m, const char *model);
-void metrics_tokens(metrics_model *mm, uint64_t prompt, uint64_t cached, uint64_t generated);
+/* cached: all prompt tokens restored, of which cached_disk and cached_remote came from the
+ * disk and Redis tiers (the rest from RAM). */
+void metrics_tokens(metrics_model *mm, uint64_t prompt, uint64_t cached, uint64_t cached_disk,
+                    uint64_t cached_remote, uint64_t generated);
 void metrics_ttft(metrics_model *mm, uint64_t ns);
 void metrics_token_latency(metrics_model *mm, uint64_t ns);
 

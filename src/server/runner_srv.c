@@ -96,8 +96,10 @@ static bool comp_token(void *ud, int32_t token, const sampler_out *so) {
     return false;
 }
 
-/* Polled while queued and between prefill chunks: the heartbeat lets the server notice
- * its own client leaving (it checks between lines). */
+/* Polled between prefill chunks and, as the runner's heartbeat, while the request waits
+ * in the queue or outside the steps (runner_heartbeat_fn): the line tells the server's
+ * stall detector that the batch loop is alive, and lets the server notice its own
+ * client leaving (it checks between lines). */
 static bool comp_cancelled(void *ud) {
     comp_ctx *c = ud;
     uint64_t now = hl_time_ns();
@@ -278,7 +280,8 @@ static void *lifeline_main(void *arg) {
 
 static int usage(void) {
     fprintf(stderr, "Error: usage: hearth runner --model PATH --port P [--ctx N] [--batch N] "
-                    "[--threads N] [--mmap 0|1]\n");
+                    "[--threads N] [--mmap 0|1] [--kv-type T] [--kv-budget BYTES] "
+                    "[--snapshot-budget BYTES] [--spill-dir DIR]\n");
     return 2;
 }
 
@@ -297,6 +300,10 @@ int runner_srv_main(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) cfg.n_threads = atoi(v);
         else if (!strcmp(a, "--mmap")) cfg.use_mmap = atoi(v) != 0;
         else if (!strcmp(a, "--kv-type")) cfg.kv_type = v;
+        else if (!strcmp(a, "--kv-budget")) cfg.kv_budget_bytes = (size_t)strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--snapshot-budget"))
+            cfg.snapshot_budget_bytes = (size_t)strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--spill-dir")) cfg.spill_dir = v;
         else return usage();
         i++;
     }
@@ -367,6 +374,7 @@ int runner_srv_main(int argc, char **argv) {
     int sig = 0;
     sigwait(&set, &sig);
     server_stop(srv);
-    engine_close(g_eng);
+    engine_close(g_eng); /* removes the spill files */
+    if (cfg.spill_dir) rmdir(cfg.spill_dir); /* the server removes it too, after a kill */
     return 0;
 }

@@ -1,19 +1,23 @@
 /*
  * runner_srv.h - `hearth runner`: the process that serves one model for the server
  * (spec section 6). The server spawns it (engine_remote.c) as
- *   hearth runner --model PATH --port P [--ctx N] [--batch N] [--threads N]
+ *   hearth runner --model PATH --port P [--ctx N] [--batch N] [--threads N] [--mmap 0|1]
+ *                 [--kv-type T] [--kv-budget BYTES] [--snapshot-budget BYTES] [--spill-dir D]
+ * (the KV budgets and spill directory are the ones the loaded-model manager grants it;
+ * runner_config)
  * It loads the model in-process (engine_open_local), then listens on 127.0.0.1:P with a
  * small HTTP API spoken only by engine_remote.c, every path below under "/<secret>"
  * (see RUNNER_SECRET_ENV):
  *   GET  /health      200 {"status":"ok","pid","n_ctx","n_ctx_train","n_embd","n_vocab",
- *                      "mem_bytes","pooling"} once loaded (before that nothing listens);
+ *                      "mem_bytes","kv_disk","pooling"} once loaded (before that nothing listens);
  *   POST /completion  {"prompt":[ids],"num_predict":N,"options":{sampler fields}
  *                      [, "format":JSON text, "think_open", "think_close", "in_think",
  *                      "trigger", "trigger_end", "trigger_now"]}
  *                      (engine_request's constraint: this process masks the logits)
  *                      -> NDJSON: {"t":id[,"l":logprob,"k":[[id,lp]..]]}
- *                      per token, {"p":1} now and then while waiting or prefilling, and one
- *                      final {"done":true,"stats":{...},"mem_bytes":N} or
+ *                      per token, {"p":1} now and then while queued, prefilling or left out
+ *                      of a step (the batch's heartbeat: none while a step hangs), and one
+ *                      final {"done":true,"stats":{...},"mem_bytes":N,"kv_disk":N} or
  *                      {"error":msg,"code":hl_status}. Closing the connection cancels.
  *   POST /embedding   {"tokens":[ids]} -> {"embedding":[floats]} or {"error","code"}.
  * A load failure is printed as "Error: <message>" on stderr and exits with status 1.

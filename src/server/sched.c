@@ -2,17 +2,22 @@
 #define _GNU_SOURCE
 #include "server/sched.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "server/internal.h"
 #include "server/options.h"
 
@@ -25,7 +30,9 @@ struct sched {
     sched_model *loaded[SCHED_MAX_SLOTS];
     int n_loaded;
     int max_loaded;       /* models resident at once */
-    uint64_t mem_budget;  /* bytes for all resident models; 0: from free RAM at each load */
+    uint64_t mem_budget;  /* bytes for the server and all its runners (sched_memory_budget) */
+    char *spill_base;     /* runners' KV spill directories go under it; NULL: no spilling */
+    unsigned spill_seq;   /* names them */
     bool loading;         /* one load at a time */
     int pinging;          /* health checks in flight (outside the lock) */
     int health_ms;        /* ping an idle runner this long before reusing it; 0: never */
@@ -83,7 +90,8 @@ static int64_t expiry_from(int64_t now, int64_t keep) {
 }
 
 static void model_unload(sched_model *m) {
-    engine_close(m->eng);
+    engine_close(m->eng); /* removes the runner's spill directory */
+    free(m->spill_dir);
     free(m->model_path);
     json_decref(m->details);
     free(m);
@@ -140,9 +148,8 @@ static int env_int(const char *a, const char *b, int dflt) {
     return dflt;
 }
 
-/* "123", "64M", "1.5G" (binary units) -> bytes; 0 when absent or malformed. */
-static uint64_t env_bytes(const char *name) {
-    const char *v = getenv(name);
+/* "123", "64M", "1.5G", "4GiB", "512MiB" (binary units) -> bytes; 0 when malformed. */
+uint64_t sched_parse_bytes(const char *v) {
     if (!v || !*v) return 0;
     char *end;
     double n = strtod(v, &end);
@@ -152,6 +159,7 @@ static uint64_t env_bytes(const char *name) {
     case 'k': case 'K': mul = 1024.0; end++; break;
     case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
     case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
     default: break;
     }
     if (*end == 'i' || *end == 'B' || *end == 'b') end++;
@@ -161,19 +169,69 @@ static uint64_t env_bytes(const char *name) {
     return b >= 1.8e19 ? UINT64_MAX : (uint64_t)b;
 }
 
-/* MemAvailable from /proc/meminfo (0 when unknown). */
-static uint64_t mem_available(void) {
+/* MemTotal from /proc/meminfo (0 when unknown). */
+static uint64_t mem_total(void) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return 0;
     char line[256];
     uint64_t kb = 0;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1) break;
+        if (sscanf(line, "MemTotal: %" SCNu64 " kB", &kb) == 1) break;
     fclose(f);
     return kb * 1024;
 }
 
-hl_status sched_create(sched **out, hl_err *err) {
+uint64_t sched_memory_budget(void) {
+    const char *v = getenv("HEARTH_MAX_MEMORY");
+    uint64_t b = sched_parse_bytes(v);
+    if (b) return b;
+    if (v && *v)
+        HL_WARN("HEARTH_MAX_MEMORY=%.64s is not a size (like 4GiB or 512M): ignored", v);
+    uint64_t total = mem_total();
+    if (!total) return (uint64_t)8 << 30;
+    b = total / 10 * 9;
+    b = b > SCHED_MEMORY_MARGIN + ((uint64_t)256 << 20) ? b - SCHED_MEMORY_MARGIN
+                                                         : (uint64_t)256 << 20;
+    return b;
+}
+
+/* $HEARTH_KV_SPILL_DIR ("off": none), else <models>/kvspill; malloc'd or NULL. */
+static char *spill_base(const char *models_root) {
+    const char *v = getenv("HEARTH_KV_SPILL_DIR");
+    if (v && (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false"))) return NULL;
+    char *out = NULL;
+    if (v && *v) return strdup(v);
+    if (!models_root || asprintf(&out, "%s/kvspill", models_root) < 0) return NULL;
+    return out;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)ftw;
+    if (flag == FTW_DP) rmdir(path);
+    else unlink(path);
+    return 0;
+}
+
+/* Spill directories a killed server left behind: "<pid>-<n>" whose process is gone
+ * (another server may share the base: its directories stay). */
+static void remove_stale_spill(const char *base) {
+    DIR *d = opendir(base);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '-' || pid <= 0 || pid > INT32_MAX) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno == EPERM) continue; /* alive */
+        char *path = NULL;
+        if (asprintf(&path, "%s/%s", base, e->d_name) < 0) continue;
+        nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        free(path);
+    }
+    closedir(d);
+}
+
+hl_status sched_create(const char *models_root, sched **out, hl_err *err) {
     sched *s = calloc(1, sizeof *s);
     if (!s) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     /* Ollama's default is 3 per GPU; hearth runs on the CPU: 3 */
@@ -181,7 +239,9 @@ hl_status sched_create(sched **out, hl_err *err) {
                             SCHED_DEFAULT_MAX_LOADED);
     if (s->max_loaded <= 0) s->max_loaded = SCHED_DEFAULT_MAX_LOADED;
     if (s->max_loaded > SCHED_MAX_SLOTS) s->max_loaded = SCHED_MAX_SLOTS;
-    s->mem_budget = env_bytes("HEARTH_MAX_MEMORY");
+    s->mem_budget = sched_memory_budget();
+    s->spill_base = spill_base(models_root);
+    if (s->spill_base) remove_stale_spill(s->spill_base);
     s->health_ms = sched_health_timeout_ms();
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_t ca;
@@ -191,6 +251,7 @@ hl_status sched_create(sched **out, hl_err *err) {
     if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->lock);
+        free(s->spill_base);
         free(s);
         return hl_fail(err, HL_ERR_NOMEM, "cannot start the model reaper thread");
     }
@@ -214,8 +275,10 @@ void sched_destroy(sched *s) {
     pthread_mutex_unlock(&s->lock);
     if (s->reaper_started) pthread_join(s->reaper, NULL);
     while (s->n_loaded > 0) remove_at(s, s->n_loaded - 1);
+    if (s->spill_base) rmdir(s->spill_base); /* when no other server uses it */
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->lock);
+    free(s->spill_base);
     free(s);
 }
 
@@ -249,31 +312,51 @@ static void remove_model(sched *s, sched_model *m) {
         }
 }
 
-/* Memory a model holds (measured) or will need (predicted while loading). */
+/* What a resident model is charged (sched.h "Memory"): its grant (weights, runner
+ * overhead, KV and snapshot budgets), or what it measured plus the process baseline when
+ * that is more. */
 static uint64_t model_bytes(const sched_model *m) {
     if (m->loading || !m->eng) return m->predicted_bytes;
     engine_info info;
     engine_get_info(m->eng, &info);
-    return info.mem_bytes > m->predicted_bytes ? info.mem_bytes : m->predicted_bytes;
+    uint64_t measured = info.mem_bytes + SCHED_PROCESS_BASE;
+    return measured > m->predicted_bytes ? measured : m->predicted_bytes;
 }
 
-/* Fitting (spec 5.4 in spirit, for the CPU): the weights file plus the KV cache of the
- * context must fit in what the budget leaves. */
-static uint64_t predict_bytes(const store_model *sm, const engine_config *cfg) {
+/* A new model's charge before its KV share: the weights file plus a runner's overhead. */
+static uint64_t predict_bytes(const store_model *sm) {
     uint64_t file = 0;
     struct stat st;
     if (stat(sm->model_path, &st) == 0 && st.st_size > 0) file = (uint64_t)st.st_size;
-    (void)cfg; /* the KV pool grows on demand; its budget is shared, not reserved */
-    return file;
+    return file + SCHED_RUNNER_OVERHEAD;
 }
 
-static bool fits(const sched *s, uint64_t need) {
-    uint64_t used = 0;
+/* The KV share (KV + snapshot budgets) for a new model of base bytes, when it fits: the
+ * budget left after the server's reserve, the resident models and base, split so that
+ * as many more models of the same size as the loaded-model limit allows still fit, each
+ * with an equal share of at least SCHED_KV_MIN. false: it does not fit. */
+static bool kv_share(const sched *s, uint64_t base, uint64_t *share) {
+    uint64_t used = SCHED_SERVER_RESERVE;
     for (int i = 0; i < s->n_loaded; i++) used += model_bytes(s->loaded[i]);
-    if (s->mem_budget) return used + need <= s->mem_budget;
-    /* runners are processes: what they hold is already gone from MemAvailable */
-    uint64_t avail = mem_available();
-    return avail == 0 || need <= avail / 10 * 9;
+    if (used >= s->mem_budget || base >= s->mem_budget - used) return false;
+    uint64_t left = s->mem_budget - used - base;
+    int slots = s->max_loaded - s->n_loaded;
+    if (slots < 1) slots = 1;
+    for (int k = slots; k >= 1; k--) {
+        uint64_t others = (uint64_t)(k - 1) * base; /* k - 1 more models like this one */
+        if (others >= left) continue;
+        uint64_t sh = (left - others) / (uint64_t)k;
+        if (sh >= SCHED_KV_MIN) {
+            *share = sh;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool fits(const sched *s, uint64_t base) {
+    uint64_t share;
+    return kv_share(s, base, &share);
 }
 
 /* The model to make room with: idle first, shortest keep_alive first, then by name
@@ -298,7 +381,7 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
     uint64_t t0 = hl_time_ns();
     if (!sm->model_path)
         return hl_fail(err, HL_ERR_INVALID, "model \"%s\" has no model file", sm->name.model);
-    uint64_t need = predict_bytes(sm, cfg);
+    uint64_t need = predict_bytes(sm);
     pthread_mutex_lock(&s->lock);
     hl_status st = HL_OK;
     for (;;) {
@@ -391,7 +474,22 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
         m->model_path = strdup(sm->model_path);
         m->details = srv_model_details(sm->config);
         m->cfg = *cfg;
-        m->predicted_bytes = need;
+        /* its grant: a share of what is left, split 4:1 between the KV pools and the
+         * snapshots of a recurrent model; with nothing else loaded and still too little
+         * room, the minimum (best effort) */
+        uint64_t share = 0;
+        if (!kv_share(s, need, &share)) {
+            share = SCHED_KV_MIN;
+            HL_WARN("%s needs more memory than HEARTH_MAX_MEMORY (%" PRIu64 " MiB) leaves: "
+                    "loading it with a %" PRIu64 " KiB KV budget",
+                    m->name, s->mem_budget >> 20, share >> 10);
+        }
+        m->kv_budget = share / 5 * 4;
+        m->snap_budget = share - m->kv_budget;
+        m->predicted_bytes = need + share;
+        if (s->spill_base &&
+            asprintf(&m->spill_dir, "%s/%d-%u", s->spill_base, (int)getpid(), ++s->spill_seq) < 0)
+            m->spill_dir = NULL;
         m->loading = true;
         m->refs = 1;
         m->keep_alive_ns = keep_alive_ns != SCHED_KEEP_UNSET ? keep_alive_ns
@@ -409,6 +507,9 @@ hl_status sched_acquire(sched *s, const store_model *sm, const engine_config *cf
     engine *eng = NULL;
     engine_config ocfg = *cfg;
     ocfg.abort = &s->aborting;
+    ocfg.kv_budget_bytes = m->kv_budget;
+    ocfg.snapshot_budget_bytes = m->snap_budget;
+    ocfg.spill_dir = m->spill_dir;
     st = engine_open(sm->model_path, &ocfg, &eng, err);
     pthread_mutex_lock(&s->lock);
     s->loading = false;

@@ -11,14 +11,26 @@
  * $HEARTH_KEEP_ALIVE / $OLLAMA_KEEP_ALIVE, else 5m).
  *
  * Residency (spec 5.3/5.4): several models stay loaded at once, at most
- * $HEARTH_MAX_LOADED_MODELS ($OLLAMA_MAX_LOADED_MODELS, default 3) and within a memory
- * budget: $HEARTH_MAX_MEMORY bytes ("512M", "2G") for all resident models, else 90% of
- * MemAvailable for the new one. A model is predicted to need its file size; a loaded
- * one counts what its engine measures. A model that does not fit makes room by
+ * $HEARTH_MAX_LOADED_MODELS ($OLLAMA_MAX_LOADED_MODELS, default 3).
+ * Memory: one budget for the server and all its runners, $HEARTH_MAX_MEMORY bytes ("4GiB",
+ * "512M", "1.5G"; default sched_memory_budget(): 90% of MemTotal less SCHED_MEMORY_MARGIN).
+ * The server keeps SCHED_SERVER_RESERVE of it; each runner is charged its grant: the
+ * weights file, SCHED_RUNNER_OVERHEAD (process, compute scratch) and a KV share, which
+ * the runner gets as its KV pool budget (4/5) and snapshot budget (1/5; runner_config
+ * kv_budget_bytes, snapshot_budget_bytes), or what it measured plus SCHED_PROCESS_BASE if
+ * that is more. The share is what the budget leaves, divided so that as many more models
+ * of the same size as the loaded-model limit allows still fit (at least SCHED_KV_MIN). A
+ * runner past its KV budget pages cold KV out: compressed in RAM, then spilled to its own
+ * directory, <$HEARTH_KV_SPILL_DIR or <models>/kvspill>/<server pid>-<n> ("off": no
+ * spilling), which is removed with the runner (a starting server also removes those
+ * of servers that are gone). (The KV of the sequences being decoded stays resident
+ * whatever the budget.)
+ * A model that does not fit makes room by
  * unloading idle models, shortest keep_alive first (then by name); when every model is
  * busy, the shortest-keep_alive one is marked to unload once idle (new requests for it
  * wait and reload it afterwards) and the request waits (cancellable) for it. With
- * nothing loaded a model always loads (best effort). Loads run one at a time, outside
+ * nothing loaded a model always loads (best effort, with the minimum share). Loads run
+ * one at a time, outside
  * the lock: requests for loaded models go on meanwhile. A request for a loaded model
  * with other load options (num_ctx, num_batch, num_thread, use_mmap), or whose engine died (a
  * runner process crashed), waits until it is idle, unloads it and loads anew.
@@ -46,6 +58,11 @@
 #include "store/store.h"
 
 #define SCHED_KEEP_FOREVER INT64_MAX
+#define SCHED_MEMORY_MARGIN ((uint64_t)512 << 20)   /* left to the system by default */
+#define SCHED_SERVER_RESERVE ((uint64_t)64 << 20)   /* the server process itself */
+#define SCHED_RUNNER_OVERHEAD ((uint64_t)32 << 20)  /* a runner besides weights and KV */
+#define SCHED_PROCESS_BASE ((uint64_t)16 << 20)     /* a runner besides what it measures */
+#define SCHED_KV_MIN ((uint64_t)1 << 20)            /* the least KV share a runner gets */
 #define SCHED_KEEP_UNSET INT64_MIN
 
 typedef struct sched sched;
@@ -66,10 +83,17 @@ typedef struct sched_model {
     bool unload_when_idle;
     bool loading;            /* engine_open in progress (eng is NULL) */
     bool checking;           /* a health check before reuse in progress (refs held) */
-    uint64_t predicted_bytes; /* the fitting estimate made before loading */
+    uint64_t predicted_bytes; /* its grant: weights + overhead + KV + snapshot budgets */
+    uint64_t kv_budget, snap_budget; /* given to its runner */
+    char *spill_dir;          /* its runner's KV spill directory, or NULL */
 } sched_model;
 
-hl_status sched_create(sched **out, hl_err *err);
+/* models_root: the store's directory (the default spill directory goes under it). */
+hl_status sched_create(const char *models_root, sched **out, hl_err *err);
+/* $HEARTH_MAX_MEMORY, else the default from MemTotal (see above), in bytes. */
+uint64_t sched_memory_budget(void);
+/* "123", "64K", "512M", "1.5G", "4GiB", "2TB" (binary units) -> bytes; 0 when malformed. */
+uint64_t sched_parse_bytes(const char *text);
 void sched_destroy(sched *s); /* unloads everything; accepts NULL */
 /* Server shutdown begins: a load waiting for its runner process fails now (so that the
  * request holding it ends and the HTTP server can stop). Accepts NULL. */

@@ -753,7 +753,7 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     if (cfg->route_secret && !(s->route_secret = strdup(cfg->route_secret)))
         st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
     if (st == HL_OK && !cfg->route_secret) st = store_open(cfg->models_dir, &s->st, err);
-    if (st == HL_OK && !cfg->route_secret) st = sched_create(&s->sched, err);
+    if (st == HL_OK && !cfg->route_secret) st = sched_create(store_root(s->st), &s->sched, err);
     if (st == HL_OK && !cfg->route_secret) st = metrics_create(&s->metrics, err);
     if (st == HL_OK && s->st && !store_noprune()) {
         size_t removed = 0;

@@ -3,21 +3,10 @@
 // MODEL must already exist (stories260K). Exits 0 when every check passes; prints each
 // failure otherwise. Run by TEST(api_npm_ollama_client) in tests/test_api.c.
 import { Ollama } from 'ollama'
+import { check, finish, setup, unexpected } from './harness.mjs'
 
-const host = process.env.HEARTH_URL
-const model = process.argv[2]
-if (!host || !model) {
-  console.error('usage: HEARTH_URL=http://host:port node ollama_client.mjs MODEL')
-  process.exit(2)
-}
+const { host, args: [model] } = setup('ollama_client.mjs', ['MODEL'])
 const ollama = new Ollama({ host })
-let failures = 0
-function check(cond, what) {
-  if (!cond) {
-    failures++
-    console.error(`FAIL: ${what}`)
-  }
-}
 
 const opts = { temperature: 0, num_predict: 10 }
 try {
@@ -96,11 +85,6 @@ try {
   const after = await ollama.list()
   check(!after.models.some((m) => m.name.startsWith(`${model}-js`)), 'delete')
 } catch (e) {
-  failures++
-  console.error(`FAIL: unexpected error: ${e && e.stack ? e.stack : e}`)
+  unexpected(e)
 }
-if (failures) {
-  console.error(`${failures} check(s) failed`)
-  process.exit(1)
-}
-console.log('ok')
+finish()

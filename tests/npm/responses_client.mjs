@@ -5,20 +5,9 @@
 // Exits 0 when every check passes; prints each failure otherwise. Run by
 // TEST(compat_npm_openai_responses) in tests/test_compat.c.
 import OpenAI from 'openai'
+import { check, finish, setup, unexpected } from './harness.mjs'
 
-const host = process.env.HEARTH_URL
-const [chatModel, toolModel] = process.argv.slice(2)
-if (!host || !chatModel || !toolModel) {
-  console.error('usage: HEARTH_URL=http://host:port node responses_client.mjs CHAT_MODEL TOOL_MODEL')
-  process.exit(2)
-}
-let failures = 0
-function check(cond, what) {
-  if (!cond) {
-    failures++
-    console.error(`FAIL: ${what}`)
-  }
-}
+const { host, args: [chatModel, toolModel] } = setup('responses_client.mjs', ['CHAT_MODEL', 'TOOL_MODEL'])
 
 const openai = new OpenAI({ baseURL: `${host}/v1`, apiKey: 'hearth', maxRetries: 0 })
 
@@ -114,12 +103,6 @@ try {
           `previous_response_id error: ${e}`)
   }
 } catch (e) {
-  failures++
-  console.error(`FAIL: unexpected error: ${e && e.stack ? e.stack : e}`)
+  unexpected(e)
 }
-
-if (failures > 0) {
-  console.error(`${failures} check(s) failed`)
-  process.exit(1)
-}
-console.log('ok')
+finish()

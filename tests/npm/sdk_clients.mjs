@@ -6,20 +6,9 @@
 // in tests/test_compat.c.
 import OpenAI from 'openai'
 import Anthropic from '@anthropic-ai/sdk'
+import { check, finish, setup, unexpected } from './harness.mjs'
 
-const host = process.env.HEARTH_URL
-const [chatModel, plainModel] = process.argv.slice(2)
-if (!host || !chatModel || !plainModel) {
-  console.error('usage: HEARTH_URL=http://host:port node sdk_clients.mjs CHAT_MODEL PLAIN_MODEL')
-  process.exit(2)
-}
-let failures = 0
-function check(cond, what) {
-  if (!cond) {
-    failures++
-    console.error(`FAIL: ${what}`)
-  }
-}
+const { host, args: [chatModel, plainModel] } = setup('sdk_clients.mjs', ['CHAT_MODEL', 'PLAIN_MODEL'])
 
 const openai = new OpenAI({ baseURL: `${host}/v1`, apiKey: 'hearth', maxRetries: 0 })
 const anthropic = new Anthropic({ baseURL: host, apiKey: 'hearth', maxRetries: 0 })
@@ -163,12 +152,6 @@ try {
           `max_tokens error: ${e}`)
   }
 } catch (e) {
-  failures++
-  console.error(`FAIL: unexpected error: ${e && e.stack ? e.stack : e}`)
+  unexpected(e)
 }
-
-if (failures > 0) {
-  console.error(`${failures} check(s) failed`)
-  process.exit(1)
-}
-console.log('ok')
+finish()

@@ -8,20 +8,9 @@ import OpenAI from 'openai'
 import { zodResponseFormat } from 'openai/helpers/zod'
 import { Ollama } from 'ollama'
 import { z } from 'zod'
+import { check, finish, setup, unexpected } from './harness.mjs'
 
-const host = process.env.HEARTH_URL
-const [model] = process.argv.slice(2)
-if (!host || !model) {
-  console.error('usage: HEARTH_URL=http://host:port node structured.mjs MODEL')
-  process.exit(2)
-}
-let failures = 0
-function check(cond, what) {
-  if (!cond) {
-    failures++
-    console.error(`FAIL: ${what}`)
-  }
-}
+const { host, args: [model] } = setup('structured.mjs', ['MODEL'])
 
 const Person = z.object({
   name: z.string().max(12),
@@ -72,8 +61,6 @@ try {
     check(/pattern/.test(String(e.message)), `pattern error: ${e.message}`)
   }
 } catch (e) {
-  failures++
-  console.error(`FAIL: ${e.stack ?? e}`)
+  unexpected(e)
 }
-if (failures) process.exit(1)
-console.log('ok')
+finish()

@@ -4,21 +4,10 @@
 // GGUF. The server runs with slow tokens and one slot (see TEST(webui_browser_...) in
 // tests/test_webui.c). Exits 0 when every check passes; prints each failure otherwise.
 import { chromium } from 'playwright-core'
+import { check, finish, setup, unexpected } from './harness.mjs'
 
-const base = process.env.HEARTH_URL
+const { host: base, args: [model, gguf] } = setup('webui.mjs', ['MODEL', 'GGUF'])
 const shots = process.env.WEBUI_SCREENSHOTS || '.'
-const [model, gguf] = process.argv.slice(2)
-if (!base || !model || !gguf) {
-  console.error('usage: HEARTH_URL=http://host:port node webui.mjs MODEL GGUF')
-  process.exit(2)
-}
-let failures = 0
-function check(cond, what) {
-  if (!cond) {
-    failures++
-    console.error(`FAIL: ${what}`)
-  }
-}
 
 const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'] })
 const page = await browser.newPage({ viewport: { width: 1280, height: 800 } })
@@ -174,10 +163,9 @@ try {
   await page.screenshot({ path: `${shots}/phone-models.png` })
   check(pageErrors.length === 0, `no errors in the page: ${pageErrors.join(' | ')}`)
 } catch (e) {
-  failures++
-  console.error(`FAIL: ${e.stack || e}`)
+  unexpected(e)
   try { await page.screenshot({ path: `${shots}/failure.png` }) } catch {}
 } finally {
   await browser.close()
 }
-process.exit(failures ? 1 : 0)
+finish()
