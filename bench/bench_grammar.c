@@ -11,7 +11,8 @@
  * characters) of 32000 and 151936 tokens; when $HEARTH_SHARED (or ../shared) holds
  * them, also the real llama SPM vocabulary (32000) and Qwen3's (151669 + added).
  * Per vocabulary: the mask at fixed states (after '{', inside a free string: the whole
- * trie passes, the worst case; inside a number), and the mean and max over the tokens of
+ * trie passes, the worst case; inside a number; in the free text of a request with
+ * tools, before any <tool_call>), and the mean and max over the tokens of
  * walks through a schema (each token drawn uniformly from those the mask allows), the
  * per-token figure that matters. Times are thread CPU time, median of runs.
  */
@@ -141,11 +142,11 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 /* Median mask time (us) at the state reached by prefix. */
-static double mask_at(const gram_schema *s, const gram_vocab *gv, const char *prefix, float *logits,
-                      int32_t nv) {
+static double mask_at(const gram_schema *s, const gram_vocab *gv, const gram_think *th,
+                      const char *prefix, float *logits, int32_t nv) {
     gram_matcher *m;
     hl_err err;
-    if (gram_matcher_create(s, gv, NULL, &m, &err) != HL_OK) return -1;
+    if (gram_matcher_create(s, gv, th, &m, &err) != HL_OK) return -1;
     if (!gram_matcher_feed(m, prefix, strlen(prefix))) {
         gram_matcher_free(m);
         return -1;
@@ -241,16 +242,19 @@ static void run(const char *name, tok_vocab *v, int threads, int walk_tokens, bo
     }
     int32_t nv = tok_vocab_n_tokens(v);
     float *logits = malloc((size_t)nv * sizeof *logits);
-    double at_open = mask_at(s, gv, "{", logits, nv);
-    double in_str = mask_at(s, gv, "{\"name\":\"ab", logits, nv);
-    double in_num = mask_at(s, gv, "{\"name\":\"x\",\"age\":1", logits, nv);
+    double at_open = mask_at(s, gv, NULL, "{", logits, nv);
+    double in_str = mask_at(s, gv, NULL, "{\"name\":\"ab", logits, nv);
+    double in_num = mask_at(s, gv, NULL, "{\"name\":\"x\",\"age\":1", logits, nv);
+    /* a request with tools: free text before any <tool_call> (a lazy grammar) */
+    gram_think lazy = {.trigger = "<tool_call>", .trigger_end = "</tool_call>"};
+    double in_free = mask_at(s, gv, &lazy, "Let me look that up", logits, nv);
     double mean, worst;
     int n;
     walk(s, gv, v, logits, nv, walk_tokens, &mean, &worst, &n);
     double f = fwd ? forward_ms(nv, threads) : -1;
-    printf("%-22s %7d  trie %6.1f ms | after '{' %7.1f  in string %7.1f  in number %7.1f | "
-           "walk mean %7.1f max %7.1f us (%d tok)",
-           name, nv, build_ms, at_open, in_str, in_num, mean, worst, n);
+    printf("%-22s %7d  trie %6.1f ms | after '{' %7.1f  in string %7.1f  in number %7.1f  "
+           "tools' free text %7.1f | walk mean %7.1f max %7.1f us (%d tok)",
+           name, nv, build_ms, at_open, in_str, in_num, in_free, mean, worst, n);
     if (f > 0) printf(" | forward %6.2f ms (mask = %.1f%%)", f, mean / 10.0 / f);
     printf("\n");
     free(logits);

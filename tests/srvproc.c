@@ -46,7 +46,9 @@ int sp_spawn(srv_proc *p, const char *tag, const char *const *env) {
         const char *clear[] = {"HEARTH_KEEP_ALIVE", "OLLAMA_KEEP_ALIVE", "HEARTH_CONTEXT_LENGTH",
                                "OLLAMA_CONTEXT_LENGTH", "HEARTH_MAX_LOADED_MODELS",
                                "OLLAMA_MAX_LOADED_MODELS", "HEARTH_MAX_MEMORY",
-                               "HEARTH_NUM_PARALLEL", "HEARTH_MAX_QUEUE", "HEARTH_RUNNER"};
+                               "HEARTH_NUM_PARALLEL", "HEARTH_MAX_QUEUE", "HEARTH_RUNNER",
+                               "OLLAMA_NUM_PARALLEL", "OLLAMA_MAX_QUEUE", "HEARTH_DEBUG",
+                               "OLLAMA_DEBUG"};
         for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++) unsetenv(clear[i]);
         for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
         execl(bin, bin, "serve", (char *)NULL);

@@ -1527,7 +1527,8 @@ static void mistakes_api(srv_proc *p) {
     CHECK(hl_file_read(p->log, &log, &log_len, NULL) == HL_OK);
     CHECK(log && strstr(log, "\n[hearth] 200 | forged") == NULL);
     CHECK(log && strstr(log, "\n[hearth] forged too") == NULL);
-    CHECK(log && strstr(log, "x\\x0a[hearth] 200 | forged") != NULL);
+    CHECK(log && strstr(log, "option=\"x\\n[hearth] 200 | forged\"") != NULL);
+    CHECK(log && strstr(log, "path=\"/api/version\\n[hearth] forged too\"") != NULL);
     free(log);
 
     /* a failed create leaves no blobs and no manifest folders behind */

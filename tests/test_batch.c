@@ -455,8 +455,17 @@ TEST(batch_parallel_and_queue_from_the_environment) {
     CHECK_OK(runner_create(batch_model(), &cfg, &r, NULL), NULL);
     CHECK_EQ_INT(runner_n_parallel(r), 3);
     runner_destroy(r);
+    /* Ollama's names count too; hearth's win when both are set */
+    setenv("OLLAMA_NUM_PARALLEL", "2", 1);
+    CHECK_OK(runner_create(batch_model(), &cfg, &r, NULL), NULL);
+    CHECK_EQ_INT(runner_n_parallel(r), 3);
+    runner_destroy(r);
     unsetenv("HEARTH_NUM_PARALLEL");
     unsetenv("HEARTH_MAX_QUEUE");
+    CHECK_OK(runner_create(batch_model(), &cfg, &r, NULL), NULL);
+    CHECK_EQ_INT(runner_n_parallel(r), 2);
+    runner_destroy(r);
+    unsetenv("OLLAMA_NUM_PARALLEL");
     CHECK_OK(runner_create(batch_model(), &cfg, &r, NULL), NULL);
     CHECK_EQ_INT(runner_n_parallel(r), RUNNER_NUM_PARALLEL);
     runner_destroy(r);

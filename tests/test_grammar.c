@@ -286,6 +286,65 @@ TEST(grammar_think_gate) {
     gram_schema_free(s);
 }
 
+static bool feed(gram_matcher *m, const char *text) { return gram_matcher_feed(m, text, strlen(text)); }
+
+/* Lazy grammars (tool calls): free text, then a value after each trigger, the closing
+ * tag, free text again; the end of generation only in free text. */
+TEST(grammar_lazy_trigger) {
+    hl_err err;
+    gram_schema *s = compile_str("{\"type\":\"object\",\"properties\":{\"n\":{\"const\":\"f\"},"
+                                 "\"x\":{\"type\":\"integer\"}},\"required\":[\"n\",\"x\"]}", &err);
+    CHECK(s);
+    gram_think lz = {.trigger = "<tool_call>", .trigger_end = "</tool_call>"};
+    gram_matcher *m = NULL;
+    CHECK(gram_matcher_create(s, NULL, &lz, &m, &err) == HL_OK);
+    CHECK(gram_matcher_accepting(m)); /* an empty reply is free text */
+    CHECK(feed(m, "I will call <tool <tool_ca {\"n\": 3} <<tool_call>"));
+    CHECK(!gram_matcher_accepting(m));
+    CHECK(!feed(m, "hello"));
+    CHECK(!feed(m, "{\"n\": \"g\""));
+    CHECK(feed(m, "\n{\"x\": 12, \"n\": \"f\""));
+    CHECK(!feed(m, "}x"));      /* after the value: only the closer */
+    CHECK(feed(m, "}\n</tool_"));
+    CHECK(!gram_matcher_accepting(m) && !gram_matcher_complete(m));
+    CHECK(!feed(m, "x"));
+    CHECK(feed(m, "call> and more {text}"));
+    CHECK(gram_matcher_accepting(m) && !gram_matcher_complete(m));
+    CHECK(feed(m, "<tool_call>{\"n\":\"f\",\"x\":-1}</tool_call>"));
+    CHECK(gram_matcher_accepting(m));
+    gram_matcher_free(m);
+    /* a value that ends only where the next byte cannot continue it (an integer root) */
+    gram_schema *si = compile_str("{\"type\":\"integer\"}", &err);
+    CHECK(si);
+    CHECK(gram_matcher_create(si, NULL, &lz, &m, &err) == HL_OK);
+    CHECK(feed(m, "<tool_call>12</tool_call>") && gram_matcher_accepting(m));
+    gram_matcher_free(m);
+    /* no closing tag (a bare array after [TOOL_CALLS]) */
+    gram_think lz2 = {.trigger = "[TOOL_CALLS]"};
+    CHECK(gram_matcher_create(si, NULL, &lz2, &m, &err) == HL_OK);
+    CHECK(feed(m, "a[TOOL_CALLS] 7 text") && gram_matcher_accepting(m));
+    gram_matcher_free(m);
+    /* a thinking part first; a text not opening it is free text */
+    gram_think lz3 = {.open = "<think>", .close = "</think>", .trigger = "<tool_call>",
+                      .trigger_end = "</tool_call>"};
+    CHECK(gram_matcher_create(s, NULL, &lz3, &m, &err) == HL_OK);
+    CHECK(feed(m, "<think><tool_call>x</think><tool_call>"));
+    CHECK(!feed(m, "x") && !gram_matcher_accepting(m));
+    gram_matcher_free(m);
+    CHECK(gram_matcher_create(s, NULL, &lz3, &m, &err) == HL_OK);
+    CHECK(feed(m, " <tool_call>") && !feed(m, "x"));
+    gram_matcher_free(m);
+    /* trigger_now: the call must come first */
+    gram_think lz4 = {.trigger = "<tool_call>", .trigger_end = "</tool_call>", .trigger_now = true};
+    CHECK(gram_matcher_create(s, NULL, &lz4, &m, &err) == HL_OK);
+    CHECK(!gram_matcher_accepting(m) && !feed(m, "Sure"));
+    CHECK(feed(m, "\n<tool_call>{\"n\":\"f\",\"x\":0}</tool_call>"));
+    CHECK(gram_matcher_accepting(m) && feed(m, "done"));
+    gram_matcher_free(m);
+    gram_schema_free(si);
+    gram_schema_free(s);
+}
+
 /* The trie walk and its fast paths (free strings, the thinking part) give exactly the
  * tokens that feeding each token's bytes allows, on SPM and byte-level BPE vocabularies. */
 TEST(grammar_mask_equals_token_by_token) {
@@ -293,7 +352,7 @@ TEST(grammar_mask_equals_token_by_token) {
                                          "models/ggml-vocab/ggml-vocab-gpt-2.gguf"};
     static const struct {
         const char *schema, *prefix;
-        bool think;
+        int think; /* 1: a thinking part; 2: a lazy grammar */
     } cases[] = {
         {"\"json\"", "", false},
         {"\"json\"", "{\"ab", false},                /* a free key */
@@ -313,6 +372,14 @@ TEST(grammar_mask_equals_token_by_token) {
         {"\"json\"", "", true},
         {"\"json\"", "<think>some thoughts <", true},
         {"\"json\"", "<think>a</think>", true},
+        /* lazy grammars (think 2: trigger <tool_call> ... </tool_call>) */
+        {"\"json\"", "", 2},
+        {"\"json\"", "Let me check. <tool", 2},
+        {"\"json\"", "<tool_call>\n", 2},
+        {"\"json\"", "<tool_call>{\"a\": \"b", 2},
+        {"\"json\"", "<tool_call>{\"a\": 1}", 2},
+        {"\"json\"", "<tool_call>{\"a\": 1}\n</tool", 2},
+        {"\"json\"", "<tool_call>{}</tool_call>\n<", 2},
     };
     int ran = 0;
     for (size_t vi = 0; vi < 2; vi++) {
@@ -330,8 +397,10 @@ TEST(grammar_mask_equals_token_by_token) {
             gram_schema *s = compile_str(cases[ci].schema, &err);
             CHECK(s);
             gram_think th = {.open = "<think>", .close = "</think>"};
+            gram_think lz = {.trigger = "<tool_call>", .trigger_end = "</tool_call>"};
+            gram_think *tp = cases[ci].think == 1 ? &th : cases[ci].think == 2 ? &lz : NULL;
             gram_matcher *m = NULL;
-            CHECK(gram_matcher_create(s, gv, cases[ci].think ? &th : NULL, &m, &err) == HL_OK);
+            CHECK(gram_matcher_create(s, gv, tp, &m, &err) == HL_OK);
             bool fed = gram_matcher_feed(m, cases[ci].prefix, strlen(cases[ci].prefix));
             for (int32_t i = 0; i < nv; i++) logits[i] = 0;
             gram_matcher_mask(m, logits, nv);
@@ -343,7 +412,9 @@ TEST(grammar_mask_equals_token_by_token) {
                           "bytes %d", vi, ci, cases[ci].prefix, i, logits[i] == 0, want);
             }
             /* every case but the rejected prefix leaves some tokens and bans others */
-            if (fed) CHECK_MSG(n_ok > 0 && n_ok < nv, "case %zu: %d allowed", ci, n_ok);
+            if (fed) /* (free text before a trigger allows every token) */
+                CHECK_MSG(n_ok > 0 && (n_ok < nv || cases[ci].think == 2),
+                          "case %zu: %d allowed", ci, n_ok);
             gram_matcher_free(m);
             gram_schema_free(s);
         }

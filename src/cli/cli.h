@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/status.h"
 #include "net/host.h"
@@ -60,6 +61,20 @@ int cli_no_flags(int argc, char **argv, const char *cmd);
 typedef struct cli_spinner cli_spinner;
 cli_spinner *cli_spinner_start(const char *msg);
 void cli_spinner_stop(cli_spinner *s);
+
+/* Transfer progress as Ollama's CLI shows it (progress.c). On a terminal every row is a
+ * live line redrawn in place: "pulling 6a0746a1ec1a:  42% ▕████      ▏ 2.0 GB/4.7 GB
+ * 45 MB/s 1m0s" (cut to the terminal's width); a row without a total is its status
+ * alone. Otherwise each row prints plain lines: its status once when it appears, and for
+ * a row with a total either "status: 100% 4.7 GB" once it completes, or (quarters)
+ * "status 25%", "status 50%", ... as it passes each quarter. Rows are keyed by `key`
+ * (a digest; NULL: the status itself). */
+typedef struct cli_progress cli_progress;
+cli_progress *cli_progress_new(FILE *out, bool tty, bool quarters); /* NULL: out of memory */
+void cli_progress_set(cli_progress *v, const char *key, const char *status, uint64_t total,
+                      uint64_t completed);
+/* Draws the last state (a terminal) and frees v; accepts NULL. */
+void cli_progress_end(cli_progress *v);
 
 /* Prints "Error: <msg>" to stderr; returns 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,7 +1,10 @@
 /* create.c - `hearth create NAME [-f Modelfile] [-q TYPE]`: parses the Modelfile here,
  * uploads a FROM file as a blob (POST /api/blobs/<digest>, skipped when the server has it),
  * then streams /api/create progress. -q/--quantize TYPE is /api/create's "quantize": the
- * server converts the weights (src/quant) as the model is created. */
+ * server converts the weights (src/quant) as the model is created. Progress (cli_progress):
+ * on a terminal, bars on stderr for hashing the file ("gathering model components"), for
+ * copying it ("copying file sha256:...") and for any server step with a total; otherwise
+ * plain lines on stdout ("copying file sha256:... 50%", then each server status). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -19,31 +22,48 @@
 #include "store/modelfile.h"
 #include "store/sha256.h"
 
+/* Progress rows: bars on a terminal (stderr), else the plain lines on stdout. */
+static cli_progress *g_prog;
+
+/* Ends the live rows before an error line, so that no redraw moves over it. */
+static void prog_stop(void) {
+    cli_progress_end(g_prog);
+    g_prog = NULL;
+}
+#define CREATE_FAIL(...) (prog_stop(), cli_fail(__VA_ARGS__))
+#define CREATE_CONN(msg) (prog_stop(), cli_connect_error(msg))
+
 static int hash_file(const char *path, char digest[80], uint64_t *size) {
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return cli_fail("%s: %s", path, strerror(errno));
+    if (fd < 0) return CREATE_FAIL("%s: %s", path, strerror(errno));
+    struct stat sb;
+    uint64_t file_size = fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    bool tty = isatty(STDERR_FILENO);
+    const char *status = "gathering model components";
+    cli_progress_set(g_prog, NULL, status, tty ? file_size : 0, 0);
     char *buf = malloc(1 << 20);
     if (!buf) {
         close(fd);
-        return cli_fail("out of memory");
+        return CREATE_FAIL("out of memory");
     }
     sha256_ctx c;
     if (!sha256_init(&c)) {
         free(buf);
         close(fd);
-        return cli_fail("out of memory");
+        return CREATE_FAIL("out of memory");
     }
     *size = 0;
     ssize_t n;
     while ((n = read(fd, buf, 1 << 20)) > 0) {
         sha256_update(&c, buf, (size_t)n);
         *size += (uint64_t)n;
+        if (tty) cli_progress_set(g_prog, NULL, status, file_size, *size);
     }
     free(buf);
     close(fd);
     if (n < 0) {
         sha256_discard(&c);
-        return cli_fail("%s: %s", path, strerror(errno));
+        return CREATE_FAIL("%s: %s", path, strerror(errno));
     }
     strcpy(digest, "sha256:");
     sha256_final_hex(&c, digest + 7);
@@ -57,19 +77,20 @@ static int upload_blob(const net_host *host, const char *path, const char *diges
     char *resp;
     hl_err err;
     if (net_http_request(host, "HEAD", url, NULL, 0, &status, &resp, NULL, &err) != HL_OK)
-        return cli_connect_error(err.msg);
+        return CREATE_CONN(err.msg);
     free(resp);
     if (status == 200) return 0;
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return cli_fail("%s: %s", path, strerror(errno));
+    if (fd < 0) return CREATE_FAIL("%s: %s", path, strerror(errno));
     net_http *h;
     if (net_http_open(host, "POST", url, "application/octet-stream", (int64_t)size, &h, &err) != HL_OK) {
         close(fd);
-        return cli_connect_error(err.msg);
+        return CREATE_CONN(err.msg);
     }
     char *buf = malloc(1 << 20);
     uint64_t sent = 0;
-    int last_pct = -1;
+    char line[128];
+    snprintf(line, sizeof line, "copying file %s", digest);
     hl_status st = buf ? HL_OK : hl_fail(&err, HL_ERR_NOMEM, "out of memory");
     while (st == HL_OK) {
         ssize_t n = read(fd, buf, 1 << 20);
@@ -77,12 +98,7 @@ static int upload_blob(const net_host *host, const char *path, const char *diges
         if (n <= 0) break;
         st = net_http_send(h, buf, (size_t)n, &err);
         sent += (uint64_t)n;
-        int pct = size ? (int)(sent * 100 / size) : 100;
-        if (pct / 25 != last_pct / 25) {
-            printf("copying file %s %d%%\n", digest, pct);
-            fflush(stdout);
-            last_pct = pct;
-        }
+        if (st == HL_OK) cli_progress_set(g_prog, digest, line, size ? size : 1, size ? sent : 1);
     }
     free(buf);
     close(fd);
@@ -94,13 +110,13 @@ static int upload_blob(const net_host *host, const char *path, const char *diges
     net_http_close(h);
     if (st != HL_OK) {
         free(body);
-        return cli_connect_error(err.msg);
+        return CREATE_CONN(err.msg);
     }
     int rc = 0;
     if (code >= 400) {
         json_t *j = json_loads(body, 0, NULL);
         const char *msg = json_string_value(json_object_get(j, "error"));
-        rc = cli_fail("%s", msg ? msg : body);
+        rc = CREATE_FAIL("%s", msg ? msg : body);
         json_decref(j);
     }
     free(body);
@@ -116,20 +132,21 @@ static bool looks_like_path(const char *v) {
 /* Streams /api/create, printing each status. */
 static int run_create(const net_host *host, json_t *req) {
     char *text = json_dumps(req, JSON_COMPACT);
-    if (!text) return cli_fail("out of memory");
+    if (!text) return CREATE_FAIL("out of memory");
     net_http *h;
     hl_err err;
     hl_status st = net_http_open(host, "POST", "/api/create", "application/json",
                                  (int64_t)strlen(text), &h, &err);
     if (st != HL_OK) {
         free(text);
-        return cli_connect_error(err.msg);
+        return CREATE_CONN(err.msg);
     }
     st = net_http_send(h, text, strlen(text), &err);
     free(text);
     if (st == HL_OK) st = net_http_finish(h, &err);
     int rc = 0;
     bool success = false;
+    char last[256] = "";
     while (st == HL_OK) {
         char *line;
         size_t len;
@@ -140,18 +157,26 @@ static int run_create(const net_host *host, json_t *req) {
         const char *e = json_string_value(json_object_get(j, "error"));
         const char *s = json_string_value(json_object_get(j, "status"));
         if (e) {
-            rc = cli_fail("%s", e);
+            rc = CREATE_FAIL("%s", e);
         } else if (s) {
-            printf("%s\n", s);
-            fflush(stdout);
+            const char *digest = json_string_value(json_object_get(j, "digest"));
+            uint64_t total = (uint64_t)json_integer_value(json_object_get(j, "total"));
+            uint64_t completed = (uint64_t)json_integer_value(json_object_get(j, "completed"));
+            if (isatty(STDERR_FILENO)) {
+                cli_progress_set(g_prog, digest && total ? digest : NULL, s, digest ? total : 0, completed);
+            } else if (strcmp(s, last) != 0) { /* a plain line per step, not per update */
+                printf("%s\n", s);
+                fflush(stdout);
+                snprintf(last, sizeof last, "%s", s);
+            }
             if (strcmp(s, "success") == 0) success = true;
         }
         json_decref(j);
         if (rc) break;
     }
     net_http_close(h);
-    if (st != HL_OK) return cli_connect_error(err.msg);
-    if (!rc && !success) rc = cli_fail("the server ended the create stream without success");
+    if (st != HL_OK) return CREATE_CONN(err.msg);
+    if (!rc && !success) rc = CREATE_FAIL("the server ended the create stream without success");
     return rc;
 }
 
@@ -212,13 +237,18 @@ int cmd_create(int argc, char **argv) {
     }
     struct stat sb;
     int rc = 0;
+    bool tty = isatty(STDERR_FILENO);
+    g_prog = cli_progress_new(tty ? stderr : stdout, tty, true);
+    if (!g_prog) {
+        json_decref(req);
+        return cli_fail("out of memory");
+    }
     if (from && stat(path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode)) {
-            rc = cli_fail("FROM %s is a directory: hearth imports GGUF files only", from);
+            rc = CREATE_FAIL("FROM %s is a directory: hearth imports GGUF files only", from);
         } else {
             char digest[80];
             uint64_t size = 0;
-            printf("gathering model components\n");
             rc = hash_file(path, digest, &size);
             if (!rc) rc = upload_blob(&host, path, digest, size);
             if (!rc) {
@@ -228,9 +258,10 @@ int cmd_create(int argc, char **argv) {
             }
         }
     } else if (from && looks_like_path(from)) {
-        rc = cli_fail("FROM file not found: %s", path);
+        rc = CREATE_FAIL("FROM file not found: %s", path);
     }
     if (!rc) rc = run_create(&host, req);
+    prog_stop();
     json_decref(req);
     return rc;
 }

@@ -105,10 +105,14 @@ typedef struct gstate {
     uint8_t gate_k; /* bytes of the open/close tag matched */
     uint8_t gate_ws;
     uint8_t n;      /* threads */
+    bool bare;      /* GATE_CALL: no trigger_end, the output may end with the value */
     gthread t[GRAM_MAX_THREADS];
 } gstate;
 
-enum { GATE_OPEN, GATE_THINK, GATE_JSON };
+/* GATE_JSON: the value of a plain grammar; lazy ones (grammar.h) go GATE_FREE (free text,
+ * gate_k: bytes of the trigger matched) -> GATE_CALL (a value) -> GATE_END (blanks and
+ * trigger_end) -> GATE_FREE; GATE_MUST: the trigger must come now (trigger_now). */
+enum { GATE_OPEN, GATE_THINK, GATE_JSON, GATE_FREE, GATE_CALL, GATE_END, GATE_MUST };
 
 /* match.c */
 void gram_state_init(const gram_schema *s, gstate *st, const gram_think *think);

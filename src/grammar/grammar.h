@@ -32,6 +32,13 @@
  * Thinking: a matcher may be told to let free text pass first: with think_close set,
  * the output may open with think_open (when given; or start inside the thinking part
  * when in_think) and is unconstrained until think_close, after which the grammar applies.
+ *
+ * Lazy grammars (tool calls, as llama.cpp's grammar triggers): with trigger set, the
+ * output (after any thinking part) is free text in which each occurrence of trigger
+ * starts a value of the schema; the value is followed by optional whitespace and
+ * trigger_end (when not empty), and free text resumes. The end of generation is allowed
+ * only in the free text, and such a matcher is never complete. With trigger_now, the
+ * output (after any thinking part and leading whitespace) must open with the trigger.
  */
 #ifndef HL_GRAMMAR_GRAMMAR_H
 #define HL_GRAMMAR_GRAMMAR_H
@@ -61,6 +68,9 @@ typedef struct gram_think {
     const char *open;  /* may be NULL */
     const char *close; /* NULL: no thinking part */
     bool in_think;     /* the prompt already opened it */
+    /* lazy grammar: NULL or "" for none; trigger_end may be NULL */
+    const char *trigger, *trigger_end;
+    bool trigger_now;  /* the first value is required (tool_choice "required") */
 } gram_think;
 
 /* gv may be NULL for a byte-only matcher (gram_matcher_feed; no mask/accept). think may

@@ -232,7 +232,7 @@ struct gram_matcher {
     const gram_schema *s;
     const gram_vocab *gv;
     gram_think think;
-    char *open, *close;
+    char *open, *close, *trigger, *trigger_end;
     gstate *cur;
     gstate *stack; /* one state per trie depth (max_len + 1), and scratch for accept */
     uint32_t n_stack;
@@ -242,7 +242,31 @@ struct gram_matcher {
     uint64_t *think_free;
     int32_t *think_check;
     int32_t n_think_check;
+    /* lazy grammars' free text: the same split by the trigger's first byte (tokens
+     * without bytes pass too: control tokens are text there) */
+    uint64_t *free_free;
+    int32_t *free_check;
+    int32_t n_free_check;
 };
+
+/* The tokens of gv that hold byte c (fed one by one) and the others (bits in pass). */
+static bool split_by_byte(const gram_vocab *gv, char c, bool empty_pass, uint64_t **pass,
+                          int32_t **check, int32_t *n_check) {
+    size_t words = ((size_t)gv->n_tokens + 63) / 64 + 1;
+    *pass = calloc(words, sizeof **pass);
+    *check = malloc(((size_t)gv->n_tokens + 1) * sizeof **check);
+    if (!*pass || !*check) return false;
+    for (int32_t i = 0; i < gv->n_tokens; i++) {
+        uint32_t a = gv->off[i], b = gv->off[i + 1];
+        if (a == b) {
+            if (empty_pass && !gv->eog[i]) (*pass)[i >> 6] |= 1ull << (i & 63);
+            continue;
+        }
+        if (memchr(gv->bytes + a, c, b - a)) (*check)[(*n_check)++] = i;
+        else (*pass)[i >> 6] |= 1ull << (i & 63);
+    }
+    return true;
+}
 
 hl_status gram_matcher_create(const gram_schema *s, const gram_vocab *gv, const gram_think *think,
                               gram_matcher **out, hl_err *err) {
@@ -251,29 +275,39 @@ hl_status gram_matcher_create(const gram_schema *s, const gram_vocab *gv, const 
     if (!m) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     m->s = s;
     m->gv = gv;
+    if (think) { /* the gates count tag bytes in a uint8_t */
+        const char *tags[] = {think->open, think->close, think->trigger, think->trigger_end};
+        for (int i = 0; i < 4; i++)
+            if (tags[i] && strlen(tags[i]) > 200) {
+                gram_matcher_free(m);
+                return hl_fail(err, HL_ERR_INVALID, "grammar tag longer than 200 bytes");
+            }
+    }
     if (think && think->close && *think->close) {
         m->close = strdup(think->close);
         m->open = think->open ? strdup(think->open) : NULL;
         if (!m->close || (think->open && !m->open)) goto oom;
         m->think = (gram_think){.open = m->open, .close = m->close, .in_think = think->in_think};
     }
+    if (think && think->trigger && *think->trigger) {
+        m->trigger = strdup(think->trigger);
+        m->trigger_end = strdup(think->trigger_end ? think->trigger_end : "");
+        if (!m->trigger || !m->trigger_end) goto oom;
+        m->think.trigger = m->trigger;
+        m->think.trigger_end = m->trigger_end;
+        m->think.trigger_now = think->trigger_now;
+    }
     m->n_stack = (gv ? gv->max_len : 0) + 3;
     m->cur = malloc(sizeof *m->cur);
     m->stack = malloc(m->n_stack * sizeof *m->stack);
     if (gv) m->allowed = calloc(((size_t)gv->n_tokens + 63) / 64 + 1, sizeof *m->allowed);
     if (!m->cur || !m->stack || (gv && !m->allowed)) goto oom;
-    if (gv && m->close) {
-        size_t words = ((size_t)gv->n_tokens + 63) / 64 + 1;
-        m->think_free = calloc(words, sizeof *m->think_free);
-        m->think_check = malloc(((size_t)gv->n_tokens + 1) * sizeof *m->think_check);
-        if (!m->think_free || !m->think_check) goto oom;
-        for (int32_t i = 0; i < gv->n_tokens; i++) {
-            uint32_t a = gv->off[i], b = gv->off[i + 1];
-            if (a == b) continue;
-            if (memchr(gv->bytes + a, m->close[0], b - a)) m->think_check[m->n_think_check++] = i;
-            else m->think_free[i >> 6] |= 1ull << (i & 63);
-        }
-    }
+    if (gv && m->close &&
+        !split_by_byte(gv, m->close[0], false, &m->think_free, &m->think_check, &m->n_think_check))
+        goto oom;
+    if (gv && m->trigger &&
+        !split_by_byte(gv, m->trigger[0], true, &m->free_free, &m->free_check, &m->n_free_check))
+        goto oom;
     gram_state_init(s, m->cur, &m->think);
     *out = m;
     return HL_OK;
@@ -291,6 +325,10 @@ void gram_matcher_free(gram_matcher *m) {
     free(m->allowed);
     free(m->think_free);
     free(m->think_check);
+    free(m->trigger);
+    free(m->trigger_end);
+    free(m->free_free);
+    free(m->free_check);
     free(m);
 }
 
@@ -319,7 +357,8 @@ bool gram_matcher_allows(gram_matcher *m, int32_t token) {
     if (token < 0 || token >= gv->n_tokens) return false;
     if (gv->eog[token]) return gram_state_accepting(m->s, m->cur);
     uint32_t a = gv->off[token], b = gv->off[token + 1];
-    return a < b && feed_into(m, gv->bytes + a, b - a, &m->stack[2]);
+    if (a == b) return m->free_free && m->cur->gate == GATE_FREE && m->cur->gate_k == 0;
+    return feed_into(m, gv->bytes + a, b - a, &m->stack[2]);
 }
 
 bool gram_matcher_accepting(const gram_matcher *m) { return gram_state_accepting(m->s, m->cur); }
@@ -355,6 +394,24 @@ static bool walk(gram_matcher *m, const trie *t, uint64_t *al) {
     return any;
 }
 
+/* Free text waiting for a tag: the tokens without its first byte pass as they are,
+ * the others are fed. */
+static bool split_mask(gram_matcher *m, const uint64_t *pass, const int32_t *check,
+                       int32_t n_check, uint64_t *al, size_t words) {
+    const gram_vocab *gv = m->gv;
+    bool any = false;
+    for (size_t w = 0; w < words; w++) any |= (al[w] = pass[w]) != 0;
+    gstate *tmp = &m->stack[m->n_stack - 1];
+    for (int32_t k = 0; k < n_check; k++) {
+        int32_t id = check[k];
+        if (feed_into(m, gv->bytes + gv->off[id], gv->off[id + 1] - gv->off[id], tmp)) {
+            al[id >> 6] |= 1ull << (id & 63);
+            any = true;
+        }
+    }
+    return any;
+}
+
 void gram_matcher_mask(gram_matcher *m, float *logits, int32_t n_vocab) {
     const gram_vocab *gv = m->gv;
     uint64_t *al = m->allowed;
@@ -379,15 +436,9 @@ void gram_matcher_mask(gram_matcher *m, float *logits, int32_t n_vocab) {
         gram_state_copy(&m->stack[0], m->cur);
         any |= walk(m, &gv->special, al);
     } else if (m->cur->gate == GATE_THINK && m->cur->gate_k == 0 && m->think_free) {
-        for (size_t w = 0; w < words; w++) any |= (al[w] = m->think_free[w]) != 0;
-        gstate *tmp = &m->stack[m->n_stack - 1];
-        for (int32_t k = 0; k < m->n_think_check; k++) {
-            int32_t id = m->think_check[k];
-            if (feed_into(m, gv->bytes + gv->off[id], gv->off[id + 1] - gv->off[id], tmp)) {
-                al[id >> 6] |= 1ull << (id & 63);
-                any = true;
-            }
-        }
+        any = split_mask(m, m->think_free, m->think_check, m->n_think_check, al, words);
+    } else if (m->cur->gate == GATE_FREE && m->cur->gate_k == 0 && m->free_free) {
+        any = split_mask(m, m->free_free, m->free_check, m->n_free_check, al, words);
     } else {
         gram_state_copy(&m->stack[0], m->cur);
         any = walk(m, &gv->all, al);

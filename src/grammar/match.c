@@ -76,6 +76,8 @@ static void value_done(const gram_schema *s, gthread *t) {
 }
 
 static void step(mctx *m, gthread *t, uint8_t c);
+static bool value_accepting(const gram_schema *s, const gstate *st);
+static bool value_complete(const gstate *st);
 
 /* ---- numbers ---- */
 
@@ -518,8 +520,16 @@ void gram_state_copy(gstate *dst, const gstate *src) {
     dst->gate = src->gate;
     dst->gate_k = src->gate_k;
     dst->gate_ws = src->gate_ws;
+    dst->bare = src->bare;
     dst->n = src->n;
     for (uint8_t i = 0; i < src->n; i++) copy_thread(&dst->t[i], &src->t[i]);
+}
+
+static bool lazy(const gram_think *think) { return think && think->trigger && *think->trigger; }
+
+/* Where the output goes after the thinking part. */
+static uint8_t after_think(const gram_think *think) {
+    return !lazy(think) ? GATE_JSON : think->trigger_now ? GATE_MUST : GATE_FREE;
 }
 
 void gram_state_init(const gram_schema *s, gstate *st, const gram_think *think) {
@@ -529,11 +539,59 @@ void gram_state_init(const gram_schema *s, gstate *st, const gram_think *think) 
     st->t[0].depth = 1;
     memset(&st->t[0].f[0], 0, sizeof(gframe));
     st->t[0].f[0].kind = FR_ROOT;
-    st->gate = GATE_JSON;
+    st->gate = after_think(think);
     if (think && think->close && *think->close) {
         if (think->in_think) st->gate = GATE_THINK;
         else if (think->open && *think->open) st->gate = GATE_OPEN;
     }
+}
+
+static void reset_threads(gstate *st) {
+    st->n = 1;
+    st->t[0].depth = 1;
+    memset(&st->t[0].f[0], 0, sizeof(gframe));
+    st->t[0].f[0].kind = FR_ROOT;
+}
+
+/* The length of the longest prefix of pat that ends the text matched so far (k bytes of
+ * pat) followed by c: how far a search for pat has come. */
+static uint8_t scan(const char *pat, uint8_t k, uint8_t c) {
+    if ((uint8_t)pat[k] == c) return (uint8_t)(k + 1);
+    for (uint8_t j = k; j > 0; j--) { /* a shorter prefix: pat[k-j+1..k) c == pat[0..j) */
+        if ((uint8_t)pat[j - 1] != c) continue;
+        if (!memcmp(pat, pat + k - j + 1, (size_t)j - 1)) return j;
+    }
+    return 0;
+}
+
+/* Free text of a lazy grammar: one byte (the state is GATE_FREE in dst). */
+static void free_step(const gram_think *think, gstate *dst, uint8_t c) {
+    dst->gate_k = scan(think->trigger, dst->gate_k, c);
+    if (think->trigger[dst->gate_k] == 0) {
+        dst->gate = GATE_CALL;
+        dst->gate_k = 0;
+        dst->gate_ws = 0;
+        dst->bare = !think->trigger_end || !*think->trigger_end;
+        reset_threads(dst);
+    }
+}
+
+/* A lazy grammar's value is over: c is the first byte after it. */
+static bool end_step(const gram_think *think, gstate *dst, uint8_t c) {
+    dst->gate_k = 0;
+    dst->gate_ws = 0;
+    reset_threads(dst);
+    if (think->trigger_end && *think->trigger_end) {
+        dst->gate = GATE_END;
+        if (is_ws(c)) return (dst->gate_ws = 1);
+        if ((uint8_t)think->trigger_end[0] != c) return false;
+        dst->gate_k = 1;
+        if (think->trigger_end[1] == 0) dst->gate = GATE_FREE, dst->gate_k = 0;
+        return true;
+    }
+    dst->gate = GATE_FREE;
+    free_step(think, dst, c);
+    return true;
 }
 
 static bool feed_threads(const gram_schema *s, const gstate *src, uint8_t c, gstate *dst) {
@@ -552,7 +610,32 @@ bool gram_state_feed(const gram_schema *s, const gram_think *think, const gstate
     dst->gate = src->gate;
     dst->gate_k = src->gate_k;
     dst->gate_ws = src->gate_ws;
-    if (src->gate == GATE_JSON) return feed_threads(s, src, c, dst);
+    dst->bare = src->bare;
+    switch (src->gate) {
+    case GATE_JSON: return feed_threads(s, src, c, dst);
+    case GATE_FREE:
+        gram_state_copy(dst, src);
+        free_step(think, dst, c);
+        return true;
+    case GATE_MUST: /* blanks, then the trigger */
+        gram_state_copy(dst, src);
+        if (src->gate_k == 0 && is_ws(c)) return src->gate_ws < GRAM_WS_MAX && ++dst->gate_ws;
+        if ((uint8_t)think->trigger[src->gate_k] != c) return false;
+        free_step(think, dst, c);
+        return true;
+    case GATE_CALL:
+        if (value_complete(src)) return end_step(think, dst, c);
+        if (feed_threads(s, src, c, dst)) return true;
+        if (!value_accepting(s, src)) return false;
+        return end_step(think, dst, c);
+    case GATE_END:
+        gram_state_copy(dst, src);
+        if (src->gate_k == 0 && is_ws(c)) return src->gate_ws < GRAM_WS_MAX && ++dst->gate_ws;
+        if ((uint8_t)think->trigger_end[src->gate_k] != c) return false;
+        if (think->trigger_end[++dst->gate_k] == 0) dst->gate = GATE_FREE, dst->gate_k = 0;
+        return true;
+    default: break;
+    }
     if (src->gate == GATE_OPEN) {
         const char *open = think->open;
         if (src->gate_k == 0 && is_ws(c)) {
@@ -566,6 +649,18 @@ bool gram_state_feed(const gram_schema *s, const gram_think *think, const gstate
             if (open[++dst->gate_k] == 0) dst->gate = GATE_THINK, dst->gate_k = 0;
             return true;
         }
+        if (lazy(think)) { /* no thinking part: what was read of the tag is text */
+            gstate a, b;
+            gram_state_copy(&a, src);
+            a.gate = after_think(think);
+            a.gate_k = 0;
+            a.gate_ws = 0;
+            for (uint8_t i = 0; i < src->gate_k; i++) {
+                if (!gram_state_feed(s, think, &a, (uint8_t)open[i], &b)) return false;
+                gram_state_copy(&a, &b);
+            }
+            return gram_state_feed(s, think, &a, c, dst);
+        }
         if (src->gate_k > 0) return false;
         dst->gate = GATE_JSON;
         return feed_threads(s, src, c, dst);
@@ -574,7 +669,8 @@ bool gram_state_feed(const gram_schema *s, const gram_think *think, const gstate
     const char *close = think->close;
     gram_state_copy(dst, src);
     if ((uint8_t)close[src->gate_k] == c) {
-        if (close[++dst->gate_k] == 0) dst->gate = GATE_JSON, dst->gate_k = 0, dst->gate_ws = 0;
+        if (close[++dst->gate_k] == 0)
+            dst->gate = after_think(think), dst->gate_k = 0, dst->gate_ws = 0;
     } else {
         dst->gate_k = (uint8_t)close[0] == c ? 1 : 0;
     }
@@ -590,19 +686,28 @@ static bool thread_accepting(const gram_schema *s, const gthread *t) {
     return false;
 }
 
-bool gram_state_accepting(const gram_schema *s, const gstate *st) {
-    if (st->gate != GATE_JSON) return false;
+static bool value_accepting(const gram_schema *s, const gstate *st) {
     for (uint8_t i = 0; i < st->n; i++)
         if (thread_accepting(s, &st->t[i])) return true;
     return false;
 }
 
-bool gram_state_complete(const gram_schema *s, const gstate *st) {
-    (void)s;
-    if (st->gate != GATE_JSON || st->n == 0) return false;
+static bool value_complete(const gstate *st) {
+    if (st->n == 0) return false;
     for (uint8_t i = 0; i < st->n; i++)
         if (st->t[i].depth != 1 || st->t[i].f[0].st != R_DONE) return false;
     return true;
+}
+
+bool gram_state_accepting(const gram_schema *s, const gstate *st) {
+    if (st->gate == GATE_FREE) return true;
+    return (st->gate == GATE_JSON || (st->gate == GATE_CALL && st->bare)) &&
+           value_accepting(s, st);
+}
+
+bool gram_state_complete(const gram_schema *s, const gstate *st) {
+    (void)s;
+    return st->gate == GATE_JSON && value_complete(st);
 }
 
 int gram_plain_chars(const char *s, size_t n) {
@@ -619,7 +724,7 @@ int gram_plain_chars(const char *s, size_t n) {
 }
 
 bool gram_state_free_string(const gram_schema *s, const gstate *st, uint32_t *room) {
-    if (st->gate != GATE_JSON || st->n != 1) return false;
+    if ((st->gate != GATE_JSON && st->gate != GATE_CALL) || st->n != 1) return false;
     const gthread *t = &st->t[0];
     const gframe *f = &t->f[t->depth - 1];
     if (!in_body(f)) return false;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/file.h"
 
 /* One set of live caches and the path of nodes they hold. */
@@ -572,8 +573,7 @@ static hl_status switch_to_path(kv_prefix *pc, kv_lane *ln, const kv_path *path,
     for (int32_t i = 0; i < pc->n_caches; i++) {
         if (!cache_live(pc, i) || cache_offset(ln, i) == min_off) continue;
         if (!caches[i].ops->restore(caches[i].self, NULL, min_off)) {
-            fprintf(stderr, "kv: failed to restore cache, freeing all caches (offset %d)\n",
-                    min_off);
+            HL_WARN("kv: failed to restore cache, freeing all caches (offset %d)", min_off);
             for (int32_t j = 0; j < pc->n_caches; j++)
                 if (cache_live(pc, j)) caches[j].ops->free_state(caches[j].self);
             min_off = 0;

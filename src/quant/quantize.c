@@ -347,8 +347,9 @@ static hl_status convert_tensor(const gguf_tensor *t, const char *name, hl_type 
     return s;
 }
 
-hl_status quant_model(const gguf_file *in, quant_ftype ftype, hl_pool *pool, gguf_writer **out,
-                      quant_stats *stats, hl_err *err) {
+static hl_status quant_model_impl(const gguf_file *in, quant_ftype ftype, hl_pool *pool,
+                                  quant_progress_fn fn, void *ud, gguf_writer **out,
+                                  quant_stats *stats, hl_err *err) {
     *out = NULL;
     quant_stats st = {0};
     const int64_t n = gguf_n_tensors(in);
@@ -381,6 +382,8 @@ hl_status quant_model(const gguf_file *in, quant_ftype ftype, hl_pool *pool, ggu
         memcpy(infos[i].ne, t->ne, sizeof t->ne);
     }
     quant_plan(ftype, infos, n, gqa_of(in), types);
+    uint64_t total_in = 0;
+    for (int64_t i = 0; i < n; i++) total_in += gguf_tensor_at(in, i)->n_bytes;
     for (int64_t i = 0; i < n && s == HL_OK; i++) {
         const gguf_tensor *t = gguf_tensor_at(in, i);
         st.bytes_in += t->n_bytes;
@@ -388,6 +391,7 @@ hl_status quant_model(const gguf_file *in, quant_ftype ftype, hl_pool *pool, ggu
         s = convert_tensor(t, names[i], types[i], pool, w, &st, err);
         if (s == HL_OK) st.bytes_out += hl_row_size(types[i], t->ne[0]) *
                                         (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+        if (s == HL_OK && fn && !fn(ud, st.bytes_in, total_in)) s = hl_fail(err, HL_ERR_CANCELLED, "cancelled");
     }
     st.n_tensors = n;
 done:
@@ -405,14 +409,25 @@ done:
     return HL_OK;
 }
 
+hl_status quant_model(const gguf_file *in, quant_ftype ftype, hl_pool *pool, gguf_writer **out,
+                      quant_stats *stats, hl_err *err) {
+    return quant_model_impl(in, ftype, pool, NULL, NULL, out, stats, err);
+}
+
 hl_status quant_model_file(const char *in_path, const char *out_path, quant_ftype ftype,
                            int n_threads, quant_stats *stats, hl_err *err) {
+    return quant_model_file_progress(in_path, out_path, ftype, n_threads, NULL, NULL, stats, err);
+}
+
+hl_status quant_model_file_progress(const char *in_path, const char *out_path, quant_ftype ftype,
+                                    int n_threads, quant_progress_fn fn, void *ud,
+                                    quant_stats *stats, hl_err *err) {
     gguf_file *in = NULL;
     hl_pool *pool = NULL;
     gguf_writer *w = NULL;
     hl_status s = gguf_open(in_path, &in, err);
     if (s == HL_OK) s = hl_pool_create(n_threads, &pool, err);
-    if (s == HL_OK) s = quant_model(in, ftype, pool, &w, stats, err);
+    if (s == HL_OK) s = quant_model_impl(in, ftype, pool, fn, ud, &w, stats, err);
     if (s == HL_OK) s = gguf_writer_write_file(w, out_path, err);
     gguf_writer_destroy(w);
     hl_pool_destroy(pool);

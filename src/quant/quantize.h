@@ -86,4 +86,12 @@ hl_status quant_model(const gguf_file *in, quant_ftype ftype, hl_pool *pool, ggu
 hl_status quant_model_file(const char *in_path, const char *out_path, quant_ftype ftype,
                            int n_threads, quant_stats *stats, hl_err *err);
 
+/* Progress of a conversion: source tensor bytes done of total, after each tensor.
+ * Returning false stops it (HL_ERR_CANCELLED). */
+typedef bool (*quant_progress_fn)(void *ud, uint64_t done, uint64_t total);
+/* quant_model_file with progress (fn may be NULL). */
+hl_status quant_model_file_progress(const char *in_path, const char *out_path, quant_ftype ftype,
+                                    int n_threads, quant_progress_fn fn, void *ud,
+                                    quant_stats *stats, hl_err *err);
+
 #endif

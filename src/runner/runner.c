@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "base/file.h"
 #include "kv/kvcache.h"
 #include "kv/trie.h"
@@ -123,8 +124,8 @@ static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
     const bool redis = cfg->kv_redis && *cfg->kv_redis;
     if (!cfg->kv_model_id || !*cfg->kv_model_id || (!cfg->kv_store_dir && !redis)) return HL_OK;
     if (r->n_caches != 1 || !r->pool || r->wpool || !r->causal) {
-        fprintf(stderr, "runner: KV disk/shared tiers need a model whose cache is full-attention "
-                        "KV only: off for this one\n");
+        HL_WARN("runner: KV disk/shared tiers need a model whose cache is full-attention KV "
+                "only: off for this one");
         return HL_OK;
     }
     const kv_layout *l = kv_pool_layout(r->pool);
@@ -147,7 +148,7 @@ static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
                           .block_bytes = kv_layout_block_bytes(l)};
     hl_err se;
     if (kv_store_open(&sc, &r->store, &se) != HL_OK) { /* the model still serves, from RAM */
-        fprintf(stderr, "runner: KV disk/shared tiers off: %s\n", se.msg);
+        HL_WARN("runner: KV disk/shared tiers off: %s", se.msg);
         r->store = NULL;
         return HL_OK;
     }
@@ -204,7 +205,7 @@ static void store_extend(runner *r, seq *s) {
     }
     if (end > prefix && (kv_table_set_len(&s->table, end, &e) || kv_session_advance(&s->sess, &e))) {
         /* cannot happen with whole blocks; stay with what the trie gave */
-        fprintf(stderr, "runner: KV blocks from the store not used: %s\n", e.msg);
+        HL_WARN("runner: KV blocks from the store not used: %s", e.msg);
         kv_table_truncate(&s->table, prefix);
         s->rs.cached_disk = s->rs.cached_remote = 0;
     }
@@ -226,13 +227,20 @@ static void store_publish(runner *r, seq *s) {
             kv_store_put(r->store, s->hashes[k], s->table.data[k]);
 }
 
+/* $HEARTH_<name>, else $OLLAMA_<name> (what Ollama's users have set), else fallback */
 static int32_t env_int(const char *name, int32_t fallback) {
-    const char *v = getenv(name);
-    if (!v || !*v) return fallback;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x <= 0 || x > 1 << 20) return fallback;
-    return (int32_t)x;
+    const char *prefixes[] = {"HEARTH_", "OLLAMA_"};
+    for (int i = 0; i < 2; i++) {
+        char full[64];
+        snprintf(full, sizeof full, "%s%s", prefixes[i], name);
+        const char *v = getenv(full);
+        if (!v || !*v) continue;
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (*end || x <= 0 || x > 1 << 20) continue;
+        return (int32_t)x;
+    }
+    return fallback;
 }
 
 hl_status runner_create(const model *m, const runner_config *cfg, runner **out, hl_err *err) {
@@ -246,9 +254,9 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
     if (r->n_ctx <= 0) r->n_ctx = 2048;
     r->chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : RUNNER_PREFILL_CHUNK;
     r->n_parallel = cfg->n_parallel > 0 ? cfg->n_parallel
-                                        : env_int("HEARTH_NUM_PARALLEL", RUNNER_NUM_PARALLEL);
+                                        : env_int("NUM_PARALLEL", RUNNER_NUM_PARALLEL);
     r->max_queue = cfg->max_queue > 0 ? cfg->max_queue
-                                      : env_int("HEARTH_MAX_QUEUE", RUNNER_MAX_QUEUE);
+                                      : env_int("MAX_QUEUE", RUNNER_MAX_QUEUE);
     r->batch_tokens = cfg->batch_tokens > 0 ? cfg->batch_tokens : RUNNER_BATCH_TOKENS;
     if (r->batch_tokens < r->n_parallel) r->batch_tokens = r->n_parallel;
     r->ack_wait_ns = cfg->ack_wait_us < 0 ? -1
@@ -269,7 +277,7 @@ hl_status runner_create(const model *m, const runner_config *cfg, runner **out, 
         if (!gst) gst = model_check_kv_geom(m, &g, &gerr);
         kv_geom_free(&g);
         if (gst && kv_type == HL_TYPE_Q8_0) {
-            fprintf(stderr, "runner: %s KV cache not possible for this model (%s): using f16\n",
+            HL_WARN("runner: %s KV cache not possible for this model (%s): using f16",
                     hl_type_name(kv_type), gerr.msg);
             kv_type = HL_TYPE_F16;
         }
@@ -580,8 +588,8 @@ static void seq_start(runner *r, seq *s) {
         r->cstats.cached_disk += (uint64_t)s->rs.cached_disk;
         r->cstats.cached_remote += (uint64_t)s->rs.cached_remote;
         if (r->store)
-            fprintf(stderr, "runner: prompt %d tokens, cached %d (ram %d, disk %d, remote %d)\n",
-                    n, s->sess.prefix, from_ram, s->rs.cached_disk, s->rs.cached_remote);
+            HL_INFO("runner: prompt %d tokens, cached %d (ram %d, disk %d, remote %d)", n,
+                    s->sess.prefix, from_ram, s->rs.cached_disk, s->rs.cached_remote);
         kv_session_schedule_prefill(&s->sess);
         /* offsets the caller expects to be shared (offsets at or below the restored
          * prefix, or past the prompt, are ignored by the session) */
@@ -1056,10 +1064,17 @@ hl_status runner_embed(runner *r, const int32_t *tokens, int32_t n, float *out, 
     return st;
 }
 
+/* ram_bytes = resident and recycled buffers + compressed bytes */
+static size_t compressed_bytes(const kv_pool_stats *ps) {
+    size_t plain = (ps->n_resident + ps->n_free) * ps->block_bytes;
+    return ps->ram_bytes > plain ? ps->ram_bytes - plain : 0;
+}
+
 runner_memory runner_get_memory(const runner *r) {
     runner *rw = (runner *)r; /* the lock is not part of the observable state */
     pthread_mutex_lock(&rw->kv_mu);
     kv_pool_stats ps = r->pool ? kv_pool_get_stats(r->pool) : (kv_pool_stats){0};
+    size_t comp = compressed_bytes(&ps);
     /* live recurrent states, and their snapshots in the trie (whole copies) */
     const size_t state_bytes = model_state_floats(r->m) * sizeof(float);
     if (state_bytes)
@@ -1067,12 +1082,14 @@ runner_memory runner_get_memory(const runner *r) {
     if (r->wpool) {
         kv_pool_stats ws = kv_pool_get_stats(r->wpool);
         ps.ram_bytes += ws.ram_bytes;
+        comp += compressed_bytes(&ws);
         ps.disk_bytes += ws.disk_bytes;
     }
     pthread_mutex_unlock(&rw->kv_mu);
     runner_memory m = {
         .weights = model_weight_bytes(r->m),
         .kv = ps.ram_bytes,
+        .kv_compressed = comp,
         .kv_disk = ps.disk_bytes,
         .scratch = model_ctx_scratch_bytes(r->ctx) +
                    (size_t)r->n_parallel * (size_t)model_get_hparams(r->m)->n_vocab * sizeof(float),

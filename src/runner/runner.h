@@ -199,6 +199,7 @@ hl_status runner_embed(runner *r, const int32_t *tokens, int32_t n, float *out, 
 typedef struct runner_memory {
     size_t weights; /* tensors the forward pass reads */
     size_t kv;      /* cached KV in RAM now: resident blocks, compressed blocks, free buffers */
+    size_t kv_compressed; /* the part of kv that is compressed blocks */
     size_t kv_disk; /* spilled KV */
     size_t scratch; /* compute buffers of the context and the sampler's rings */
     size_t total;   /* weights + kv + scratch */

@@ -476,6 +476,7 @@ static bool translate(srv_err *x, anth_enc *a, const json_t *in, json_t *out, bo
                                 schema ? json_incref(schema) : json_pack("{s:s}", "type", "object"));
             json_array_append_new(nt, json_pack("{s:s, s:o}", "type", "function", "function", fn));
         }
+        compat_tool_choice(json_object_get(in, "tool_choice"), out);
     }
     if (count_only || json_is_true(json_object_get(in, "_debug_render_only")))
         json_object_set_new(out, "_debug_render_only", json_true());

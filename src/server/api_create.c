@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <unistd.h>
 
@@ -117,6 +118,28 @@ static bool from_gguf_blob(srv_stream *s, const char *digest_in, store_manifest 
     return true;
 }
 
+/* Quantize progress as Ollama streams it: the status with a placeholder digest, total
+ * and completed (source bytes), at most every 100 ms; a client that left cancels. */
+typedef struct quant_prog {
+    srv_stream *s;
+    char status[128];
+    struct timespec last;
+} quant_prog;
+
+static bool quant_progress(void *ud, uint64_t done, uint64_t total) {
+    quant_prog *q = ud;
+    if (srv_stream_cancelled(q->s)) return false;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double dt = (double)(now.tv_sec - q->last.tv_sec) + (double)(now.tv_nsec - q->last.tv_nsec) / 1e9;
+    if (done < total && dt < 0.1) return true;
+    q->last = now;
+    json_t *j = json_pack("{s:s, s:s, s:I, s:I}", "status", q->status, "digest", "0000000000000000000",
+                          "total", (json_int_t)total, "completed", (json_int_t)done);
+    if (j) srv_stream_send(q->s, j);
+    return true;
+}
+
 /* Replaces m's model layer with its weights converted to ftype (src/quant: llama.cpp's
  * rules, as `hearth quantize`), and config's file_type with the new one. */
 static bool quantize_model_layer(srv_stream *s, create_ctx *c, store_manifest *m, json_t *config,
@@ -136,7 +159,10 @@ static bool quantize_model_layer(srv_stream *s, create_ctx *c, store_manifest *m
         return false;
     }
     const char *from = json_string_value(json_object_get(config, "file_type"));
-    srv_stream_status(s, "quantizing %s model to %s", from ? from : "", quant_ftype_name(ftype));
+    quant_prog qp = {.s = s};
+    snprintf(qp.status, sizeof qp.status, "quantizing %s model to %s", from ? from : "",
+             quant_ftype_name(ftype));
+    srv_stream_status(s, "%s", qp.status);
     /* next to the blobs (same file system); a crash leaves it to the startup sweep */
     snprintf(tmp, sizeof tmp, "%s-quantize-XXXXXX", in_path);
     int fd = mkstemp(tmp);
@@ -149,7 +175,7 @@ static bool quantize_model_layer(srv_stream *s, create_ctx *c, store_manifest *m
     char digest[STORE_DIGEST_LEN];
     uint64_t size = 0;
     bool existed = false;
-    hl_status rc = quant_model_file(in_path, tmp, ftype, 0, &qs, &err);
+    hl_status rc = quant_model_file_progress(in_path, tmp, ftype, 0, quant_progress, &qp, &qs, &err);
     if (rc == HL_OK) rc = store_blob_import_file(st, tmp, digest, &size, &existed, &err);
     unlink(tmp);
     if (rc != HL_OK) {

@@ -25,9 +25,11 @@
 #include <strings.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "server/engine.h"
 #include "grammar/grammar.h"
 #include "server/internal.h"
+#include "server/metrics.h"
 #include "server/options.h"
 #include "server/outproc.h"
 #include "server/prompt.h"
@@ -80,7 +82,12 @@ typedef struct infer_ctx {
     size_t n_gen, cap_gen;
     json_t *tool_calls;
     char *format_text; /* format "json" / a schema as JSON text (engine_request.format) */
+    /* _tool_choice (set by the compat APIs): a call is required / of this tool only */
+    bool tool_required;
+    char *tool_only;
     json_t *logprobs;     /* entries not yet sent (stream) or all of them (non-stream) */
+    metrics_model *mm;    /* this model's series in /metrics (NULL: none) */
+    uint64_t t_last_tok;  /* when the previous token came (token latency) */
 } infer_ctx;
 
 static void infer_free(void *vctx) {
@@ -103,6 +110,7 @@ static void infer_free(void *vctx) {
     free(c->gen);
     json_decref(c->tool_calls);
     free(c->format_text);
+    free(c->tool_only);
     json_decref(c->logprobs);
     free(c);
 }
@@ -307,6 +315,12 @@ static bool parse_chat(srv_err *f, infer_ctx *c, const json_t *req) {
                                srv_json_kind(tools));
         if (json_array_size(tools) > 0) c->tools = json_incref(tools);
     }
+    /* internal: the OpenAI/Anthropic tool_choice, "required" or {"name": tool} */
+    json_t *choice = json_object_get(req, "_tool_choice");
+    const char *only = json_string_value(json_object_get(choice, "name"));
+    c->tool_required = only || (json_is_string(choice) && !strcmp(json_string_value(choice),
+                                                                    "required"));
+    if (only && !(c->tool_only = strdup(only))) return srv_err_set(f, 500, "out of memory");
     return true;
 }
 
@@ -417,6 +431,10 @@ static void add_logprob(infer_ctx *c, int32_t token, const sampler_out *so) {
 
 static bool on_token(void *ud, int32_t token, const sampler_out *so) {
     infer_ctx *c = ud;
+    uint64_t now = hl_time_ns();
+    if (c->n_gen == 0) metrics_ttft(c->mm, now - c->t_start);
+    else metrics_token_latency(c->mm, now - c->t_last_tok);
+    c->t_last_tok = now;
     if (so && c->opts.sp.logprobs) add_logprob(c, token, so);
     if (c->n_gen == c->cap_gen) {
         size_t cap = c->cap_gen ? c->cap_gen * 2 : 256;
@@ -730,17 +748,45 @@ static void run_generation(infer_ctx *c, sched_model *m, uint64_t load_ns) {
     /* the format applies to the answer: after the thinking part (the think parser's tags);
      * tool calls are free text the tool parser reads, so a format does not apply to them */
     bool constrain = c->format != OPT_FORMAT_NONE && !c->use_tools;
+    /* with tools (and no format), a lazy grammar holds each tool call the model opens to
+     * the tools' names and parameter schemas (outproc.h) */
+    const char *trigger = NULL, *trigger_end = NULL;
+    if (c->use_tools && c->format == OPT_FORMAT_NONE) {
+        free(c->format_text);
+        c->format_text = tool_grammar(c->tools, prompt_tool_tag(pr), c->tool_only, &trigger,
+                                      &trigger_end);
+        constrain = c->format_text != NULL;
+    }
     engine_request req = {.prompt = toks, .n_prompt = n_toks, .sp = c->opts.sp,
                           .num_predict = c->opts.num_predict, .on_token = on_token,
                           .cancelled = ctx_cancelled,
                           .format = constrain ? c->format_text : NULL,
+                          .trigger = constrain ? trigger : NULL,
+                          .trigger_end = constrain ? trigger_end : NULL,
+                          .trigger_now = constrain && trigger && c->tool_required,
                           .think_open = constrain && c->use_think ? "<think>" : NULL,
                           .think_close = constrain && c->use_think ? "</think>" : NULL,
                           .in_think = constrain && c->use_think && prompt_in_think, .ud = c,
                           .snapshot_at = c->sys_end > 0 ? &c->sys_end : NULL,
                           .n_snapshot_at = c->sys_end > 0};
     engine_stats stats;
+    c->mm = metrics_model_get(c->srv->metrics, m->name);
     hl_status st = engine_generate(m->eng, &req, &stats, &err);
+    /* a failed or cancelled run has no prompt figures, its tokens were generated still */
+    if (st)
+        metrics_tokens(c->mm, 0, 0, c->n_gen);
+    else
+        metrics_tokens(c->mm, (uint64_t)stats.prompt_eval_count, (uint64_t)stats.cached_tokens,
+                       c->n_gen);
+    if (hl_log_enabled(HL_LOG_DEBUG)) {
+        char np[16], nc[16], ng[16], ms[32];
+        snprintf(np, sizeof np, "%d", (int)n_toks);
+        snprintf(nc, sizeof nc, "%d", st ? 0 : (int)stats.cached_tokens);
+        snprintf(ng, sizeof ng, "%zu", c->n_gen);
+        snprintf(ms, sizeof ms, "%.3fms", (double)(hl_time_ns() - c->t_start) / 1e6);
+        HL_LOG_ATTRS(HL_LOG_DEBUG, "generation", "model", m->name, "prompt_tokens", np, "cached", nc,
+                     "generated", ng, "duration", ms, "status", st ? hl_status_str(st) : "ok");
+    }
     if (st == HL_ERR_CANCELLED || srv_stream_cancelled(c->s)) goto out;
     if (st) {
         fail_status(c, st, &err);
@@ -990,6 +1036,7 @@ static void embed_run(srv_stream *s, void *vctx) {
         json_array_append_new(out, row);
     }
     free(vec);
+    metrics_tokens(metrics_model_get(c->srv->metrics, m->name), (uint64_t)total_tokens, 0, 0);
     sched_release(c->srv->sched, m, c->keep_alive);
     if (srv_stream_cancelled(s)) st = HL_ERR_CANCELLED;
     if (st) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "gguf/gguf.h"
 #include "registry/registry.h"
 #include "server/internal.h"
@@ -390,7 +391,7 @@ static void xfer_run(srv_stream *s, void *ctx) {
     hl_status st = c->push ? reg_push(srv->st, c->name, &o, &err) : reg_pull(srv->st, c->name, &o, &err);
     if (st == HL_ERR_CANCELLED) return;
     if (st != HL_OK) {
-        if (!srv->quiet) fprintf(stderr, "[hearth] %s %s: %s\n", c->push ? "push" : "pull", c->name, err.msg);
+        if (!srv->quiet) HL_WARN("%s %s: %s", c->push ? "push" : "pull", c->name, err.msg);
         srv_stream_fail(s, 500, "%s", err.msg);
     }
 }

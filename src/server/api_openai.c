@@ -605,6 +605,7 @@ static bool translate_chat(srv_err *x, oai_enc *o, const json_t *in, json_t *out
     if (!translate_response_format(x, in, out)) return false;
     json_t *tools = json_object_get(in, "tools");
     if (tools && !json_is_null(tools)) json_object_set(out, "tools", tools);
+    compat_tool_choice(json_object_get(in, "tool_choice"), out);
     const char *effort = json_string_value(json_object_get(in, "reasoning_effort"));
     if (!effort) effort = json_string_value(json_object_get(json_object_get(in, "reasoning"), "effort"));
     if (effort && *effort) {

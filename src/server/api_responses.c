@@ -672,6 +672,7 @@ static bool translate(srv_err *x, resp_enc *o, const json_t *in, json_t *out) {
 
     json_t *tools = json_object_get(in, "tools");
     if (!translate_tools(x, tools, out)) return false;
+    compat_tool_choice(json_object_get(in, "tool_choice"), out);
     json_object_set_new(echo, "tools", json_is_array(tools) ? json_incref(tools) : json_array());
     json_t *dbg = json_object_get(in, "_debug_render_only");
     if (json_is_true(dbg)) json_object_set_new(out, "_debug_render_only", json_true());

@@ -114,3 +114,15 @@ json_t *compat_text(const json_t *obj, const char *key) {
 size_t compat_text_len(const json_t *obj, const char *key) {
     return json_string_length(json_object_get(obj, key)); /* 0 for a non-string */
 }
+
+void compat_tool_choice(const json_t *choice, json_t *native) {
+    const char *type = json_string_value(json_object_get(choice, "type"));
+    const char *name = json_string_value(json_object_get(choice, "name"));
+    if (!name && type && !strcmp(type, "function"))
+        name = json_string_value(json_object_get(json_object_get(choice, "function"), "name"));
+    if (name && type && (!strcmp(type, "function") || !strcmp(type, "tool")))
+        json_object_set_new(native, "_tool_choice", json_pack("{s:s}", "name", name));
+    else if ((json_is_string(choice) && !strcmp(json_string_value(choice), "required")) ||
+             (type && !strcmp(type, "any")))
+        json_object_set_new(native, "_tool_choice", json_string("required"));
+}

@@ -27,6 +27,14 @@ char *compat_sse_event(const char *name, json_t *obj);
 /* Concatenates a and b (either may be NULL); frees both. */
 char *compat_cat(char *a, char *b);
 
+/* A tool_choice that asks for a call, as the native request's internal "_tool_choice"
+ * (api_infer.c: the grammar then opens a call first): "required" for OpenAI's
+ * "required" and Anthropic's {"type":"any"}; {"name": X} for a function named by OpenAI
+ * chat ({"type":"function","function":{"name"}}), the Responses API ({"type":"function",
+ * "name"}) or Anthropic ({"type":"tool","name"}). Other values ("auto", "none") set
+ * nothing. */
+void compat_tool_choice(const json_t *choice, json_t *native);
+
 /* n random lowercase hex digits into out (out has room for n + 1). */
 void compat_random_hex(char *out, size_t n);
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "kv/layout.h"
@@ -27,6 +28,7 @@ struct engine {
     runner *run;
     engine_info info;
     _Atomic uint64_t mem_bytes; /* measured after load and after every request */
+    _Atomic uint64_t kv_ram, kv_comp, kv_disk; /* measured with mem_bytes */
     char *chat_template;
     engine_config cfg; /* as opened (its strings are the caller's, which outlive it) */
     pthread_mutex_t gv_mu;
@@ -36,6 +38,11 @@ struct engine {
 static void measure(engine *e) {
     runner_memory mem = runner_get_memory(e->run);
     atomic_store(&e->mem_bytes, (uint64_t)mem.total);
+    atomic_store(&e->kv_ram, (uint64_t)(mem.kv - mem.kv_compressed));
+    atomic_store(&e->kv_comp, (uint64_t)mem.kv_compressed);
+    /* disk: blocks spilled from RAM and the block files of the disk tier (kv/store.h) */
+    size_t tier = runner_get_cache_stats(e->run).store.disk_bytes;
+    atomic_store(&e->kv_disk, (uint64_t)(mem.kv_disk + tier));
 }
 
 static void read_metadata(engine *e, const char *path) {
@@ -91,7 +98,7 @@ static void kv_tiers(const char *gguf_path, runner_config *rc, char *dir, size_t
     const char *max = getenv("HEARTH_KV_DISK_MAX");
     size_t cap = 0;
     if (max && *max && !kv_store_parse_size(max, &cap)) {
-        fprintf(stderr, "HEARTH_KV_DISK_MAX=%s is not a size (e.g. 8G): using the default\n", max);
+        HL_WARN("HEARTH_KV_DISK_MAX=%s is not a size (e.g. 8G): using the default", max);
         cap = KV_STORE_DISK_MAX_DEFAULT;
     } else if (!max || !*max) {
         cap = KV_STORE_DISK_MAX_DEFAULT;
@@ -138,6 +145,7 @@ hl_status engine_open_local(const char *gguf_path, const engine_config *cfg, eng
                       : hp->pooling == MODEL_POOL_LAST ? ENGINE_POOL_LAST
                                                        : ENGINE_POOL_MEAN;
     e->info.embedding_only = !model_has_logits(e->m);
+    e->info.n_parallel = runner_n_parallel(e->run);
     read_metadata(e, gguf_path);
     measure(e);
     *out = e;
@@ -180,8 +188,13 @@ void engine_get_info(const engine *e, engine_info *out) {
         eremote_get_info(e->remote, out);
         return;
     }
+    engine *ew = (engine *)e; /* the atomics are not part of the observable state */
     *out = e->info;
-    out->mem_bytes = atomic_load(&((engine *)e)->mem_bytes);
+    out->mem_bytes = atomic_load(&ew->mem_bytes);
+    out->kv_ram_bytes = atomic_load(&ew->kv_ram);
+    out->kv_compressed_bytes = atomic_load(&ew->kv_comp);
+    out->kv_disk_bytes = atomic_load(&ew->kv_disk);
+    out->queued = runner_get_load(e->run).queued;
 }
 
 const char *engine_chat_template(const engine *e) {
@@ -243,7 +256,8 @@ hl_status engine_generate(engine *e, const engine_request *req, engine_stats *st
         hl_status gst = engine_gram_vocab(e, &gv, err);
         if (!gst) gst = gram_compile(req->format, strlen(req->format), &gs, err);
         gram_think th = {.open = req->think_open, .close = req->think_close,
-                         .in_think = req->in_think};
+                         .in_think = req->in_think, .trigger = req->trigger,
+                         .trigger_end = req->trigger_end, .trigger_now = req->trigger_now};
         if (!gst) gst = gram_matcher_create(gs, gv, &th, &b.gm, err);
         if (gst) {
             gram_schema_free(gs);

@@ -56,6 +56,11 @@ typedef struct engine_info {
     int32_t n_vocab;
     uint64_t mem_bytes;  /* measured (after load and after each request): weights read +
                             KV cache + scratch; engine_get_info never blocks on a run */
+    /* the KV cache by tier, measured with mem_bytes: resident blocks (and recurrent
+     * states), blocks compressed in RAM, blocks spilled to disk */
+    uint64_t kv_ram_bytes, kv_compressed_bytes, kv_disk_bytes;
+    int32_t n_parallel;  /* batch slots */
+    int32_t queued;      /* requests waiting for a slot now */
     int pooling;         /* ENGINE_POOL_* the GGUF asks for (mean when it does not say) */
     bool embedding_only; /* no output layer (BERT): engine_generate cannot serve it */
 } engine_info;
@@ -85,6 +90,11 @@ typedef struct engine_request {
     /* with format: a thinking part that passes unconstrained first (gram_think) */
     const char *think_open, *think_close;
     bool in_think;
+    /* with format: a lazy grammar (gram_think.trigger): free text in which each trigger
+     * (a tool-call tag) starts a value, followed by trigger_end; trigger_now: the reply
+     * must open with the trigger (after any thinking part) */
+    const char *trigger, *trigger_end;
+    bool trigger_now;
     void *ud;
     /* prompt offsets later requests are expected to share (the end of a chat's system
      * prompt): runner_request.snapshot_at */

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/file.h"
 #include "gguf/gguf.h"
 #include "net/http_client.h"
@@ -41,6 +42,8 @@ struct eremote {
     char *chat_template;
     engine_info info;
     _Atomic uint64_t mem_bytes;
+    _Atomic uint64_t kv_ram, kv_comp, kv_disk; /* reported with mem_bytes */
+    atomic_int inflight; /* generations and embeddings sent to the runner, not yet ended */
     int out_fd;      /* read end of the child's stdout+stderr */
     int lifeline_fd; /* write end of the child's stdin: it exits when this closes */
     pthread_t out_th, reap_th;
@@ -198,7 +201,7 @@ static void runner_kill(eremote *r) {
 
 static hl_status runner_stalled(eremote *r, hl_err *err) {
     runner_kill(r);
-    fprintf(stderr, "[hearth] runner pid %d sent nothing for %.1f s: killed\n", (int)r->pid,
+    HL_WARN("runner pid %d sent nothing for %.1f s: killed", (int)r->pid,
             (double)r->stall_ns / 1e9);
     return hl_fail(err, HL_ERR_IO, "%s: the runner sent nothing for %.1f s", DIED_MSG,
                    (double)r->stall_ns / 1e9);
@@ -329,6 +332,14 @@ static hl_status spawn(eremote *r, const char *path, const engine_config *cfg, i
     return HL_OK;
 }
 
+/* The memory figures a runner sends at load (health) and after each request. */
+static void apply_mem(eremote *r, const json_t *j) {
+    atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+    atomic_store(&r->kv_ram, (uint64_t)json_integer_value(json_object_get(j, "kv_ram")));
+    atomic_store(&r->kv_comp, (uint64_t)json_integer_value(json_object_get(j, "kv_compressed")));
+    atomic_store(&r->kv_disk, (uint64_t)json_integer_value(json_object_get(j, "kv_disk")));
+}
+
 static void apply_health(eremote *r, const json_t *j) {
     r->info.n_ctx = (int32_t)json_integer_value(json_object_get(j, "n_ctx"));
     r->info.n_ctx_train = (int32_t)json_integer_value(json_object_get(j, "n_ctx_train"));
@@ -336,7 +347,8 @@ static void apply_health(eremote *r, const json_t *j) {
     r->info.n_vocab = (int32_t)json_integer_value(json_object_get(j, "n_vocab"));
     r->info.pooling = (int)json_integer_value(json_object_get(j, "pooling"));
     r->info.embedding_only = json_is_true(json_object_get(j, "embedding_only"));
-    atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+    r->info.n_parallel = (int32_t)json_integer_value(json_object_get(j, "n_parallel"));
+    apply_mem(r, j);
 }
 
 /* One GET /health with a short timeout: 1 ready, 0 not (yet) answering. */
@@ -468,7 +480,15 @@ const char *eremote_chat_template(const eremote *r) { return r->chat_template; }
 
 void eremote_get_info(const eremote *r, engine_info *out) {
     *out = r->info;
-    out->mem_bytes = atomic_load(&((eremote *)r)->mem_bytes);
+    eremote *rw = (eremote *)r; /* the atomics are not part of the observable state */
+    out->mem_bytes = atomic_load(&rw->mem_bytes);
+    out->kv_ram_bytes = atomic_load(&rw->kv_ram);
+    out->kv_compressed_bytes = atomic_load(&rw->kv_comp);
+    out->kv_disk_bytes = atomic_load(&rw->kv_disk);
+    /* the runner's queue: what was sent to it past its slots (the requests in flight
+     * are in the runner but for the moment they take to cross loopback) */
+    int n = atomic_load(&rw->inflight);
+    out->queued = r->info.n_parallel > 0 && n > r->info.n_parallel ? n - r->info.n_parallel : 0;
 }
 
 /* GET /health on a raw non-blocking socket, every step (connect included: a runner whose
@@ -530,8 +550,8 @@ bool eremote_ping(eremote *r, int timeout_ms) {
     if (!eremote_alive(r)) return false;
     if (health_within(r, timeout_ms)) return true;
     if (!eremote_alive(r)) return false; /* it exited meanwhile: the crash path unloads it */
-    fprintf(stderr, "[hearth] runner pid %d did not answer its health check within %d ms: "
-            "killed\n", (int)r->pid, timeout_ms);
+    HL_WARN("runner pid %d did not answer its health check within %d ms: killed", (int)r->pid,
+            timeout_ms);
     runner_kill(r);
     return false;
 }
@@ -565,6 +585,10 @@ static json_t *request_json(const engine_request *req, long long id) {
         if (req->think_close)
             json_object_set_new(body, "think_close", json_string(req->think_close));
         json_object_set_new(body, "in_think", json_boolean(req->in_think));
+        if (req->trigger) json_object_set_new(body, "trigger", json_string(req->trigger));
+        if (req->trigger_end)
+            json_object_set_new(body, "trigger_end", json_string(req->trigger_end));
+        json_object_set_new(body, "trigger_now", json_boolean(req->trigger_now));
     }
     return body;
 }
@@ -649,8 +673,8 @@ static hl_status error_line(const json_t *j, hl_err *err) {
     return hl_fail(err, (hl_status)code, "%s", json_string_value(json_object_get(j, "error")) ?: "");
 }
 
-hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *stats,
-                           hl_err *err) {
+static hl_status generate(eremote *r, const engine_request *req, engine_stats *stats,
+                          hl_err *err) {
     *stats = (engine_stats){0};
     if (!eremote_alive(r)) return runner_died(r, err);
     net_http *h;
@@ -724,7 +748,7 @@ hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *
             stats->done = json_integer_value(json_object_get(s, "done")) == ENGINE_DONE_LENGTH
                               ? ENGINE_DONE_LENGTH
                               : ENGINE_DONE_STOP;
-            atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+            apply_mem(r, j);
             if (stopped) {
                 stats->eval_count = n_tok;
                 stats->done = ENGINE_DONE_STOP;
@@ -740,7 +764,7 @@ hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *
     return st;
 }
 
-hl_status eremote_embed(eremote *r, const int32_t *tokens, size_t n, float *out, hl_err *err) {
+static hl_status embed(eremote *r, const int32_t *tokens, size_t n, float *out, hl_err *err) {
     if (!eremote_alive(r)) return runner_died(r, err);
     json_t *toks = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(toks, json_integer(tokens[i]));
@@ -762,12 +786,28 @@ hl_status eremote_embed(eremote *r, const int32_t *tokens, size_t n, float *out,
     if (json_is_array(e) && json_array_size(e) == (size_t)r->info.n_embd) {
         for (size_t i = 0; i < json_array_size(e); i++)
             out[i] = (float)json_number_value(json_array_get(e, i));
-        atomic_store(&r->mem_bytes, (uint64_t)json_integer_value(json_object_get(j, "mem_bytes")));
+        apply_mem(r, j);
     } else if (j && json_object_get(j, "error")) {
         st = error_line(j, err);
     } else {
         st = hl_fail(err, HL_ERR_FORMAT, "bad embedding reply from the runner");
     }
     json_decref(j);
+    return st;
+}
+
+/* Both count as in flight for the queue depth (eremote_get_info). */
+hl_status eremote_generate(eremote *r, const engine_request *req, engine_stats *stats,
+                           hl_err *err) {
+    atomic_fetch_add(&r->inflight, 1);
+    hl_status st = generate(r, req, stats, err);
+    atomic_fetch_sub(&r->inflight, 1);
+    return st;
+}
+
+hl_status eremote_embed(eremote *r, const int32_t *tokens, size_t n, float *out, hl_err *err) {
+    atomic_fetch_add(&r->inflight, 1);
+    hl_status st = embed(r, tokens, n, out, err);
+    atomic_fetch_sub(&r->inflight, 1);
     return st;
 }

@@ -58,12 +58,14 @@ struct srv_encoder {
 };
 void srv_encoder_free(srv_encoder *e); /* accepts NULL */
 
-struct sched; /* server/sched.h */
+struct sched;   /* server/sched.h */
+struct metrics; /* server/metrics.h */
 
 struct hl_server {
     struct MHD_Daemon *mhd;
     store *st;
     struct sched *sched; /* loaded models */
+    struct metrics *metrics; /* GET /metrics (NULL in a runner process) */
     int port;
     /* Memory per request: a JSON body is buffered up to max_body (then parsed: jansson
      * takes about twice its size again); the buffers of all requests together stay
@@ -135,12 +137,11 @@ enum MHD_Result srv_reply_error(srv_request *r, unsigned status, const char *fmt
     __attribute__((format(printf, 3, 4)));
 enum MHD_Result srv_reply_text(srv_request *r, unsigned status, const char *content_type,
                                const char *text);
+/* Records the reply's status (for the log and /metrics); every reply path calls it once. */
+void srv_set_status(srv_request *r, unsigned status);
 /* Queues a response built by the caller (takes it over; CORS added, sent after the body). */
 enum MHD_Result srv_reply_response(srv_request *r, unsigned status, struct MHD_Response *resp);
 
-/* Client-supplied text for the server log: control bytes, quotes, backslashes and bytes
- * past ASCII become \xNN, so that no request can forge or split log lines. Returns out. */
-const char *srv_log_escape(const char *in, char *out, size_t cap);
 /* An error message on its way to a client: paths under the store root lose that prefix
  * (clients get "blobs/sha256-...", not where the store lives) and invalid UTF-8 bytes
  * (echoed client input, a cut sequence) become '?', so the JSON reply can be built. */
@@ -218,6 +219,9 @@ enum MHD_Result srv_handle_oai_embeddings(srv_request *r);
 enum MHD_Result srv_handle_oai_responses(srv_request *r); /* api_responses.c */
 enum MHD_Result srv_handle_anth_messages(srv_request *r);
 enum MHD_Result srv_handle_anth_count_tokens(srv_request *r);
+/* GET /metrics (Prometheus text format) and GET /health (api_metrics.c). */
+enum MHD_Result srv_handle_metrics(srv_request *r);
+enum MHD_Result srv_handle_health(srv_request *r);
 
 /* The "details" object of tags/show/ps from a model's config. */
 json_t *srv_model_details(json_t *config);

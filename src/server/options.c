@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "kv/layout.h"
 #include "server/internal.h"
 #include "server/sched.h"
@@ -34,8 +35,7 @@ const char *opt_default_kv_type(bool warn) {
         if (kv_type_parse(v, &t)) return t == HL_TYPE_F32 ? "f32" : t == HL_TYPE_Q8_0 ? "q8_0" : "f16";
         /* Ollama falls back to f16 on a type it does not know */
         if (warn)
-            fprintf(stderr, "warning: %s=\"%s\" is not a KV cache type (f32, f16, q8_0): "
-                            "using f16\n", names[i], v);
+            HL_WARN("%s=\"%s\" is not a KV cache type (f32, f16, q8_0): using f16", names[i], v);
         return "f16";
     }
     return "f16";
@@ -59,10 +59,8 @@ static hl_status apply(infer_opts *o, const char *key, json_t *raw, bool quiet, 
     hl_err e2;
     if (modelfile_param_check_json(key, raw, &v, &e2) != HL_OK) {
         if (strncmp(e2.msg, "unknown parameter", 17) == 0) {
-            char esc[256];
-            if (!quiet)
-                fprintf(stderr, "hearth: invalid option provided: %s (ignored)\n",
-                        srv_log_escape(key, esc, sizeof esc));
+            /* the logger escapes the client's text: no forged or split lines */
+            if (!quiet) HL_LOG_ATTRS(HL_LOG_WARN, "invalid option provided", "option", key);
             return HL_OK;
         }
         if (strcmp(key, "stop") == 0)

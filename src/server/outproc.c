@@ -4,10 +4,13 @@
 #include <ctype.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/file.h"
+#include "base/log.h"
+#include "grammar/grammar.h"
 
 void outbuf_add(outbuf *b, const char *s, size_t n) {
     if (b->oom) return;
@@ -310,3 +313,125 @@ void tool_flush(tool_parser *p, json_t *calls, outbuf *content) {
 }
 
 void tool_free(tool_parser *p) { outbuf_free(&p->buf); }
+
+/* ---- the tool-call grammar ---- */
+
+/* A deep copy of schema whose local $refs ("#...") point below prefix: the parameters
+ * move from a document's root into the composed one. */
+static json_t *rebase_refs(const json_t *schema, const char *prefix) {
+    if (json_is_array(schema)) {
+        json_t *a = json_array();
+        size_t i;
+        json_t *v;
+        json_array_foreach(schema, i, v) json_array_append_new(a, rebase_refs(v, prefix));
+        return a;
+    }
+    if (!json_is_object(schema)) return json_deep_copy(schema);
+    json_t *o = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)schema, k, v) {
+        const char *ref = json_string_value(v);
+        if (!strcmp(k, "$ref") && ref && ref[0] == '#') {
+            size_t n = strlen(prefix) + strlen(ref) + 1;
+            char *r = malloc(n);
+            if (r) snprintf(r, n, "%s%s", prefix, ref + 1);
+            json_object_set_new(o, k, r ? json_string(r) : json_null());
+            free(r);
+        } else {
+            json_object_set_new(o, k, rebase_refs(v, prefix));
+        }
+    }
+    return o;
+}
+
+/* {"name": {"const": name}, "arguments": args} with its refs under prefix. */
+static json_t *call_schema(const char *name, const json_t *args, const char *prefix) {
+    char pre[96];
+    snprintf(pre, sizeof pre, "%s/properties/arguments", prefix);
+    json_t *a = args ? rebase_refs(args, pre) : json_pack("{s:s, s:b}", "type", "object",
+                                                        "additionalProperties", 1);
+    return json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s], s:b}", "type", "object", "properties",
+                     "name", "const", name, "arguments", a, "required", "name", "arguments",
+                     "additionalProperties", 0);
+}
+
+static bool compiles(const json_t *schema, hl_err *err) {
+    char *text = json_dumps(schema, JSON_COMPACT);
+    gram_schema *gs = NULL;
+    hl_status st = text ? gram_compile(text, strlen(text), &gs, err) : HL_ERR_NOMEM;
+    if (!text) hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    gram_schema_free(gs);
+    free(text);
+    return st == HL_OK;
+}
+
+char *tool_grammar(const json_t *tools, const char *tag, const char *only, const char **trigger,
+                   const char **trigger_end) {
+    bool array;
+    if (!strcmp(tag, "<tool_call>")) {
+        *trigger = "<tool_call>", *trigger_end = "</tool_call>", array = false;
+    } else if (!strcmp(tag, "[TOOL_CALLS]")) {
+        *trigger = "[TOOL_CALLS]", *trigger_end = "", array = true;
+    } else {
+        HL_DEBUG("tool calls after \"%s\" are not constrained", tag);
+        return NULL;
+    }
+    json_t *fns = json_array(); /* {name, parameters} of the tools kept */
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *fn = json_object_get(t, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!name || (only && strcmp(name, only))) continue;
+        bool dup = false;
+        size_t k;
+        json_t *f;
+        json_array_foreach(fns, k, f) dup |= !strcmp(json_string_value(json_object_get(f, "name")), name);
+        if (dup) continue;
+        json_t *params = json_object_get(fn, "parameters");
+        json_array_append_new(fns, json_pack("{s:s, s:O?}", "name", name, "parameters",
+                                             json_is_object(params) ? params : NULL));
+    }
+    size_t n = json_array_size(fns);
+    bool loose = n > TOOL_GRAMMAR_MAX;
+    if (loose)
+        HL_DEBUG("%zu tools: their arguments are not constrained (more than %d)", n,
+                 TOOL_GRAMMAR_MAX);
+    const char *pre = array ? "#/items/anyOf" : "#/anyOf";
+    json_t *alts = json_array();
+    for (i = 0; i < n && alts; i++) {
+        json_t *f = json_array_get(fns, i);
+        const char *name = json_string_value(json_object_get(f, "name"));
+        const json_t *params = loose ? NULL : json_object_get(f, "parameters");
+        hl_err err = {.code = HL_ERR_NOMEM};
+        json_t *one = call_schema(name, params, "#");
+        bool ok = one && compiles(one, &err);
+        json_decref(one);
+        if (!ok && err.code == HL_ERR_NOMEM) {
+            json_decref(alts);
+            alts = NULL;
+            break;
+        }
+        if (!ok) {
+            HL_DEBUG("tool \"%s\": arguments not constrained: %s", name, err.msg);
+            params = NULL;
+        }
+        char p[64];
+        snprintf(p, sizeof p, "%s/%zu", pre, i);
+        json_array_append_new(alts, call_schema(name, params, p));
+    }
+    json_decref(fns);
+    if (!alts || json_array_size(alts) == 0) {
+        json_decref(alts);
+        return NULL;
+    }
+    json_t *root = json_pack("{s:o}", "anyOf", alts);
+    if (array) root = json_pack("{s:s, s:o, s:i}", "type", "array", "items", root, "minItems", 1);
+    hl_err err;
+    char *text = NULL;
+    if (root && compiles(root, &err)) text = json_dumps(root, JSON_COMPACT);
+    else if (root) HL_DEBUG("tool calls are not constrained: %s", err.msg);
+    json_decref(root);
+    return text;
+}

@@ -12,7 +12,8 @@
  *                   templates that emit bare JSON like Llama 3.x) is buffered and, at the
  *                   end, JSON objects with a provided tool's "name" and "arguments" (or
  *                   "parameters") become tool_calls; text that parses as no call is
- *                   returned as content.
+ *                   returned as content. While decoding, tool_grammar's lazy grammar
+ *                   holds each call after the tag to the tools' schemas (below).
  *
  * Each processor appends what is ready to caller-owned buffers (outbuf) and owns its own
  * buffered text; *_free releases it.
@@ -73,5 +74,20 @@ void tool_feed(tool_parser *p, const char *s, size_t n, outbuf *content);
  * not a call to content. */
 void tool_flush(tool_parser *p, json_t *calls, outbuf *content);
 void tool_free(tool_parser *p);
+
+/* The constraint on a request's tool calls (grammar.h's lazy grammars, llama.cpp's
+ * grammar triggers): after the template's tool-call tag, for "<tool_call>" an object
+ * {"name": one tool's name, "arguments": that tool's parameters} and then
+ * "</tool_call>"; for "[TOOL_CALLS]" an array of such objects. Returns the schema as
+ * JSON text (malloc'd; engine_request.format) and sets *trigger / *trigger_end (static
+ * strings), or NULL when there is nothing to enforce: a tag without a grammar ("{", a
+ * bare JSON call), no usable tool, or out of memory. only (may be NULL): keep just
+ * this tool (a tool_choice naming it). A tool whose parameters the grammar cannot
+ * enforce gets any object as arguments, with a debug log (clients send arbitrary
+ * schemas: never an error); so do all of them beyond TOOL_GRAMMAR_MAX tools (the
+ * recognizer follows at most 16 readings at once, one per tool before the name). */
+#define TOOL_GRAMMAR_MAX 8
+char *tool_grammar(const json_t *tools, const char *tag, const char *only, const char **trigger,
+                   const char **trigger_end);
 
 #endif

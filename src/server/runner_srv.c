@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/cpu.h"
 #include "base/file.h"
 #include "kernels/kernels.h"
@@ -23,16 +24,26 @@ static int g_stall_after;    /* test hook: $HEARTH_RUNNER_TEST_STALL_AFTER_TOKEN
 static pthread_mutex_t g_active_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct comp_ctx *g_active; /* running completions (POST /stop finds them here) */
 
+/* The memory figures the server keeps for /api/ps and /metrics (engine_remote.c). */
+static json_t *with_mem(json_t *o, const engine_info *info) {
+    json_object_set_new(o, "mem_bytes", json_integer((json_int_t)info->mem_bytes));
+    json_object_set_new(o, "kv_ram", json_integer((json_int_t)info->kv_ram_bytes));
+    json_object_set_new(o, "kv_compressed", json_integer((json_int_t)info->kv_compressed_bytes));
+    json_object_set_new(o, "kv_disk", json_integer((json_int_t)info->kv_disk_bytes));
+    return o;
+}
+
 static enum MHD_Result handle_health(srv_request *r) {
     engine_info info;
     engine_get_info(g_eng, &info);
-    return srv_reply_json(r, 200,
-                          json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:b}", "status",
-                                    "ok", "pid", (int)getpid(), "n_ctx", info.n_ctx,
-                                    "n_ctx_train", info.n_ctx_train, "n_embd", info.n_embd,
-                                    "n_vocab", info.n_vocab, "mem_bytes",
-                                    (json_int_t)info.mem_bytes, "pooling", info.pooling,
-                                    "embedding_only", (int)info.embedding_only));
+    return srv_reply_json(
+        r, 200,
+        with_mem(json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b}", "status", "ok", "pid",
+                           (int)getpid(), "n_ctx", info.n_ctx, "n_ctx_train", info.n_ctx_train,
+                           "n_embd", info.n_embd, "n_vocab", info.n_vocab, "n_parallel",
+                           info.n_parallel, "pooling", info.pooling, "embedding_only",
+                           (int)info.embedding_only),
+                 &info));
 }
 
 typedef struct comp_ctx {
@@ -46,7 +57,8 @@ typedef struct comp_ctx {
     int64_t num_predict;
     sampler_opts sp;
     char *format, *think_open, *think_close; /* engine_request's constraint, or NULL */
-    bool in_think;
+    char *trigger, *trigger_end;
+    bool in_think, trigger_now;
     srv_stream *s;
     uint64_t last_beat_ns;
     int n_sent;
@@ -58,6 +70,8 @@ static void comp_free(void *p) {
     free(c->format);
     free(c->think_open);
     free(c->think_close);
+    free(c->trigger);
+    free(c->trigger_end);
     free(c->snapshot_at);
     free(c);
 }
@@ -108,7 +122,9 @@ static void comp_run(srv_stream *s, void *ctx) {
                           .num_predict = c->num_predict, .on_token = comp_token,
                           .cancelled = comp_cancelled, .format = c->format,
                           .think_open = c->think_open, .think_close = c->think_close,
-                          .in_think = c->in_think, .ud = c, .snapshot_at = c->snapshot_at,
+                          .in_think = c->in_think, .trigger = c->trigger,
+                          .trigger_end = c->trigger_end, .trigger_now = c->trigger_now,
+                          .ud = c, .snapshot_at = c->snapshot_at,
                           .n_snapshot_at = c->n_snapshot_at};
     hl_status st = engine_generate(g_eng, &req, &stats, &err);
     pthread_mutex_lock(&g_active_mu);
@@ -128,12 +144,14 @@ static void comp_run(srv_stream *s, void *ctx) {
     engine_info info;
     engine_get_info(g_eng, &info);
     srv_stream_send(
-        s, json_pack("{s:b, s:{s:i, s:I, s:i, s:i, s:i, s:i, s:I, s:i}, s:I}", "done", 1, "stats",
-                     "prompt_eval_count", stats.prompt_eval_count, "prompt_eval_ns",
-                     (json_int_t)stats.prompt_eval_ns, "cached_tokens", stats.cached_tokens,
-                     "cached_disk", stats.cached_disk, "cached_remote", stats.cached_remote,
-                     "eval_count", stats.eval_count, "eval_ns", (json_int_t)stats.eval_ns, "done",
-                     (int)stats.done, "mem_bytes", (json_int_t)info.mem_bytes));
+        s, with_mem(json_pack("{s:b, s:{s:i, s:I, s:i, s:i, s:i, s:i, s:I, s:i}}", "done", 1,
+                              "stats", "prompt_eval_count", stats.prompt_eval_count,
+                              "prompt_eval_ns", (json_int_t)stats.prompt_eval_ns, "cached_tokens",
+                              stats.cached_tokens, "cached_disk", stats.cached_disk,
+                              "cached_remote", stats.cached_remote, "eval_count",
+                              stats.eval_count, "eval_ns", (json_int_t)stats.eval_ns, "done",
+                              (int)stats.done),
+                    &info));
 }
 
 static double num(const json_t *o, const char *k, double dflt) {
@@ -161,14 +179,15 @@ static enum MHD_Result handle_completion(srv_request *r) {
     c->prompt = token_array(json_object_get(req, "prompt"), &c->n_prompt);
     c->snapshot_at = token_array(json_object_get(req, "snapshot_at"), &c->n_snapshot_at);
     c->num_predict = (int64_t)num(req, "num_predict", 0);
-    const char *const strs[] = {"format", "think_open", "think_close"};
-    char **dst[] = {&c->format, &c->think_open, &c->think_close};
+    const char *const strs[] = {"format", "think_open", "think_close", "trigger", "trigger_end"};
+    char **dst[] = {&c->format, &c->think_open, &c->think_close, &c->trigger, &c->trigger_end};
     bool oom = false;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         const char *v = json_string_value(json_object_get(req, strs[i]));
         if (v && !(*dst[i] = strdup(v))) oom = true;
     }
     c->in_think = json_is_true(json_object_get(req, "in_think"));
+    c->trigger_now = json_is_true(json_object_get(req, "trigger_now"));
     c->id = (int64_t)num(req, "id", 0);
     const json_t *o = json_object_get(req, "options");
     sampler_opts *sp = &c->sp;
@@ -213,7 +232,7 @@ static enum MHD_Result handle_embedding(srv_request *r) {
         json_t *a = json_array();
         for (int32_t i = 0; i < info.n_embd; i++) json_array_append_new(a, json_real(vec[i]));
         engine_get_info(g_eng, &info);
-        out = json_pack("{s:o, s:I}", "embedding", a, "mem_bytes", (json_int_t)info.mem_bytes);
+        out = with_mem(json_pack("{s:o}", "embedding", a), &info);
     }
     free(vec);
     return srv_reply_json(r, 200, out);
@@ -264,6 +283,7 @@ static int usage(void) {
 }
 
 int runner_srv_main(int argc, char **argv) {
+    hl_log_init_from_env();
     const char *model = NULL;
     int port = 0;
     engine_config cfg = {0};
@@ -338,11 +358,12 @@ int runner_srv_main(int argc, char **argv) {
     /* what decides speed, for whoever reads the server log (the pool's default when
      * --threads is 0) */
     const int threads = cfg.n_threads > 0 ? cfg.n_threads : hl_cpu_default_threads();
-    fprintf(stderr,
-            "runner: serving %s on 127.0.0.1:%d (pid %d, %d threads, %s kernels, %s KV cache)\n",
+    engine_info info;
+    engine_get_info(g_eng, &info);
+    HL_INFO("runner: serving %s on 127.0.0.1:%d (pid %d, %d threads, %s kernels, %s KV cache, "
+            "%d parallel)",
             model, port, (int)getpid(), threads, kern_variant(),
-            hl_type_name(engine_kv_type(g_eng)));
-    fflush(stderr);
+            hl_type_name(engine_kv_type(g_eng)), (int)info.n_parallel);
     int sig = 0;
     sigwait(&set, &sig);
     server_stop(srv);

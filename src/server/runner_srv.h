@@ -8,7 +8,8 @@
  *   GET  /health      200 {"status":"ok","pid","n_ctx","n_ctx_train","n_embd","n_vocab",
  *                      "mem_bytes","pooling"} once loaded (before that nothing listens);
  *   POST /completion  {"prompt":[ids],"num_predict":N,"options":{sampler fields}
- *                      [, "format":JSON text, "think_open", "think_close", "in_think"]}
+ *                      [, "format":JSON text, "think_open", "think_close", "in_think",
+ *                      "trigger", "trigger_end", "trigger_now"]}
  *                      (engine_request's constraint: this process masks the logits)
  *                      -> NDJSON: {"t":id[,"l":logprob,"k":[[id,lp]..]]}
  *                      per token, {"p":1} now and then while waiting or prefilling, and one

@@ -505,3 +505,21 @@ json_t *sched_ps(sched *s) {
     pthread_mutex_unlock(&s->lock);
     return json_pack("{s:o}", "models", arr);
 }
+
+void sched_gauges(sched *s, metrics_gauges *g) {
+    *g = (metrics_gauges){0};
+    if (!s) return;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_loaded; i++) {
+        sched_model *m = s->loaded[i];
+        if (m->loading || !engine_alive(m->eng)) continue;
+        engine_info info;
+        engine_get_info(m->eng, &info);
+        g->loaded++;
+        g->kv_ram += info.kv_ram_bytes;
+        g->kv_compressed += info.kv_compressed_bytes;
+        g->kv_disk += info.kv_disk_bytes;
+        g->queued += info.queued > 0 ? (uint64_t)info.queued : 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+}

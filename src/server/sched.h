@@ -42,6 +42,7 @@
 
 #include "base/status.h"
 #include "server/engine.h"
+#include "server/metrics.h"
 #include "store/store.h"
 
 #define SCHED_KEEP_FOREVER INT64_MAX
@@ -93,5 +94,10 @@ bool sched_expire(sched *s, const store_name *name);
 
 /* {"models":[...]} for /api/ps, newest expiry first. */
 json_t *sched_ps(sched *s);
+
+/* The loaded models' totals for /metrics (what each engine measured last: KV bytes by
+ * tier, requests waiting for a batch slot; the number of models loaded). Never waits
+ * on a load or a run. */
+void sched_gauges(sched *s, metrics_gauges *g);
 
 #endif

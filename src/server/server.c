@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "base/file.h"
+#include "base/log.h"
+#include "server/metrics.h"
 
 #define DEFAULT_MAX_BODY ((size_t)64 << 20)
 #define DEFAULT_CONN_TIMEOUT 30u   /* seconds; HEARTH_CONN_TIMEOUT */
@@ -169,11 +171,18 @@ static enum MHD_Result queue(srv_request *r, unsigned status, const char *ctype,
     return srv_reply_response(r, status, resp);
 }
 
+void srv_set_status(srv_request *r, unsigned status) {
+    /* counted here, before the client can read the reply: a scrape that follows a
+     * reply sees it (request_completed runs only after the reply has been sent) */
+    if (!r->status) metrics_request(r->srv->metrics, r->route ? r->route->path : NULL, (int)status);
+    r->status = (int)status;
+}
+
 enum MHD_Result srv_reply_response(srv_request *r, unsigned status, struct MHD_Response *resp) {
     if (status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     srv_add_cors(r, resp);
     r->replied = true;
-    r->status = (int)status;
+    srv_set_status(r, status);
     if (!r->body_read && !r->reply_now) { /* sent once the body is read (access_handler) */
         r->pending = resp;
         r->pending_status = status;
@@ -201,27 +210,6 @@ enum MHD_Result srv_reply_json(srv_request *r, unsigned status, json_t *obj) {
 
 void srv_encoder_free(srv_encoder *e) {
     if (e && e->destroy) e->destroy(e);
-}
-
-const char *srv_log_escape(const char *in, char *out, size_t cap) {
-    static const char hex[] = "0123456789abcdef";
-    size_t w = 0;
-    if (!cap) return out;
-    for (const unsigned char *p = (const unsigned char *)(in ? in : ""); *p; p++) {
-        bool plain = *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\';
-        size_t need = plain ? 1 : 4;
-        if (w + need + 1 > cap) break;
-        if (plain) {
-            out[w++] = (char)*p;
-        } else {
-            out[w++] = '\\';
-            out[w++] = 'x';
-            out[w++] = hex[*p >> 4];
-            out[w++] = hex[*p & 15];
-        }
-    }
-    out[w] = '\0';
-    return out;
 }
 
 /* Length of the valid UTF-8 sequence at p (0: invalid). */
@@ -388,6 +376,8 @@ static const srv_route k_routes[] = {
     {"/", false, "GET HEAD", webui_handle_root, false},
     {"/webui/", true, "GET HEAD", webui_handle_asset, false},
     {"/api/version", false, "GET HEAD", handle_version, false},
+    {"/health", false, "GET HEAD", srv_handle_health, false},
+    {"/metrics", false, "GET HEAD", srv_handle_metrics, false},
     {"/api/tags", false, "GET HEAD", srv_handle_tags, false},
     {"/api/ps", false, "GET", srv_handle_ps, false},
     {"/api/show", false, "POST", srv_handle_show, false},
@@ -531,10 +521,10 @@ static bool first_call(srv_request *r, enum MHD_Result *ret) {
                                 "x-stainless-runtime, x-stainless-runtime-version, "
                                 "x-stainless-timeout");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "43200");
+        srv_set_status(r, 204);
         *ret = MHD_queue_response(r->conn, 204, resp);
         MHD_destroy_response(resp);
         r->replied = true;
-        r->status = 204;
         return true;
     }
     if (r->srv->route_secret && !strip_secret(r->srv->route_secret, r->path)) {
@@ -657,12 +647,13 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **con
     if (srv->conn_timeout && conn)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, srv->conn_timeout);
     if (!r) return;
-    if (!srv->quiet) {
-        char path[sizeof r->path * 4], method[64];
-        fprintf(stderr, "[hearth] %3d | %10.3fms | %s \"%s\"\n", r->status,
-                (double)(hl_time_ns() - r->start_ns) / 1e6,
-                srv_log_escape(r->method, method, sizeof method),
-                srv_log_escape(r->path, path, sizeof path));
+    if (!srv->quiet && hl_log_enabled(HL_LOG_INFO)) {
+        /* the logger escapes the client's method and path */
+        char status[16], dur[32];
+        snprintf(status, sizeof status, "%d", r->status);
+        snprintf(dur, sizeof dur, "%.3fms", (double)(hl_time_ns() - r->start_ns) / 1e6);
+        HL_LOG_ATTRS(HL_LOG_INFO, "request", "status", status, "duration", dur, "method",
+                     r->method, "path", r->path);
     }
     store_blob_writer_abort(r->blob);
     if (r->pending) MHD_destroy_response(r->pending);
@@ -690,7 +681,7 @@ static unsigned env_unsigned(const char *name, unsigned dflt, unsigned max) {
     errno = 0;
     unsigned long n = strtoul(v, &end, 10);
     if (errno || *end || n > max) {
-        fprintf(stderr, "[hearth] ignoring %s=%s (not a number up to %u)\n", name, v, max);
+        HL_WARN("ignoring %s=%s (not a number up to %u)", name, v, max);
         return dflt;
     }
     return (unsigned)n;
@@ -700,8 +691,9 @@ static unsigned env_unsigned(const char *name, unsigned dflt, unsigned max) {
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     const hl_server *srv = cls;
     if (srv->quiet || strstr(fmt, "Application reported internal error")) return;
-    fputs("[hearth] http: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    HL_WARN("http: %s", msg);
 }
 
 static hl_status listen_socket(const net_host *h, int *fd_out, int *port_out, hl_err *err) {
@@ -762,14 +754,14 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
         st = hl_fail(err, HL_ERR_NOMEM, "out of memory");
     if (st == HL_OK && !cfg->route_secret) st = store_open(cfg->models_dir, &s->st, err);
     if (st == HL_OK && !cfg->route_secret) st = sched_create(&s->sched, err);
-    if (st == HL_OK && s->st && !(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE"))) {
+    if (st == HL_OK && !cfg->route_secret) st = metrics_create(&s->metrics, err);
+    if (st == HL_OK && s->st && !store_noprune()) {
         size_t removed = 0;
         hl_err gerr;
         if (store_gc(s->st, &removed, &gerr) != HL_OK)
-            fprintf(stderr, "[hearth] store cleanup: %s\n", gerr.msg);
+            HL_WARN("store cleanup: %s", gerr.msg);
         else if (removed && !s->quiet)
-            fprintf(stderr, "[hearth] store cleanup: removed %zu unused or partial blob files\n",
-                    removed);
+            HL_INFO("store cleanup: removed %zu unused or partial blob files", removed);
     }
     if (st != HL_OK) {
         server_stop(s);
@@ -787,8 +779,10 @@ hl_status server_start(const server_config *cfg, hl_server **out, hl_err *err) {
     s->mhd = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
             MHD_USE_ERROR_LOG,
-        0, NULL, NULL, access_handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
+        0, NULL, NULL, access_handler, s,
+        /* first: libmicrohttpd warns on stderr about options before the logger */
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_LISTEN_SOCKET, fd,
+        MHD_OPTION_NOTIFY_COMPLETED, request_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, notify_connection, s, MHD_OPTION_CONNECTION_LIMIT,
         s->max_conns * 2, MHD_OPTION_CONNECTION_TIMEOUT, s->conn_timeout,
         MHD_OPTION_END);
@@ -812,6 +806,7 @@ void server_stop(hl_server *s) {
     while (s->n_producers > 0) pthread_cond_wait(&s->producers_cv, &s->producers_lock);
     pthread_mutex_unlock(&s->producers_lock);
     sched_destroy(s->sched);
+    metrics_destroy(s->metrics);
     store_close(s->st);
     free(s->route_secret);
     for (size_t i = 0; i < s->n_origins; i++) free(s->origins[i]);

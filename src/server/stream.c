@@ -316,9 +316,9 @@ enum MHD_Result srv_stream_run(srv_request *r, bool stream, srv_producer fn, voi
                                                       : "application/x-ndjson");
     if (s->enc && s->enc->content_type) MHD_add_response_header(resp, "Cache-Control", "no-cache");
     srv_add_cors(r, resp);
+    srv_set_status(r, 200);
     enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);
     r->replied = true;
-    r->status = 200;
     return ret;
 }

@@ -530,7 +530,7 @@ static hl_status manifest_commit_locked(store *s, const store_name *n_in, const 
     store_manifest old = {0};
     bool had_old = store_manifest_read(s, n, &old, NULL, NULL, NULL) == HL_OK;
     st = manifest_write_bytes_locked(s, n, json, len, err);
-    if (st == HL_OK && had_old && !(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE")))
+    if (st == HL_OK && had_old && !store_noprune())
         prune_locked(s, &old);
     store_manifest_free(&old);
     return st;
@@ -717,7 +717,7 @@ static hl_status prune_locked(store *s, const store_manifest *old) {
 
 hl_status store_prune(store *s, const store_manifest *old, hl_err *err) {
     (void)err;
-    if (getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE")) return HL_OK;
+    if (store_noprune()) return HL_OK;
     pthread_mutex_lock(&s->lock);
     hl_status st = prune_locked(s, old);
     pthread_mutex_unlock(&s->lock);
@@ -736,7 +736,7 @@ hl_status store_delete(store *s, const store_name *n_in, hl_err *err) {
         st = hl_fail(err, HL_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
     if (st == HL_OK) {
         rmdir_empty_parents(s, path);
-        if (!(getenv("HEARTH_NOPRUNE") && *getenv("HEARTH_NOPRUNE"))) prune_locked(s, &m);
+        if (!store_noprune()) prune_locked(s, &m);
     }
     store_manifest_free(&m);
     pthread_mutex_unlock(&s->lock);
@@ -790,6 +790,12 @@ static void gc_cb(void *ctx, const store_name *n, const char *path) {
     if (m.config.digest[0]) gc_add(g, m.config.digest);
     for (size_t i = 0; i < m.n_layers; i++) gc_add(g, m.layers[i].digest);
     store_manifest_free(&m);
+}
+
+bool store_noprune(void) {
+    const char *v = getenv("HEARTH_NOPRUNE");
+    if (!v || !*v) v = getenv("OLLAMA_NOPRUNE");
+    return v && *v;
 }
 
 hl_status store_gc(store *s, size_t *removed, hl_err *err) {

@@ -140,6 +140,8 @@ hl_status store_prune(store *s, const store_manifest *old, hl_err *err);
  * and every blob no manifest references (all of them are kept when a manifest cannot be
  * read). *removed gets the number of files removed. */
 hl_status store_gc(store *s, size_t *removed, hl_err *err);
+/* $HEARTH_NOPRUNE (else $OLLAMA_NOPRUNE) set non-empty: no pruning, no cleanup at start. */
+bool store_noprune(void);
 
 typedef struct store_entry {
     store_name name;
