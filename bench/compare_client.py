@@ -68,7 +68,11 @@ def one(engine, url, prompt, gen, threads, res, i):
     count = 0
     c = conn(url)
     if engine.startswith("llama"):
-        body = {"prompt": prompt, "n_predict": gen, "stream": True, "temperature": 0,
+        # token ids: llama.cpp's tokenizer rejects the synthetic vocabulary's text
+        # ("unordered_map::at"); 16 ids of the prompt's own, like hearth's text prompt
+        seed = sum(map(ord, prompt))
+        ids = [1] + [3 + (seed * 31 + k * 977) % 1990 for k in range(15)]
+        body = {"prompt": ids, "n_predict": gen, "stream": True, "temperature": 0,
                 "ignore_eos": True, "cache_prompt": False}
         c.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
         r = c.getresponse()

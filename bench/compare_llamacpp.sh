@@ -123,7 +123,7 @@ server_side() { # engine url file round
     for n in "${lv[@]}"; do
         v=$(python3 "$CLIENT" run "$e" "$u" "$n" "$GEN" "$THREADS" "$r")
         rec "$r" "$f" "$e" "srv$n" "${v% *}"
-        [ "$n" = 1 ] && rec "$r" "$f" "$e" ttft "${v#* }"
+        if [ "$n" = 1 ]; then rec "$r" "$f" "$e" ttft "${v#* }"; fi
     done
 }
 
