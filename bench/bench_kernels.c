@@ -1,13 +1,18 @@
 /*
  * bench_kernels.c - matmul throughput per weight type at TinyLlama's FFN shape
  * (5632 x 2048): decode (1 token) and prefill (32 tokens), in weight GB/s.
- * Usage: bench_kernels [threads]. HEARTH_CPU=ref measures the reference path.
+ * Usage: bench_kernels [threads] [--small]. HEARTH_CPU=ref measures the reference path.
+ * --small: the batched-decode shapes instead, n = 1..16 tokens per matmul (what a decode
+ * step of n sequences runs), best of 15 calls, time per call and per token relative to
+ * n = 1: a matmul that reads each weight row once for all its tokens costs little more
+ * at n = 4 than at n = 1.
  * Also prints process CPU time per call: on a busy machine, cpu-ms / threads is a
  * steadier measure of the kernel than wall time.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/pool.h"
@@ -20,7 +25,13 @@ static double clock_s(clockid_t c) {
 }
 
 int main(int argc, char **argv) {
-    const int threads = argc > 1 ? atoi(argv[1]) : 1;
+    int threads = 1, small = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--small") == 0)
+            small = 1;
+        else
+            threads = atoi(argv[i]);
+    }
     hl_pool *pool = NULL;
     hl_err err;
     if (hl_pool_create(threads, &pool, &err) != HL_OK) {
@@ -54,6 +65,27 @@ int main(int argc, char **argv) {
             for (size_t b = 0; b < bytes / sizeof(block_mxfp4); b++)
                 ((block_mxfp4 *)w)[b].e = (uint8_t)(120 + b % 8);
         void *scratch = malloc(kern_matmul_scratch_size(t, cols, max_tok) + 1);
+        if (small) {
+            double base = 0;
+            printf("%-5s", hl_type_name(t));
+            for (int64_t nt = 1; nt <= 16; nt++) {
+                double best = 1e9;
+                kern_matmul(pool, t, w, rows, cols, x, nt, out, scratch); /* warm */
+                for (int r = 0; r < 15; r++) {
+                    const double t0 = clock_s(CLOCK_MONOTONIC);
+                    kern_matmul(pool, t, w, rows, cols, x, nt, out, scratch);
+                    const double dt = clock_s(CLOCK_MONOTONIC) - t0;
+                    if (dt < best) best = dt;
+                }
+                if (nt == 1) base = best;
+                printf(" n%lld %.0fus (%.2f)", (long long)nt, best * 1e6, best / nt / base);
+            }
+            printf("\n");
+            fflush(stdout);
+            free(scratch);
+            free(w);
+            continue;
+        }
         for (int mode = 0; mode < 2; mode++) {
             const int64_t nt = mode ? max_tok : 1;
             const int reps = mode ? 3 : 20;

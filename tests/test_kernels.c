@@ -518,6 +518,60 @@ TEST(kernels_matmul_matches_naive) {
     }
 }
 
+/* The batched-decode shapes: every token count 1..16 (one token per sequence of a decode
+ * step: tiles, their leftovers and the caller-quantized activations), rows split between
+ * two threads by guided claims, bit for bit the vec_dot of each (row, token), and
+ * kern_matmul_many equal to separate matmuls. */
+TEST(kernels_matmul_small_batches) {
+    const int64_t n_rows = 70, n_cols = 512;
+    hl_pool *pool = NULL;
+    hl_err err;
+    CHECK_OK(hl_pool_create(2, &pool, &err), &err);
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const hl_type t = g_weight_types[ti];
+        const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
+        const size_t rb = hl_row_size(t, n_cols);
+        uint8_t *w = malloc(rb * (size_t)n_rows);
+        for (int64_t r = 0; r < n_rows; r++) random_weights(t, w + r * rb, n_cols);
+        float *x = malloc((size_t)(16 * n_cols) * sizeof *x);
+        float *out = malloc((size_t)(16 * n_rows) * sizeof *out);
+        float *out2 = malloc((size_t)(16 * n_rows) * sizeof *out2);
+        void *xq = row_alloc(vdt, n_cols);
+        for (int64_t i = 0; i < 16 * n_cols; i++) x[i] = frand();
+        for (int64_t nt = 1; nt <= 16; nt++) {
+            const size_t ss = kern_matmul_scratch_size(t, n_cols, nt);
+            void *scratch = ss ? malloc(ss) : NULL;
+            kern_matmul(pool, t, w, n_rows, n_cols, x, nt, out, scratch);
+            for (int64_t tk = 0; tk < nt; tk++) {
+                hl_quantize_row(vdt, x + tk * n_cols, xq, n_cols);
+                for (int64_t r = 0; r < n_rows; r++) {
+                    const float want = kern_vec_dot(t, n_cols, w + r * rb, xq);
+                    CHECK_MSG(out[tk * n_rows + r] == want, "%s nt=%lld tok %lld row %lld: %g vs %g",
+                              hl_type_name(t), (long long)nt, (long long)tk, (long long)r,
+                              out[tk * n_rows + r], want);
+                }
+            }
+            /* the same rows as two items of one run (e.g. Wgate and Wup) */
+            const kern_matmul_item items[2] = {{t, w, 30, out2},
+                                               {t, w + 30 * rb, n_rows - 30, out2 + 30 * nt}};
+            kern_matmul_many(pool, items, 2, n_cols, x, nt, scratch);
+            for (int64_t tk = 0; tk < nt; tk++)
+                for (int64_t r = 0; r < n_rows; r++) {
+                    const float got = r < 30 ? out2[tk * 30 + r]
+                                             : out2[30 * nt + tk * (n_rows - 30) + r - 30];
+                    CHECK(got == out[tk * n_rows + r]);
+                }
+            free(scratch);
+        }
+        free(xq);
+        free(out2);
+        free(out);
+        free(x);
+        free(w);
+    }
+    hl_pool_destroy(pool);
+}
+
 TEST(kernels_matmul_scratch_size) {
     CHECK_EQ_INT(kern_matmul_scratch_size(HL_TYPE_F32, 4096, 8), 0);
     CHECK_EQ_INT(kern_matmul_scratch_size(HL_TYPE_F16, 4096, 8), 0);

@@ -27,7 +27,8 @@ enum {
     KERN_TOK_BLOCK = 64,       /* tokens per work chunk (prefill) */
     KERN_ROW_ALIGN = 16,       /* chunk rows are a multiple of this (no shared out lines) */
     KERN_PREFILL_ROWS = 64,    /* at most this many rows per prefill chunk (stay in L2) */
-    KERN_CHUNKS_PER_THREAD = 8 /* prefill: row chunks per thread before the L2 cap */
+    KERN_CHUNKS_PER_THREAD = 8, /* prefill: row chunks per thread before the L2 cap */
+    KERN_INLINE_QUANT_TOKS = 16 /* up to this many tokens the caller quantizes alone */
 };
 
 static kern_table g_active;
@@ -233,8 +234,10 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
 /* Fills the job's scratch with x in the activation type (nothing for f32). */
 static void quantize_activations(hl_pool *pool, matmul_job *j) {
     if (j->xq == (const uint8_t *)j->x) return;
-    /* one token's quantization is too short to be worth waking the pool */
-    if (j->n_tok == 1)
+    /* A batched decode step's few tokens (one per sequence) quantize in tens of us, less
+     * than a hand-off costs, and hl_pool_run waits for every worker: on a busy machine a
+     * descheduled worker held up each of the ~110 matmuls of a step. */
+    if (j->n_tok <= KERN_INLINE_QUANT_TOKS)
         quantize_worker(j, 0, 1);
     else
         hl_pool_run(pool, quantize_worker, j);
