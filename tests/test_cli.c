@@ -125,6 +125,8 @@ TEST(cli_help_every_command) {
     CHECK(strstr(g_out, "Usage:\n  hearth [flags]\n  hearth [command]\n") && strstr(g_out, "run "));
     CHECK_EQ_INT(cli(NULL, "help", NULL), 0);
     CHECK(strstr(g_out, "Available Commands:") != NULL);
+    CHECK_EQ_INT(cli(NULL, NULL), 0); /* no arguments: the help, exit 0, as Ollama */
+    CHECK(strstr(g_out, "Usage:\n  hearth [flags]\n") && strstr(g_out, "Available Commands:"));
     CHECK(cli(NULL, "help", "nope", NULL) != 0);
     /* unknown flags and missing values: one line, Ollama's words, exit 1 */
     CHECK_EQ_INT(cli(NULL, "show", "--bogus", "x", NULL), 1);

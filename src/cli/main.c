@@ -68,9 +68,9 @@ static int version(void) {
 
 int main(int argc, char **argv) {
     char *help_args[] = {NULL, NULL, (char *)"--help", NULL}; /* `hearth help CMD` */
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
+    if (argc < 2) { /* as Ollama (cobra's root command): the help, and success */
+        usage(stdout);
+        return 0;
     }
     const char *a = argv[1];
     if (!strcmp(a, "-v") || !strcmp(a, "--version") || !strcmp(a, "version")) return version();
