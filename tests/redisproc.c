@@ -84,3 +84,12 @@ long redis_count_kv_keys(const redis_proc *r) {
     redisFree(c);
     return n;
 }
+
+bool redis_spawn_servers(const redis_proc *r, const char *tag_a, const char *tag_b, srv_proc *a,
+                         srv_proc *b) {
+    char env_redis[128]; /* read by the children only, after their fork */
+    snprintf(env_redis, sizeof env_redis, "HEARTH_KV_REDIS=%s", r->url);
+    const char *env[] = {env_redis, NULL};
+    int ra = sp_spawn(a, tag_a, env), rb = sp_spawn(b, tag_b, env);
+    return ra == 0 && rb == 0;
+}

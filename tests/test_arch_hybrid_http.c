@@ -236,12 +236,8 @@ static void snapshot_redis(const char *case_name) {
     redis_proc rp;
     CHECK_MSG(redis_start(&rp, "hybrid"), "redis-server did not start");
     if (test_failed()) return;
-    static char env_redis[128];
-    snprintf(env_redis, sizeof env_redis, "HEARTH_KV_REDIS=%s", rp.url);
-    const char *env[] = {env_redis, NULL};
     srv_proc a, b;
-    int ra = sp_spawn(&a, "hybrid-redis-a", env), rb = sp_spawn(&b, "hybrid-redis-b", env);
-    CHECK_MSG(ra == 0 && rb == 0, "servers did not start");
+    CHECK_MSG(redis_spawn_servers(&rp, "hybrid-redis-a", "hybrid-redis-b", &a, &b), "servers did not start");
     reply ra_ = {0}, rb_ = {0}, rd = {0};
     if (!test_failed()) {
         CHECK(setup(&a) && setup(&b));

@@ -694,12 +694,8 @@ TEST(kvstore_two_servers_share_a_prefix_through_redis) {
     redis_proc rp;
     CHECK_MSG(redis_start(&rp, "serve"), "redis-server did not start");
     if (test_failed()) return;
-    static char env_redis[128];
-    snprintf(env_redis, sizeof env_redis, "HEARTH_KV_REDIS=%s", rp.url);
-    const char *env[] = {env_redis, NULL};
     srv_proc a, b;
-    int ra = sp_spawn(&a, "kvredis-a", env), rb = sp_spawn(&b, "kvredis-b", env);
-    CHECK_MSG(ra == 0 && rb == 0, "servers did not start");
+    CHECK_MSG(redis_spawn_servers(&rp, "kvredis-a", "kvredis-b", &a, &b), "servers did not start");
     gen_out ga = {0}, gb = {0};
     if (!test_failed()) {
         CHECK(sp_create_model(&a, "s", stories(), ""));
