@@ -735,6 +735,9 @@ TEST(gguf_rejects_bad_tensor_infos) {
     b = one_tensor_file(1, ne, 5 /* Q4_2, removed */, 0, 128);
     EXPECT_FAIL(b.p, b.len, "tensor 't': unknown tensor type 5");
     free(b.p);
+    b = one_tensor_file(1, ne, HL_TYPE_Q4_0_X8, 0, 128); /* hearth's in-memory layout */
+    EXPECT_FAIL(b.p, b.len, "tensor 't': unknown tensor type 40");
+    free(b.p);
     int64_t odd[2] = {48, 2};
     b = one_tensor_file(2, odd, HL_TYPE_Q4_0, 0, 128);
     EXPECT_FAIL(b.p, b.len, "tensor 't': row length 48 is not a multiple of the block size 32");

@@ -4,7 +4,9 @@
  */
 #include "test.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/pool.h"
 #include "kernels/kern_internal.h"
@@ -686,5 +688,106 @@ TEST(kernels_matmul_many_equals_separate) {
             free(scratch);
         }
     }
+    hl_pool_destroy(pool);
+}
+
+/* Q4_0 weights repacked to Q4_0_X8 (8 rows interleaved, computed 8 rows to a register):
+ * every token count gives the reference's bits, the results track the file layout's
+ * dot within rounding, and the extremes (all nibbles 0 or 15 against activations of
+ * one sign at full scale) do not overflow the int16 step sums. */
+static void check_q4_0_x8(hl_pool *pool, const uint8_t *w, int64_t n_rows, int64_t n_cols,
+                          const float *x, int64_t max_tok) {
+    const size_t rb = hl_row_size(HL_TYPE_Q4_0, n_cols);
+    uint8_t *p = malloc(rb * (size_t)n_rows), *tmp = malloc(8 * rb);
+    memcpy(p, w, rb * (size_t)n_rows);
+    CHECK(kern_repack(HL_TYPE_Q4_0_X8, p, n_rows, n_cols, tmp));
+    const kern_gemm8_fn ref = kern_table_ref()->gemm8[HL_TYPE_Q4_0_X8];
+    float *out = malloc((size_t)(max_tok * n_rows) * sizeof *out);
+    void *xq = row_alloc(HL_TYPE_Q8_0, n_cols);
+    float want[8];
+    for (int64_t nt = 1; nt <= max_tok; nt++) {
+        void *scratch = malloc(kern_matmul_scratch_size(HL_TYPE_Q4_0_X8, n_cols, nt));
+        kern_matmul(pool, HL_TYPE_Q4_0_X8, p, n_rows, n_cols, x, nt, out, scratch);
+        for (int64_t tk = 0; tk < nt; tk++) {
+            hl_quantize_row(HL_TYPE_Q8_0, x + tk * n_cols, xq, n_cols);
+            for (int64_t g = 0; g < n_rows / 8; g++) {
+                ref(n_cols, p + (size_t)g * 8 * rb, xq, 0, NULL, NULL, 1, want, 0);
+                for (int r = 0; r < 8; r++) {
+                    const int64_t row = 8 * g + r;
+                    const float got = out[tk * n_rows + row];
+                    CHECK_MSG(got == want[r], "nt=%lld tok %lld row %lld: %.9g vs ref %.9g",
+                              (long long)nt, (long long)tk, (long long)row, got, want[r]);
+                    double mag;
+                    const double exact = dequant_dot(HL_TYPE_Q4_0, w + row * rb, xq, n_cols, &mag);
+                    CHECK_MSG(fabs(got - exact) <= 1e-5 * mag + 1e-6,
+                              "row %lld: %.9g vs %.9g (mag %g)", (long long)row, got, exact, mag);
+                }
+            }
+        }
+        free(scratch);
+    }
+    free(xq);
+    free(out);
+    free(tmp);
+    free(p);
+}
+
+TEST(kernels_q4_0_x8_equals_ref_for_every_token_count) {
+    enum { ROWS = 72, COLS = 256, TOK = 19 };
+    hl_pool *pool = NULL;
+    hl_err err;
+    CHECK_OK(hl_pool_create(2, &pool, &err), &err);
+    const size_t rb = hl_row_size(HL_TYPE_Q4_0, COLS);
+    uint8_t *w = malloc(rb * ROWS);
+    for (int r = 0; r < ROWS; r++) random_weights(HL_TYPE_Q4_0, w + r * rb, COLS);
+    float *x = malloc(sizeof(float) * TOK * COLS);
+    for (int i = 0; i < TOK * COLS; i++) x[i] = frand();
+    check_q4_0_x8(pool, w, ROWS, COLS, x, TOK);
+    /* extremes: nibbles all 15 (+7) or all 0 (-8), activations all +1 or all -1 */
+    for (int r = 0; r < ROWS; r++)
+        for (int b = 0; b < COLS / 32; b++) {
+            block_q4_0 *blk = (block_q4_0 *)(w + r * rb) + b;
+            blk->d = hl_fp32_to_fp16(0.5f);
+            memset(blk->qs, r % 2 ? 0xff : 0x00, sizeof blk->qs);
+        }
+    for (int i = 0; i < TOK * COLS; i++) x[i] = (i / COLS) % 2 ? 1.0f : -1.0f;
+    check_q4_0_x8(pool, w, ROWS, COLS, x, 4);
+    free(x);
+    free(w);
+    hl_pool_destroy(pool);
+}
+
+TEST(kernels_q4_0_x8_many_and_packing_rules) {
+    enum { COLS = 128, TOK = 6 };
+    hl_pool *pool = NULL;
+    hl_err err;
+    CHECK_OK(hl_pool_create(2, &pool, &err), &err);
+    CHECK(getenv("HEARTH_REPACK") || kern_packed_type(HL_TYPE_Q4_0, 64) == HL_TYPE_Q4_0_X8);
+    CHECK(kern_packed_type(HL_TYPE_Q4_0, 12) == HL_TYPE_Q4_0);   /* slices not of 8 rows */
+    CHECK(kern_packed_type(HL_TYPE_Q8_0, 64) == HL_TYPE_Q8_0);   /* no packed layout (yet) */
+    CHECK(hl_type_traits_get(HL_TYPE_Q4_0_X8)->internal);
+    hl_type parsed;
+    CHECK(!hl_type_from_name("q4_0_x8", &parsed)); /* not a type a user can ask for */
+    const size_t rb = hl_row_size(HL_TYPE_Q4_0, COLS);
+    uint8_t *w = malloc(rb * 40), *tmp = malloc(8 * rb);
+    for (int r = 0; r < 40; r++) random_weights(HL_TYPE_Q4_0, w + r * rb, COLS);
+    uint8_t before[18];
+    memcpy(before, w, sizeof before);
+    CHECK(!kern_repack(HL_TYPE_Q4_0_X8, w, 12, COLS, tmp)); /* not a multiple of 8: untouched */
+    CHECK(memcmp(before, w, sizeof before) == 0);
+    CHECK(kern_repack(HL_TYPE_Q4_0_X8, w, 40, COLS, tmp));
+    float x[TOK * COLS], sep[TOK * 40], many[TOK * 40];
+    for (int i = 0; i < TOK * COLS; i++) x[i] = frand();
+    void *scratch = malloc(kern_matmul_scratch_size(HL_TYPE_Q4_0_X8, COLS, TOK));
+    kern_matmul(pool, HL_TYPE_Q4_0_X8, w, 40, COLS, x, TOK, sep, scratch);
+    const kern_matmul_item items[2] = {{HL_TYPE_Q4_0_X8, w, 16, many},
+                                       {HL_TYPE_Q4_0_X8, w + 16 * rb, 24, many + 16 * TOK}};
+    kern_matmul_many(pool, items, 2, COLS, x, TOK, scratch);
+    for (int t = 0; t < TOK; t++)
+        for (int r = 0; r < 40; r++)
+            CHECK(sep[t * 40 + r] == (r < 16 ? many[t * 16 + r] : many[16 * TOK + t * 24 + r - 16]));
+    free(scratch);
+    free(tmp);
+    free(w);
     hl_pool_destroy(pool);
 }

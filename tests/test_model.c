@@ -11,6 +11,9 @@
 
 #include "base/file.h"
 #include "base/utf8.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "model/internal.h"
 #include "model/model.h"
 #include "model_synth.h"
 #include "sample/sampler.h"
@@ -403,6 +406,63 @@ TEST(model_synth_qwen3_q4_0) {
                    .n_head = 4, .n_head_kv = 2, .head_dim = 32, .qk_norm = true, .neox = true,
                    .tied = true, .rope_base = 1e6f, .wtype = HL_TYPE_Q4_0, .seed = 8};
     check_synth(&c, TOL_Q8ACT);
+}
+
+/* Q4_0 weights are rewritten at load into the 8-row layout (kern_packed_type), in the
+ * model's own memory: the tied embedding table stays as the file has it, the logits stay
+ * within rounding of the file layout's (a GGUF in the caller's memory is not rewritten),
+ * and the file on disk is unchanged. */
+TEST(model_q4_0_weights_repacked_at_load) {
+    if (getenv("HEARTH_REPACK")) SKIP("HEARTH_REPACK is set");
+    synth_cfg cfg = {.arch = "qwen3", .n_vocab = 48, .n_embd = 64, .n_layer = 2, .n_ff = 96,
+                     .n_head = 4, .n_head_kv = 2, .head_dim = 32, .qk_norm = true, .neox = true,
+                     .tied = true, .rope_base = 1e6f, .wtype = HL_TYPE_Q4_0, .seed = 8};
+    char path[512];
+    snprintf(path, sizeof path, "%s/synth-q4.gguf", test_tmpdir());
+    synth_model *s = synth_build(&cfg, path);
+    CHECK(s != NULL);
+    hl_err err = {0};
+    char *file = NULL, *after = NULL;
+    size_t len = 0, len2 = 0;
+    CHECK_OK(hl_file_read(path, &file, &len, &err), &err);
+    model *m[3] = {NULL, NULL, NULL};
+    CHECK_OK(model_load(path, NULL, &m[0], &err), &err); /* read in */
+    const model_load_opts mmap_opts = {.use_mmap = true};
+    CHECK_OK(model_load_ex(path, NULL, &mmap_opts, &m[1], &err), &err); /* mapped */
+    gguf_file *f;
+    CHECK_OK(gguf_open_memory(file, len, &f, &err), &err);
+    CHECK_OK(model_load_gguf_file(f, &m[2], &err), &err);
+    for (int k = 0; k < 2; k++) {
+        CHECK(m[k]->layers[0].wq.type == HL_TYPE_Q4_0_X8);
+        CHECK(m[k]->layers[1].w_down.type == HL_TYPE_Q4_0_X8);
+        CHECK(m[k]->tok_embd.type == HL_TYPE_Q4_0 && m[k]->output.type == HL_TYPE_Q4_0);
+    }
+    CHECK(m[2]->layers[0].wq.type == HL_TYPE_Q4_0);
+    enum { N = 9 };
+    const int V = cfg.n_vocab;
+    const int32_t toks[N] = {1, 5, 17, 3, 9, 9, 30, 4, 22};
+    float logits[3][N * 48];
+    for (int k = 0; k < 3; k++) {
+        model_kv *kv;
+        model_ctx *c;
+        CHECK_OK(model_kv_create(m[k], 32, &kv, &err), &err);
+        CHECK_OK(model_ctx_create(m[k], 2, 0, &c, &err), &err);
+        CHECK_OK(model_eval(c, kv, toks, 5, logits[k], &err), &err);
+        for (int i = 5; i < N; i++)
+            CHECK_OK(model_eval(c, kv, &toks[i], 1, logits[k] + (size_t)i * V, &err), &err);
+        model_ctx_free(c);
+        model_kv_free(kv);
+    }
+    const float scale = max_abs(logits[2], (size_t)N * V);
+    CHECK(max_abs_diff(logits[0], logits[1], (size_t)N * V) == 0.0f);
+    const float d = max_abs_diff(logits[0], logits[2], (size_t)N * V);
+    CHECK_MSG(d <= 1e-4f * scale, "packed vs file layout: %g (scale %g)", d, scale);
+    CHECK_OK(hl_file_read(path, &after, &len2, &err), &err);
+    CHECK(len2 == len && memcmp(file, after, len) == 0);
+    for (int k = 0; k < 3; k++) model_free(m[k]);
+    free(after);
+    free(file);
+    synth_free(s);
 }
 
 /* ---- batching, threads, KV rewind ---- */

@@ -176,6 +176,13 @@ hl_status hl_map_read(const char *path, hl_map *out, hl_err *err) {
     return HL_OK;
 }
 
+hl_status hl_map_protect(hl_map *m, bool writable, hl_err *err) {
+    if (!m->data) return HL_OK;
+    if (mprotect((void *)m->data, m->size, PROT_READ | (writable ? PROT_WRITE : 0)) != 0)
+        return hl_fail(err, HL_ERR_IO, "mprotect failed: %s", strerror(errno));
+    return HL_OK;
+}
+
 void hl_map_close(hl_map *m) {
     if (m && m->data) munmap((void *)m->data, m->size);
     if (m) {

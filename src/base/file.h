@@ -14,6 +14,7 @@
 #ifndef HL_BASE_FILE_H
 #define HL_BASE_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,9 @@ typedef struct hl_map {
 hl_status hl_map_open(const char *path, hl_map *out, hl_err *err);
 hl_status hl_map_read(const char *path, hl_map *out, hl_err *err);
 void hl_map_close(hl_map *m); /* accepts a zeroed struct */
+/* Makes the mapping writable or read-only again (mprotect). Writes to a file mapping stay
+ * private (copy on write): the file never changes. */
+hl_status hl_map_protect(hl_map *m, bool writable, hl_err *err);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t hl_time_ns(void);

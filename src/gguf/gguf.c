@@ -324,7 +324,7 @@ static hl_status parse_tensor_info(gguf_file *f, reader *r, int64_t i, hl_err *e
         return hl_fail(err, HL_ERR_FORMAT, "truncated while reading tensor %" PRId64 " ('%s')",
                        i, nm);
     const hl_type_traits *tr = hl_type_traits_get(t->type);
-    if (!tr)
+    if (!tr || tr->internal)
         return hl_fail(err, HL_ERR_FORMAT, "tensor '%s': unknown tensor type %" PRIu32, nm,
                        t->type);
     if (t->ne[0] % tr->block_size != 0)
@@ -468,6 +468,11 @@ hl_status gguf_open(const char *path, gguf_file **out, hl_err *err) {
 
 hl_status gguf_open_read(const char *path, gguf_file **out, hl_err *err) {
     return open_path(path, true, out, err);
+}
+
+hl_status gguf_set_writable(gguf_file *f, bool writable, hl_err *err) {
+    if (!f->map.data) return hl_fail(err, HL_ERR_UNSUPPORTED, "a GGUF in the caller's memory");
+    return hl_map_protect(&f->map, writable, err);
 }
 
 void gguf_close(gguf_file *f) {

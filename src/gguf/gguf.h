@@ -75,6 +75,10 @@ hl_status gguf_open(const char *path, gguf_file **out, hl_err *err);
 hl_status gguf_open_read(const char *path, gguf_file **out, hl_err *err);
 hl_status gguf_open_memory(const void *data, size_t size, gguf_file **out, hl_err *err);
 void gguf_close(gguf_file *f); /* accepts NULL */
+/* Lets the owner rewrite tensor data in place (weights repacked at load: kern_repack), or
+ * makes it read-only again. The file itself never changes (private mappings).
+ * HL_ERR_UNSUPPORTED for gguf_open_memory() files: their buffer is the caller's. */
+hl_status gguf_set_writable(gguf_file *f, bool writable, hl_err *err);
 
 uint32_t gguf_version(const gguf_file *f);
 uint64_t gguf_alignment(const gguf_file *f);

@@ -201,7 +201,8 @@ hl_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type
         return hl_fail(err, HL_ERR_INVALID, "tensor '%s': n_dims %" PRIu32 " is out of range",
                        name, n_dims);
     const hl_type_traits *tr = hl_type_traits_get(type);
-    if (!tr) return hl_fail(err, HL_ERR_INVALID, "tensor '%s': unknown type %" PRIu32, name, type);
+    if (!tr || tr->internal)
+        return hl_fail(err, HL_ERR_INVALID, "tensor '%s': unknown type %" PRIu32, name, type);
     wtensor t = {0};
     t.type = type;
     t.n_dims = n_dims;

@@ -35,6 +35,17 @@ enum { KERN_TILE_ROWS = 2, KERN_TILE_TOKS = 4 };
 typedef void (*kern_vec_dot_tile_fn)(int64_t n, const void *w, size_t w_stride, const void *vec,
                                      size_t stride, const float *vscale, float *out,
                                      size_t out_stride);
+/* Matmul over an interleaved layout of 8 rows (HL_TYPE_Q4_0_X8): one group of 8 rows
+ * (w) times nt (1..KERN_GEMM8_TOKS) activation rows `stride` bytes apart, into
+ * out[t*out_stride + r], r < 8. ad / as hold, per activation block (token t, block i at
+ * [t * n/32 + i]), its scale as a float and 8 times the sum of its quants. Per (row,
+ * token): per block the exact integer dot of (q - 8) and y, then acc = fmaf(dx * dy, dot,
+ * acc) in block order; every variant does exactly this, so results equal the reference
+ * bit for bit and do not depend on nt. */
+enum { KERN_GEMM8_ROWS = 8, KERN_GEMM8_TOKS = 4 };
+typedef void (*kern_gemm8_fn)(int64_t n, const void *w, const void *vec, size_t stride,
+                              const float *ad, const int32_t *as, int nt, float *out,
+                              size_t out_stride);
 /* Converts n f32 activations to a row of the table slot's type. */
 typedef void (*kern_quantize_fn)(const float *x, void *dst, int64_t n);
 
@@ -43,6 +54,7 @@ typedef struct kern_table {
     kern_vec_dot_fn vec_dot[HL_TYPE_COUNT];   /* by weight type */
     kern_vec_dot4_fn vec_dot4[HL_TYPE_COUNT]; /* by weight type, optional */
     kern_vec_dot_tile_fn vec_dot_tile[HL_TYPE_COUNT]; /* by weight type, optional */
+    kern_gemm8_fn gemm8[HL_TYPE_COUNT]; /* by packed weight type (types.h: internal) */
     kern_quantize_fn quantize[HL_TYPE_COUNT]; /* by vec_dot_type */
     /* small f32 ops */
     float (*sum_squares)(const float *x, int64_t n);

@@ -57,6 +57,33 @@ static float dot_q4_0(int64_t n, const void *row, const void *vec) {
     return sum;
 }
 
+/* Q4_0_X8: row r of a group is lane r; ad / as are not used, the reference takes the
+ * scale and the quants from the activation blocks themselves. */
+static void gemm8_q4_0_x8(int64_t n, const void *w, const void *vec, size_t stride,
+                          const float *ad, const int32_t *as, int nt, float *out,
+                          size_t out_stride) {
+    (void)ad;
+    (void)as;
+    const block_q4_0_x8 *x = w;
+    for (int t = 0; t < nt; t++) {
+        const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)vec + (size_t)t * stride);
+        for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+            float acc = 0;
+            for (int64_t i = 0; i < n / QK4_0; i++) {
+                int32_t sumi = 0;
+                for (int c = 0; c < 4; c++)
+                    for (int k = 0; k < 4; k++) {
+                        const uint8_t b = x[i].qs[c][4 * r + k];
+                        sumi += ((b & 0x0f) - 8) * y[i].qs[4 * c + k];
+                        sumi += ((b >> 4) - 8) * y[i].qs[16 + 4 * c + k];
+                    }
+                acc = fmaf(FP16(x[i].d[r]) * FP16(y[i].d), (float)sumi, acc);
+            }
+            out[(size_t)t * out_stride + r] = acc;
+        }
+    }
+}
+
 /* as ggml: integer sums of doubled E2M1 values times the Q8_0 quants, scaled by the
  * halved E8M0 scale */
 static float dot_mxfp4(int64_t n, const void *row, const void *vec) {
@@ -363,6 +390,7 @@ static const kern_table g_ref = {
             [HL_TYPE_Q5_K] = dot_q5_K,
             [HL_TYPE_Q6_K] = dot_q6_K,
         },
+    .gemm8 = {[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8},
     .sum_squares = sum_squares,
     .exp_shift_sum = exp_shift_sum,
     .swiglu = swiglu,

@@ -32,6 +32,7 @@ enum {
 };
 
 static kern_table g_active;
+static bool g_repack = true; /* HEARTH_REPACK=0/off keeps weights in their file layout */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 bool kern_cpu_has_avx2(void) {
@@ -80,6 +81,8 @@ const char *kern_choose_variant(const char *hearth_cpu) {
 }
 
 static void init_once(void) {
+    const char *rp = getenv("HEARTH_REPACK");
+    g_repack = !(rp && (!strcmp(rp, "0") || !strcmp(rp, "off") || !strcmp(rp, "false")));
     g_active = *kern_table_ref();
     const char *v = kern_choose_variant(getenv("HEARTH_CPU"));
     if (strcmp(v, "ref") == 0) return;
@@ -114,9 +117,16 @@ static size_t vscale_offset(hl_type vec_dot_type, int64_t n_cols, int64_t n_tok)
     return (hl_row_size(vec_dot_type, n_cols) * (size_t)n_tok + 63) / 64 * 64;
 }
 
+/* A packed weight type's activations also get, per block, the scale as a float and 8
+ * times the sum of the quants (kern_gemm8_fn's ad and as), where the tiles' vscale is. */
+static size_t aux_bytes(int64_t n_cols, int64_t n_tok) {
+    return (size_t)n_tok * (size_t)(n_cols / QK8_0) * (sizeof(float) + sizeof(int32_t));
+}
+
 size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok) {
     const hl_type_traits *tr = hl_type_traits_get(type);
     if (!tr || tr->vec_dot_type == HL_TYPE_F32 || n_tok <= 0) return 0;
+    if (tr->internal) return vscale_offset(tr->vec_dot_type, n_cols, n_tok) + aux_bytes(n_cols, n_tok);
     if (!wants_vscale(tr->vec_dot_type, n_tok))
         return hl_row_size(tr->vec_dot_type, n_cols) * (size_t)n_tok;
     const size_t groups = ((size_t)n_tok + KERN_TILE_TOKS - 1) / KERN_TILE_TOKS;
@@ -128,6 +138,7 @@ typedef struct matmul_job {
     kern_vec_dot_fn dot;
     kern_vec_dot4_fn dot4; /* NULL if the variant has none for this type */
     kern_vec_dot_tile_fn tile; /* NULL if the variant has none for this type */
+    kern_gemm8_fn gemm8;       /* packed weight types only (then dot, dot4, tile are NULL) */
     kern_quantize_fn quantize;
     const uint8_t *w;
     size_t w_row_bytes;
@@ -136,6 +147,8 @@ typedef struct matmul_job {
     const uint8_t *xq; /* activations in the vec_dot type, n_tok rows */
     size_t xq_row_bytes;
     float *vscale; /* Q8_0 activations' scales for the tiles, or NULL (wants_vscale) */
+    float *ad;     /* packed types: per block scales and 8 * quant sums (aux_bytes) */
+    int32_t *as;
     int64_t n_tok;
     float *out;
 } matmul_job;
@@ -155,6 +168,15 @@ static void quantize_worker(void *ctx, int ith, int nth) {
     for (int64_t t = t0; t < t1; t++) {
         uint8_t *row = (uint8_t *)j->xq + (size_t)t * j->xq_row_bytes;
         j->quantize(j->x + t * j->n_cols, row, j->n_cols);
+        if (j->ad) {
+            const block_q8_0 *b = (const block_q8_0 *)row;
+            for (int64_t i = 0; i < nb; i++) {
+                int32_t sum = 0;
+                for (int k = 0; k < QK8_0; k++) sum += b[i].qs[k];
+                j->ad[t * nb + i] = hl_fp16_to_fp32(b[i].d);
+                j->as[t * nb + i] = 8 * sum;
+            }
+        }
         if (!j->vscale) continue;
         float *vs = j->vscale + (t / KERN_TILE_TOKS) * KERN_TILE_TOKS * nb + t % KERN_TILE_TOKS;
         for (int64_t i = 0; i < nb; i++)
@@ -177,8 +199,27 @@ static void matmul_row(const matmul_job *j, int64_t r, int64_t t0, int64_t t1) {
         j->out[t * j->n_rows + r] = j->dot(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes);
 }
 
+/* Packed rows [r0, r1) (multiples of 8) x tokens [tb0, tb1): a group of 8 rows at a time,
+ * over KERN_TOK_TILE tokens (the group stays in L1) in calls of up to KERN_GEMM8_TOKS. */
+static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t tb0, int64_t tb1) {
+    const int64_t nb = j->n_cols / QK8_0;
+    for (int64_t t0 = tb0; t0 < tb1; t0 += KERN_TOK_TILE) {
+        const int64_t t1 = t0 + KERN_TOK_TILE < tb1 ? t0 + KERN_TOK_TILE : tb1;
+        for (int64_t r = r0; r < r1; r += KERN_GEMM8_ROWS)
+            for (int64_t t = t0; t < t1; t += KERN_GEMM8_TOKS)
+                j->gemm8(j->n_cols, j->w + (size_t)r * j->w_row_bytes,
+                         j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes, j->ad + t * nb,
+                         j->as + t * nb, (int)(t1 - t < KERN_GEMM8_TOKS ? t1 - t : KERN_GEMM8_TOKS),
+                         j->out + t * j->n_rows + r, (size_t)j->n_rows);
+    }
+}
+
 /* Rows [r0, r1) x tokens [tb0, tb1), a token tile at a time. */
 static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1, int64_t tb0, int64_t tb1) {
+    if (j->gemm8) {
+        matmul_groups(j, r0, r1, tb0, tb1);
+        return;
+    }
     for (int64_t t0 = tb0; t0 < tb1; t0 += KERN_TOK_TILE) {
         const int64_t t1 = t0 + KERN_TOK_TILE < tb1 ? t0 + KERN_TOK_TILE : tb1;
         int64_t r = r0;
@@ -209,6 +250,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         .dot = tab->vec_dot[it->type],
         .dot4 = tab->vec_dot4[it->type],
         .tile = tab->vec_dot_tile[it->type],
+        .gemm8 = tab->gemm8[it->type],
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
         .w_row_bytes = hl_row_size(it->type, n_cols),
@@ -224,7 +266,10 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
     } else {
         j.xq = scratch;
         j.xq_row_bytes = hl_row_size(tr->vec_dot_type, n_cols);
-        if (wants_vscale(tr->vec_dot_type, n_tok))
+        if (tr->internal) {
+            j.ad = (float *)((uint8_t *)scratch + vscale_offset(tr->vec_dot_type, n_cols, n_tok));
+            j.as = (int32_t *)(j.ad + n_tok * (n_cols / QK8_0));
+        } else if (wants_vscale(tr->vec_dot_type, n_tok))
             j.vscale = (float *)((uint8_t *)scratch +
                                  vscale_offset(tr->vec_dot_type, n_cols, n_tok));
     }
@@ -331,6 +376,7 @@ void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int
                  const float *x, int64_t n_tok, float *out, void *scratch) {
     const hl_type_traits *tr = hl_type_traits_get(type);
     if (!tr || !tr->can_matmul || n_rows <= 0 || n_tok <= 0) return;
+    if (tr->internal && n_rows % KERN_GEMM8_ROWS) return; /* kern_repack never makes one */
     const kern_matmul_item it = {type, w, n_rows, out};
     many_job m = {.n_items = 1, .total_rows = n_rows, .n_tok = n_tok};
     m.items[0] = matmul_job_for(kern_table_active(), &it, n_cols, x, n_tok, scratch);
@@ -343,8 +389,11 @@ void kern_matmul_many(hl_pool *pool, const kern_matmul_item *items, int n_items,
     bool same = n_items >= 1 && n_items <= KERN_MATMUL_MAX_ITEMS;
     for (int k = 0; same && k < n_items; k++) {
         const hl_type_traits *tr = hl_type_traits_get(items[k].type);
-        same = tr && tr->can_matmul && items[k].n_rows > 0 &&
-               tr->vec_dot_type == hl_type_traits_get(items[0].type)->vec_dot_type;
+        const hl_type_traits *tr0 = hl_type_traits_get(items[0].type);
+        /* packed and plain items fill different side tables of the activations */
+        same = tr && tr0 && tr->can_matmul && items[k].n_rows > 0 &&
+               tr->vec_dot_type == tr0->vec_dot_type && tr->internal == tr0->internal &&
+               (!tr->internal || items[k].n_rows % KERN_GEMM8_ROWS == 0);
     }
     if (!same || n_tok <= 0) {
         for (int k = 0; k < n_items; k++)
@@ -358,6 +407,34 @@ void kern_matmul_many(hl_pool *pool, const kern_matmul_item *items, int n_items,
         m.total_rows += items[k].n_rows;
     }
     many_run(pool, &m);
+}
+
+hl_type kern_packed_type(hl_type type, int64_t rows_per_slice) {
+    const kern_table *tab = kern_table_active();
+    if (g_repack && type == HL_TYPE_Q4_0 && rows_per_slice > 0 &&
+        rows_per_slice % KERN_GEMM8_ROWS == 0 && tab->gemm8[HL_TYPE_Q4_0_X8])
+        return HL_TYPE_Q4_0_X8;
+    return type;
+}
+
+bool kern_repack(hl_type packed, void *data, int64_t n_rows, int64_t n_cols, void *tmp) {
+    if (packed != HL_TYPE_Q4_0_X8 || n_rows % KERN_GEMM8_ROWS || n_cols % QK4_0) return false;
+    const size_t row = hl_row_size(HL_TYPE_Q4_0, n_cols), group = KERN_GEMM8_ROWS * row;
+    const int64_t nb = n_cols / QK4_0;
+    for (int64_t g = 0; g < n_rows / KERN_GEMM8_ROWS; g++) {
+        uint8_t *dst = (uint8_t *)data + (size_t)g * group;
+        memcpy(tmp, dst, group);
+        for (int64_t i = 0; i < nb; i++) {
+            block_q4_0_x8 b;
+            for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+                const block_q4_0 *x = (const block_q4_0 *)((const uint8_t *)tmp + r * row) + i;
+                b.d[r] = x->d;
+                for (int c = 0; c < 4; c++) memcpy(&b.qs[c][4 * r], x->qs + 4 * c, 4);
+            }
+            memcpy(dst + (size_t)i * sizeof b, &b, sizeof b);
+        }
+    }
+    return true;
 }
 
 void kern_rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {

@@ -40,11 +40,27 @@ size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok);
 void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int64_t n_cols,
                  const float *x, int64_t n_tok, float *out, void *scratch);
 
+/* Weight layouts of hearth's own (types.h: internal), for faster matmuls.
+ * kern_packed_type() names the layout the active kernels run a weight of `type` fastest
+ * in, or returns `type`: today Q4_0 becomes Q4_0_X8 (8 rows interleaved) when the rows its
+ * users take at a time (all of them, or one expert's or head's slice) are a multiple of 8.
+ * HEARTH_REPACK=0 (or off) keeps every weight as the file has it.
+ * kern_repack() rewrites n_rows x n_cols of the file type in place into `packed`, which
+ * takes the same bytes (tmp: 8 * hl_row_size(file type, n_cols) bytes); false if it cannot
+ * (then nothing was changed). A packed weight is only for kern_matmul / kern_matmul_many
+ * (no kern_vec_dot: a row is not readable alone) with n_rows a multiple of 8, from row
+ * offsets that are multiples of 8. Its results are within rounding of the file layout's
+ * (the sum over blocks runs per row in another order), bit for bit the same for any
+ * n_tok, thread count or variant. */
+hl_type kern_packed_type(hl_type type, int64_t rows_per_slice);
+bool kern_repack(hl_type packed, void *data, int64_t n_rows, int64_t n_cols, void *tmp);
+
 /* Several matmuls over the same activations x (n_tok x n_cols), e.g. Wq/Wk/Wv or
  * Wgate/Wup: x is quantized once and one pool run covers the rows of all of them, so a
  * decoded token pays one hand-off instead of n. Each item's output is exactly what
  * kern_matmul would give. Items whose weight types have different activation types fall
- * back to separate kern_matmul calls. scratch: kern_matmul_scratch_size() of any item. */
+ * back to separate kern_matmul calls, as do packed items mixed with plain ones. scratch: the
+ * largest kern_matmul_scratch_size() of the items. */
 typedef struct kern_matmul_item {
     hl_type type;
     const void *w;

@@ -606,6 +606,44 @@ static hl_status load_tensors(model_loader *L, hl_err *err) {
     return HL_OK;
 }
 
+/* A matmul weight the kernels run faster in a layout of their own (kern_packed_type);
+ * the embedding tables (a tied output is one) keep the file's layout for row lookups. */
+static hl_type packed_type_for(const model *m, const model_weight *w) {
+    if (!w->data || w->data == m->tok_embd.data || w->data == m->pl_tok_embd.data)
+        return (hl_type)w->type;
+    return kern_packed_type((hl_type)w->type, w->ne[1]);
+}
+
+/* Rewrites those weights in place, once, before any use: the memory is private (read in,
+ * or a private mapping whose written pages are copied), so the file never changes. A
+ * GGUF in the caller's memory keeps the file layout. */
+static hl_status repack_weights(model *m, hl_err *err) {
+    size_t tmp_bytes = 0;
+    for (int32_t i = 0; i < m->n_mats; i++) {
+        const model_weight *w = m->mats[i];
+        const size_t b = 8 * hl_row_size(w->type, w->n_cols);
+        if (packed_type_for(m, w) != (hl_type)w->type && b > tmp_bytes) tmp_bytes = b;
+    }
+    hl_err ignored;
+    if (!tmp_bytes || gguf_set_writable(m->gguf, true, &ignored)) return HL_OK;
+    void *tmp = malloc(tmp_bytes);
+    if (!tmp) {
+        gguf_set_writable(m->gguf, false, &ignored);
+        return hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
+    for (int32_t i = 0; i < m->n_mats; i++) {
+        model_weight *w = (model_weight *)m->mats[i];
+        const hl_type pt = packed_type_for(m, w);
+        if (pt == (hl_type)w->type) continue;
+        bool done = false; /* another entry for the same tensor already rewrote it */
+        for (int32_t k = 0; k < i && !done; k++)
+            done = m->mats[k]->data == w->data && m->mats[k]->type == (uint32_t)pt;
+        if (done || kern_repack(pt, (void *)w->data, w->n_rows, w->n_cols, tmp)) w->type = pt;
+    }
+    free(tmp);
+    return gguf_set_writable(m->gguf, false, err);
+}
+
 /* The model's KV geometry: per-layer heads and sizes; layers that read another layer's
  * cache store nothing. */
 hl_status model_build_kv_geom(model *m, hl_err *err) {
@@ -698,6 +736,7 @@ hl_status model_load_gguf_file(gguf_file *f, model **out, hl_err *err) {
     if (m->arch->read_hparams && (st = m->arch->read_hparams(&L, err))) goto fail;
     if ((st = load_tensors(&L, err))) goto fail;
     if (m->arch->check && (st = m->arch->check(&L, err))) goto fail;
+    if ((st = repack_weights(m, err))) goto fail;
     if ((st = model_build_kv_geom(m, err))) goto fail;
     if ((st = tok_vocab_load_gguf(f, &m->vocab, err))) {
         hl_err_prefix(err, "tokenizer");

@@ -13,7 +13,7 @@
 #define Q 2
 #define M 4
 #define T(id, nm, bs, ts, quant, caps, vdt)                                               \
-    [id] = {nm, bs, ts, quant, ((caps) & D) != 0, ((caps) & Q) != 0, ((caps) & M) != 0, vdt}
+    [id] = {nm, bs, ts, quant, ((caps) & D) != 0, ((caps) & Q) != 0, ((caps) & M) != 0, vdt, false}
 
 /* F16/BF16 weights dot against f32 activations: converting the weight on the fly is
  * exact and cheaper than rounding the activations to 16 bits. */
@@ -39,6 +39,9 @@ static hl_type_traits g_traits[HL_TYPE_COUNT] = {
     T(HL_TYPE_F64, "f64", 1, 8, false, 0, HL_TYPE_F64),
     T(HL_TYPE_BF16, "bf16", 1, 2, false, D | Q | M, HL_TYPE_F32),
     T(HL_TYPE_MXFP4, "mxfp4", QK_MXFP4, sizeof(block_mxfp4), true, D | M, HL_TYPE_Q8_0),
+    /* 8 rows at a time: a row cannot be read alone, so only the matmul takes it */
+    [HL_TYPE_Q4_0_X8] = {"q4_0_x8", QK4_0, sizeof(block_q4_0), true, false, false, true,
+                         HL_TYPE_Q8_0, true},
 };
 #undef D
 #undef Q
@@ -60,7 +63,7 @@ const char *hl_type_name(uint32_t type) {
 bool hl_type_from_name(const char *name, hl_type *out) {
     for (int i = 0; i < HL_TYPE_COUNT; i++) {
         const char *n = g_traits[i].name;
-        if (!n) continue;
+        if (!n || g_traits[i].internal) continue;
         size_t k = 0;
         while (n[k] && name[k] && tolower((unsigned char)n[k]) == tolower((unsigned char)name[k])) k++;
         if (!n[k] && !name[k]) {

@@ -40,7 +40,10 @@ typedef enum hl_type {
     HL_TYPE_F64 = 28,
     HL_TYPE_BF16 = 30,
     HL_TYPE_MXFP4 = 39,
-    HL_TYPE_COUNT = 40 /* upper bound on ids we know of, for tables */
+    /* hearth's own in-memory layouts, made from a file's tensors at load (kern_repack);
+     * never in a file: GGUF readers refuse them (traits->internal) */
+    HL_TYPE_Q4_0_X8 = 40,
+    HL_TYPE_COUNT = 41 /* upper bound on ids we know of, for tables */
 } hl_type;
 
 #define QK4_0 32
@@ -72,6 +75,14 @@ typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_
  * nibbles (low nibbles elements 0..15, high 16..31, as Q4_0). ggml keeps the E2M1
  * values doubled as int8 (hl_kvalues_mxfp4) and halves the scale to match. */
 typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4;
+/* Q4_0_X8: the Q4_0 blocks of 8 consecutive rows interleaved, so that one 32-byte load
+ * holds 4 quants of each of the 8 rows and a matmul keeps the 8 rows' sums in the 8
+ * lanes of one register (kernels/kernels.h, kern_repack). Block i of a group of rows
+ * 8g..8g+7: the 8 scales, then 4 chunks of 32 bytes; byte 4r + k of chunk c is byte
+ * 4c + k of row r's qs (low nibble: element 4c + k, high: element 16 + 4c + k). The
+ * same 18 bytes per 32 elements as Q4_0, so row offsets that are multiples of 8 rows
+ * are where they were. */
+typedef struct { hl_fp16 d[8]; uint8_t qs[4][32]; } block_q4_0_x8;
 
 _Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "q4_1 layout");
@@ -86,6 +97,7 @@ _Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 _Static_assert(sizeof(block_mxfp4) == 17, "mxfp4 layout");
+_Static_assert(sizeof(block_q4_0_x8) == 8 * sizeof(block_q4_0), "q4_0_x8 layout");
 
 /* E2M1 code -> 2 * value: 0, .5, 1, 1.5, 2, 3, 4, 6 and their negatives, doubled */
 extern const int8_t hl_kvalues_mxfp4[16];
@@ -107,6 +119,7 @@ typedef struct hl_type_traits {
     bool can_quantize;     /* hl_quantize_row() supports it */
     bool can_matmul;       /* kern_matmul() supports it as a weight type */
     hl_type vec_dot_type;  /* activations are converted to this before the dot */
+    bool internal;         /* a layout of hearth's own: never read from or written to a file */
 } hl_type_traits;
 
 /* NULL for an id we know nothing about. Callers must check before use: ids come
