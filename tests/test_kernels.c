@@ -691,36 +691,40 @@ TEST(kernels_matmul_many_equals_separate) {
     hl_pool_destroy(pool);
 }
 
-/* Q4_0 weights repacked to Q4_0_X8 (8 rows interleaved, computed 8 rows to a register):
- * every token count gives the reference's bits, the results track the file layout's
- * dot within rounding, and the extremes (all nibbles 0 or 15 against activations of
- * one sign at full scale) do not overflow the int16 step sums. */
-static void check_q4_0_x8(hl_pool *pool, const uint8_t *w, int64_t n_rows, int64_t n_cols,
-                          const float *x, int64_t max_tok) {
-    const size_t rb = hl_row_size(HL_TYPE_Q4_0, n_cols);
+/* Q4_0 and Q4_K weights repacked to their X8 layouts (8 rows interleaved, computed 8
+ * rows to a register): every token count gives the reference's bits, the results track
+ * the file layout's dot within rounding, and the extremes (all nibbles 0 or 15 against
+ * activations of one sign at full scale) do not overflow the int16 step sums. */
+static void check_x8(hl_pool *pool, hl_type file, const uint8_t *w, int64_t n_rows,
+                     int64_t n_cols, const float *x, int64_t max_tok) {
+    const hl_type packed = file == HL_TYPE_Q4_0 ? HL_TYPE_Q4_0_X8 : HL_TYPE_Q4_K_X8;
+    const hl_type vdt = hl_type_traits_get(file)->vec_dot_type;
+    const size_t rb = hl_row_size(file, n_cols);
     uint8_t *p = malloc(rb * (size_t)n_rows), *tmp = malloc(8 * rb);
     memcpy(p, w, rb * (size_t)n_rows);
-    CHECK(kern_repack(HL_TYPE_Q4_0_X8, p, n_rows, n_cols, tmp));
-    const kern_gemm8_fn ref = kern_table_ref()->gemm8[HL_TYPE_Q4_0_X8];
+    CHECK(kern_repack(packed, p, n_rows, n_cols, tmp));
+    const kern_gemm8_fn ref = kern_table_ref()->gemm8[packed];
     float *out = malloc((size_t)(max_tok * n_rows) * sizeof *out);
-    void *xq = row_alloc(HL_TYPE_Q8_0, n_cols);
+    void *xq = row_alloc(vdt, n_cols);
     float want[8];
     for (int64_t nt = 1; nt <= max_tok; nt++) {
-        void *scratch = malloc(kern_matmul_scratch_size(HL_TYPE_Q4_0_X8, n_cols, nt));
-        kern_matmul(pool, HL_TYPE_Q4_0_X8, p, n_rows, n_cols, x, nt, out, scratch);
+        void *scratch = malloc(kern_matmul_scratch_size(packed, n_cols, nt));
+        kern_matmul(pool, packed, p, n_rows, n_cols, x, nt, out, scratch);
         for (int64_t tk = 0; tk < nt; tk++) {
-            hl_quantize_row(HL_TYPE_Q8_0, x + tk * n_cols, xq, n_cols);
+            hl_quantize_row(vdt, x + tk * n_cols, xq, n_cols);
             for (int64_t g = 0; g < n_rows / 8; g++) {
                 ref(n_cols, p + (size_t)g * 8 * rb, xq, 0, NULL, NULL, 1, want, 0);
                 for (int r = 0; r < 8; r++) {
                     const int64_t row = 8 * g + r;
                     const float got = out[tk * n_rows + row];
-                    CHECK_MSG(got == want[r], "nt=%lld tok %lld row %lld: %.9g vs ref %.9g",
-                              (long long)nt, (long long)tk, (long long)row, got, want[r]);
+                    CHECK_MSG(got == want[r], "%s nt=%lld tok %lld row %lld: %.9g vs ref %.9g",
+                              hl_type_name(packed), (long long)nt, (long long)tk,
+                              (long long)row, got, want[r]);
                     double mag;
-                    const double exact = dequant_dot(HL_TYPE_Q4_0, w + row * rb, xq, n_cols, &mag);
+                    const double exact = dequant_dot(file, w + row * rb, xq, n_cols, &mag);
                     CHECK_MSG(fabs(got - exact) <= 1e-5 * mag + 1e-6,
-                              "row %lld: %.9g vs %.9g (mag %g)", (long long)row, got, exact, mag);
+                              "%s row %lld: %.9g vs %.9g (mag %g)", hl_type_name(packed),
+                              (long long)row, got, exact, mag);
                 }
             }
         }
@@ -732,28 +736,39 @@ static void check_q4_0_x8(hl_pool *pool, const uint8_t *w, int64_t n_rows, int64
     free(p);
 }
 
-TEST(kernels_q4_0_x8_equals_ref_for_every_token_count) {
-    enum { ROWS = 72, COLS = 256, TOK = 19 };
+TEST(kernels_x8_layouts_equal_ref_for_every_token_count) {
+    enum { ROWS = 72, COLS = 512, TOK = 19 };
     hl_pool *pool = NULL;
     hl_err err;
     CHECK_OK(hl_pool_create(2, &pool, &err), &err);
-    const size_t rb = hl_row_size(HL_TYPE_Q4_0, COLS);
-    uint8_t *w = malloc(rb * ROWS);
-    for (int r = 0; r < ROWS; r++) random_weights(HL_TYPE_Q4_0, w + r * rb, COLS);
+    const hl_type files[2] = {HL_TYPE_Q4_0, HL_TYPE_Q4_K};
     float *x = malloc(sizeof(float) * TOK * COLS);
-    for (int i = 0; i < TOK * COLS; i++) x[i] = frand();
-    check_q4_0_x8(pool, w, ROWS, COLS, x, TOK);
-    /* extremes: nibbles all 15 (+7) or all 0 (-8), activations all +1 or all -1 */
-    for (int r = 0; r < ROWS; r++)
-        for (int b = 0; b < COLS / 32; b++) {
-            block_q4_0 *blk = (block_q4_0 *)(w + r * rb) + b;
-            blk->d = hl_fp32_to_fp16(0.5f);
-            memset(blk->qs, r % 2 ? 0xff : 0x00, sizeof blk->qs);
+    for (int f = 0; f < 2; f++) {
+        const size_t rb = hl_row_size(files[f], COLS);
+        uint8_t *w = malloc(rb * ROWS);
+        for (int r = 0; r < ROWS; r++) random_weights(files[f], w + r * rb, COLS);
+        for (int i = 0; i < TOK * COLS; i++) x[i] = frand();
+        check_x8(pool, files[f], w, ROWS, COLS, x, TOK);
+        /* extremes: nibbles all 15 or all 0 (Q4_K scales and mins as random), activations
+         * all +1 or all -1 (Q8_K: -128 for the largest negative) */
+        for (int r = 0; r < ROWS; r++) {
+            const int64_t nb = COLS / hl_type_traits_get(files[f])->block_size;
+            for (int64_t b = 0; b < nb; b++) {
+                if (files[f] == HL_TYPE_Q4_0) {
+                    block_q4_0 *blk = (block_q4_0 *)(w + r * rb) + b;
+                    blk->d = hl_fp32_to_fp16(0.5f);
+                    memset(blk->qs, r % 2 ? 0xff : 0x00, sizeof blk->qs);
+                } else {
+                    block_q4_K *blk = (block_q4_K *)(w + r * rb) + b;
+                    memset(blk->qs, r % 2 ? 0xff : 0x00, sizeof blk->qs);
+                }
+            }
         }
-    for (int i = 0; i < TOK * COLS; i++) x[i] = (i / COLS) % 2 ? 1.0f : -1.0f;
-    check_q4_0_x8(pool, w, ROWS, COLS, x, 4);
+        for (int i = 0; i < TOK * COLS; i++) x[i] = (i / COLS) % 2 ? 1.0f : -1.0f;
+        check_x8(pool, files[f], w, ROWS, COLS, x, 4);
+        free(w);
+    }
     free(x);
-    free(w);
     hl_pool_destroy(pool);
 }
 
@@ -763,9 +778,11 @@ TEST(kernels_q4_0_x8_many_and_packing_rules) {
     hl_err err;
     CHECK_OK(hl_pool_create(2, &pool, &err), &err);
     CHECK(getenv("HEARTH_REPACK") || kern_packed_type(HL_TYPE_Q4_0, 64) == HL_TYPE_Q4_0_X8);
+    CHECK(getenv("HEARTH_REPACK") || kern_packed_type(HL_TYPE_Q4_K, 64) == HL_TYPE_Q4_K_X8);
     CHECK(kern_packed_type(HL_TYPE_Q4_0, 12) == HL_TYPE_Q4_0);   /* slices not of 8 rows */
     CHECK(kern_packed_type(HL_TYPE_Q8_0, 64) == HL_TYPE_Q8_0);   /* no packed layout (yet) */
     CHECK(hl_type_traits_get(HL_TYPE_Q4_0_X8)->internal);
+    CHECK(hl_type_traits_get(HL_TYPE_Q4_K_X8)->internal);
     hl_type parsed;
     CHECK(!hl_type_from_name("q4_0_x8", &parsed)); /* not a type a user can ask for */
     const size_t rb = hl_row_size(HL_TYPE_Q4_0, COLS);
@@ -787,6 +804,27 @@ TEST(kernels_q4_0_x8_many_and_packing_rules) {
         for (int r = 0; r < 40; r++)
             CHECK(sep[t * 40 + r] == (r < 16 ? many[t * 16 + r] : many[16 * TOK + t * 24 + r - 16]));
     free(scratch);
+    /* a packed Q4_K item and a plain Q6_K one share the Q8_K activations of one run */
+    const size_t kb = hl_row_size(HL_TYPE_Q4_K, 256), sb6 = hl_row_size(HL_TYPE_Q6_K, 256);
+    uint8_t *wk = malloc(kb * 32), *w6 = malloc(sb6 * 16), *tk = malloc(8 * kb);
+    for (int r = 0; r < 32; r++) random_weights(HL_TYPE_Q4_K, wk + r * kb, 256);
+    for (int r = 0; r < 16; r++) random_weights(HL_TYPE_Q6_K, w6 + r * sb6, 256);
+    CHECK(kern_repack(HL_TYPE_Q4_K_X8, wk, 32, 256, tk));
+    float xk[TOK * 256], a[TOK * 32], b[TOK * 16], a2[TOK * 32], b2[TOK * 16];
+    for (int i = 0; i < TOK * 256; i++) xk[i] = frand();
+    size_t ss = kern_matmul_scratch_size(HL_TYPE_Q4_K_X8, 256, TOK);
+    if (kern_matmul_scratch_size(HL_TYPE_Q6_K, 256, TOK) > ss)
+        ss = kern_matmul_scratch_size(HL_TYPE_Q6_K, 256, TOK);
+    scratch = malloc(ss);
+    kern_matmul(pool, HL_TYPE_Q4_K_X8, wk, 32, 256, xk, TOK, a, scratch);
+    kern_matmul(pool, HL_TYPE_Q6_K, w6, 16, 256, xk, TOK, b, scratch);
+    const kern_matmul_item mixed[2] = {{HL_TYPE_Q4_K_X8, wk, 32, a2}, {HL_TYPE_Q6_K, w6, 16, b2}};
+    kern_matmul_many(pool, mixed, 2, 256, xk, TOK, scratch);
+    CHECK(memcmp(a, a2, sizeof a) == 0 && memcmp(b, b2, sizeof b) == 0);
+    free(scratch);
+    free(tk);
+    free(w6);
+    free(wk);
     free(tmp);
     free(w);
     hl_pool_destroy(pool);

@@ -225,6 +225,160 @@ static void gemm8_q4_0_x8(int64_t n, const void *w, const void *vec, size_t stri
     }
 }
 
+/* Q4_K_X8 (types.h): the 8 rows' scales and mins of a super-block come out of the
+ * transposed scale bytes with a few vector ops (ggml's get_scale_min_k4 for all rows at
+ * once) into sc and mn, [sub-block * 8 + row]. */
+ROWS_INLINE void q4_K_x8_scales(const block_q4_K_x8 *x, uint8_t sc[64], uint8_t mn[64]) {
+    const __m256i m63 = _mm256_set1_epi8(63), m0f = _mm256_set1_epi8(0x0f);
+    const __m256i m30 = _mm256_set1_epi8(0x30);
+    const __m256i a = load256(x->scales[0]), b = load256(x->scales[4]), c = load256(x->scales[8]);
+    _mm256_store_si256((__m256i *)sc, _mm256_and_si256(a, m63));
+    _mm256_store_si256((__m256i *)(sc + 32),
+                       _mm256_or_si256(_mm256_and_si256(c, m0f),
+                                       _mm256_and_si256(_mm256_srli_epi16(a, 2), m30)));
+    _mm256_store_si256((__m256i *)mn, _mm256_and_si256(b, m63));
+    _mm256_store_si256((__m256i *)(mn + 32),
+                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m0f),
+                                       _mm256_and_si256(_mm256_srli_epi16(b, 2), m30)));
+}
+
+/* madd operands: lane r = (v[r], v[r]) for 8 bytes v; lane r = (u[r], v[r]) for two. */
+static inline __m256i bytes_x2(const uint8_t *v) {
+    const __m128i b = _mm_loadl_epi64((const __m128i *)v);
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b, b));
+}
+static inline __m256i bytes_pair(const uint8_t *u, const uint8_t *v) {
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)u),
+                                                  _mm_loadl_epi64((const __m128i *)v)));
+}
+
+/* One or two tokens (nt) of a Q4_K_X8 group. Per step (4 quants of each row) the 32
+ * bytes are unpacked once for both tokens; a sub-block's 8 maddubs add up in int16
+ * (8 * 2 * 15 * 128 < 32768), one madd applies the rows' scales. The mins: per
+ * super-block 4 madds of the rows' mins against the activation's sub-block sums. */
+ROWS_INLINE void q4_K_x8_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t *vec,
+                                size_t stride, int nt, float *out, size_t out_stride) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[KERN_GEMM8_TOKS], accm[KERN_GEMM8_TOKS];
+    UNROLL for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[KERN_GEMM8_TOKS];
+        UNROLL for (int t = 0; t < nt; t++) y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+        _Alignas(32) uint8_t sc[64], mn[64];
+        q4_K_x8_scales(&x[i], sc, mn);
+        __m256i sumi[KERN_GEMM8_TOKS];
+        UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
+        UNROLL for (int j = 0; j < 4; j++) {
+            __m256i a_lo[KERN_GEMM8_TOKS], a_hi[KERN_GEMM8_TOKS];
+            UNROLL for (int st = 0; st < 8; st++) {
+                const __m256i v = load256(x[i].qs[j][st]);
+                const __m256i lo = _mm256_and_si256(v, low4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                UNROLL for (int t = 0; t < nt; t++) {
+                    int32_t yl, yh;
+                    memcpy(&yl, y[t]->qs + 64 * j + 4 * st, 4);
+                    memcpy(&yh, y[t]->qs + 64 * j + 32 + 4 * st, 4);
+                    const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(yl));
+                    const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(yh));
+                    a_lo[t] = st ? _mm256_add_epi16(a_lo[t], pl) : pl;
+                    a_hi[t] = st ? _mm256_add_epi16(a_hi[t], ph) : ph;
+                }
+            }
+            const __m256i s0 = bytes_x2(sc + 16 * j), s1 = bytes_x2(sc + 16 * j + 8);
+            UNROLL for (int t = 0; t < nt; t++)
+                sumi[t] = _mm256_add_epi32(sumi[t],
+                                           _mm256_add_epi32(_mm256_madd_epi16(a_lo[t], s0),
+                                                            _mm256_madd_epi16(a_hi[t], s1)));
+        }
+        const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].dmin));
+        UNROLL for (int t = 0; t < nt; t++) {
+            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[t]->bsums),
+                                              _mm_loadu_si128((const __m128i *)(y[t]->bsums + 8)));
+            const __m256i bs8 = _mm256_castsi128_si256(bs);
+            __m256i summ = _mm256_setzero_si256();
+            UNROLL for (int p = 0; p < 4; p++)
+                summ = _mm256_add_epi32(
+                    summ, _mm256_madd_epi16(bytes_pair(mn + 16 * p, mn + 16 * p + 8),
+                                            _mm256_permutevar8x32_epi32(bs8, _mm256_set1_epi32(p))));
+            const __m256 yd = _mm256_set1_ps(y[t]->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, yd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(summ), accm[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(out + (size_t)t * out_stride, _mm256_sub_ps(acc[t], accm[t]));
+}
+
+/* The same for 2 to 4 tokens: per pair of sub-blocks the unpacked nibbles go to an L1
+ * buffer once, then each token runs its 16 maddubs from there with its two int16 sums in
+ * registers (4 tokens' sums kept in registers at once spilled on every step). The
+ * arithmetic per token is q4_K_x8_tokens's, so the results are the same bits. */
+static void q4_K_x8_stash(int64_t n, const block_q4_K_x8 *x, const uint8_t *vec, size_t stride,
+                          int nt, float *out, size_t out_stride) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[KERN_GEMM8_TOKS], accm[KERN_GEMM8_TOKS];
+    for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+    _Alignas(32) uint8_t uq[2][8][32]; /* [low/high nibbles][step] */
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        _Alignas(32) uint8_t sc[64], mn[64];
+        q4_K_x8_scales(&x[i], sc, mn);
+        __m256i sumi[KERN_GEMM8_TOKS];
+        for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            UNROLL for (int st = 0; st < 8; st++) {
+                const __m256i v = load256(x[i].qs[j][st]);
+                _mm256_store_si256((__m256i *)uq[0][st], _mm256_and_si256(v, low4));
+                _mm256_store_si256((__m256i *)uq[1][st],
+                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+            }
+            const __m256i s0 = bytes_x2(sc + 16 * j), s1 = bytes_x2(sc + 16 * j + 8);
+            for (int t = 0; t < nt; t++) {
+                const int8_t *yq = ((const block_q8_K *)(vec + (size_t)t * stride) + i)->qs + 64 * j;
+                __m256i a_lo = _mm256_setzero_si256(), a_hi = _mm256_setzero_si256();
+                UNROLL for (int st = 0; st < 8; st++) {
+                    int32_t yl, yh;
+                    memcpy(&yl, yq + 4 * st, 4);
+                    memcpy(&yh, yq + 32 + 4 * st, 4);
+                    a_lo = _mm256_add_epi16(a_lo, _mm256_maddubs_epi16(load256(uq[0][st]),
+                                                                       _mm256_set1_epi32(yl)));
+                    a_hi = _mm256_add_epi16(a_hi, _mm256_maddubs_epi16(load256(uq[1][st]),
+                                                                       _mm256_set1_epi32(yh)));
+                }
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(a_lo, s0),
+                                                                     _mm256_madd_epi16(a_hi, s1)));
+            }
+        }
+        const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].dmin));
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                              _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+            const __m256i bs8 = _mm256_castsi128_si256(bs);
+            __m256i summ = _mm256_setzero_si256();
+            UNROLL for (int p = 0; p < 4; p++)
+                summ = _mm256_add_epi32(
+                    summ, _mm256_madd_epi16(bytes_pair(mn + 16 * p, mn + 16 * p + 8),
+                                            _mm256_permutevar8x32_epi32(bs8, _mm256_set1_epi32(p))));
+            const __m256 yd = _mm256_set1_ps(y->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, yd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(summ), accm[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(out + (size_t)t * out_stride, _mm256_sub_ps(acc[t], accm[t]));
+}
+
+static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stride,
+                          const float *ad, const int32_t *as, int nt, float *out,
+                          size_t out_stride) {
+    (void)ad;
+    (void)as;
+    if (nt == 1) q4_K_x8_tokens(n, w, vec, stride, 1, out, out_stride);
+    else q4_K_x8_stash(n, w, vec, stride, nt, out, out_stride);
+}
+
 /* MXFP4: the nibbles index the doubled E2M1 table with one byte shuffle, then the
  * signed products use the sign trick of dot_i8x32; the integer block sum is exact, so
  * per block this is the reference's arithmetic with the float sums in 8 lanes. */
@@ -1777,6 +1931,7 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K;
     t->vec_dot_tile[HL_TYPE_Q6_K] = tile_q6_K;
     t->gemm8[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8;
+    t->gemm8[HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8;
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
     t->quantize[HL_TYPE_Q8_K] = quantize_q8_K;
     t->sum_squares = sum_squares;

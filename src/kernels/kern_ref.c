@@ -84,6 +84,53 @@ static void gemm8_q4_0_x8(int64_t n, const void *w, const void *vec, size_t stri
     }
 }
 
+/* Row r's 6-bit scales and mins from Q4_K_X8's transposed scale bytes (as ggml's
+ * get_scale_min_k4 over the row's own 12 bytes). */
+static void q4_K_x8_scales(const block_q4_K_x8 *x, int r, uint8_t sc[8], uint8_t mn[8]) {
+    for (int k = 0; k < 4; k++) {
+        sc[k] = x->scales[k][r] & 63;
+        mn[k] = x->scales[4 + k][r] & 63;
+        sc[4 + k] = (uint8_t)((x->scales[8 + k][r] & 0x0f) | (x->scales[k][r] >> 6) << 4);
+        mn[4 + k] = (uint8_t)((x->scales[8 + k][r] >> 4) | (x->scales[4 + k][r] >> 6) << 4);
+    }
+}
+
+/* Q4_K_X8: per super-block the exact integer sums of scale * q * y and of min * y per
+ * sub-block, then acc = fmaf(d * y.d, sum, acc) and accm = fmaf(dmin * y.d, mins, accm);
+ * the result is acc - accm. */
+static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stride,
+                          const float *ad, const int32_t *as, int nt, float *out,
+                          size_t out_stride) {
+    (void)ad;
+    (void)as;
+    const block_q4_K_x8 *x = w;
+    for (int t = 0; t < nt; t++) {
+        const block_q8_K *y = (const block_q8_K *)((const uint8_t *)vec + (size_t)t * stride);
+        for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+            float acc = 0, accm = 0;
+            for (int64_t i = 0; i < n / QK_K; i++) {
+                uint8_t sc[8], mn[8];
+                q4_K_x8_scales(&x[i], r, sc, mn);
+                int32_t sumi = 0, summ = 0;
+                for (int sb = 0; sb < 8; sb++) {
+                    int32_t dot = 0, ysum = 0;
+                    for (int e = 0; e < 32; e++) {
+                        const uint8_t b = x[i].qs[sb / 2][e / 4][4 * r + e % 4];
+                        const int q = sb % 2 ? b >> 4 : b & 0x0f;
+                        dot += q * y[i].qs[32 * sb + e];
+                        ysum += y[i].qs[32 * sb + e];
+                    }
+                    sumi += sc[sb] * dot;
+                    summ += mn[sb] * ysum;
+                }
+                acc = fmaf(FP16(x[i].d[r]) * y[i].d, (float)sumi, acc);
+                accm = fmaf(FP16(x[i].dmin[r]) * y[i].d, (float)summ, accm);
+            }
+            out[(size_t)t * out_stride + r] = acc - accm;
+        }
+    }
+}
+
 /* as ggml: integer sums of doubled E2M1 values times the Q8_0 quants, scaled by the
  * halved E8M0 scale */
 static float dot_mxfp4(int64_t n, const void *row, const void *vec) {
@@ -390,7 +437,7 @@ static const kern_table g_ref = {
             [HL_TYPE_Q5_K] = dot_q5_K,
             [HL_TYPE_Q6_K] = dot_q6_K,
         },
-    .gemm8 = {[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8},
+    .gemm8 = {[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8, [HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8},
     .sum_squares = sum_squares,
     .exp_shift_sum = exp_shift_sum,
     .swiglu = swiglu,

@@ -126,7 +126,9 @@ static size_t aux_bytes(int64_t n_cols, int64_t n_tok) {
 size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok) {
     const hl_type_traits *tr = hl_type_traits_get(type);
     if (!tr || tr->vec_dot_type == HL_TYPE_F32 || n_tok <= 0) return 0;
-    if (tr->internal) return vscale_offset(tr->vec_dot_type, n_cols, n_tok) + aux_bytes(n_cols, n_tok);
+    if (tr->internal && tr->vec_dot_type == HL_TYPE_Q8_0)
+        return vscale_offset(tr->vec_dot_type, n_cols, n_tok) + aux_bytes(n_cols, n_tok);
+    if (tr->internal) return hl_row_size(tr->vec_dot_type, n_cols) * (size_t)n_tok;
     if (!wants_vscale(tr->vec_dot_type, n_tok))
         return hl_row_size(tr->vec_dot_type, n_cols) * (size_t)n_tok;
     const size_t groups = ((size_t)n_tok + KERN_TILE_TOKS - 1) / KERN_TILE_TOKS;
@@ -266,10 +268,10 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
     } else {
         j.xq = scratch;
         j.xq_row_bytes = hl_row_size(tr->vec_dot_type, n_cols);
-        if (tr->internal) {
+        if (tr->internal && tr->vec_dot_type == HL_TYPE_Q8_0) {
             j.ad = (float *)((uint8_t *)scratch + vscale_offset(tr->vec_dot_type, n_cols, n_tok));
             j.as = (int32_t *)(j.ad + n_tok * (n_cols / QK8_0));
-        } else if (wants_vscale(tr->vec_dot_type, n_tok))
+        } else if (!tr->internal && wants_vscale(tr->vec_dot_type, n_tok))
             j.vscale = (float *)((uint8_t *)scratch +
                                  vscale_offset(tr->vec_dot_type, n_cols, n_tok));
     }
@@ -386,15 +388,18 @@ void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int
 void kern_matmul_many(hl_pool *pool, const kern_matmul_item *items, int n_items, int64_t n_cols,
                       const float *x, int64_t n_tok, void *scratch) {
     const kern_table *tab = kern_table_active();
-    bool same = n_items >= 1 && n_items <= KERN_MATMUL_MAX_ITEMS;
+    bool same = n_items >= 1 && n_items <= KERN_MATMUL_MAX_ITEMS, packed = false, rows8 = true;
+    const hl_type_traits *tr0 = same ? hl_type_traits_get(items[0].type) : NULL;
     for (int k = 0; same && k < n_items; k++) {
         const hl_type_traits *tr = hl_type_traits_get(items[k].type);
-        const hl_type_traits *tr0 = hl_type_traits_get(items[0].type);
-        /* packed and plain items fill different side tables of the activations */
+        /* Q8_0 activations of packed and plain items fill different side tables */
         same = tr && tr0 && tr->can_matmul && items[k].n_rows > 0 &&
-               tr->vec_dot_type == tr0->vec_dot_type && tr->internal == tr0->internal &&
-               (!tr->internal || items[k].n_rows % KERN_GEMM8_ROWS == 0);
+               tr->vec_dot_type == tr0->vec_dot_type &&
+               (tr->vec_dot_type != HL_TYPE_Q8_0 || tr->internal == tr0->internal);
+        packed |= same && tr->internal;
+        rows8 &= items[k].n_rows % KERN_GEMM8_ROWS == 0;
     }
+    same &= !packed || rows8; /* packed rows start at multiples of 8 in the run */
     if (!same || n_tok <= 0) {
         for (int k = 0; k < n_items; k++)
             kern_matmul(pool, items[k].type, items[k].w, items[k].n_rows, n_cols, x, n_tok,
@@ -411,28 +416,51 @@ void kern_matmul_many(hl_pool *pool, const kern_matmul_item *items, int n_items,
 
 hl_type kern_packed_type(hl_type type, int64_t rows_per_slice) {
     const kern_table *tab = kern_table_active();
-    if (g_repack && type == HL_TYPE_Q4_0 && rows_per_slice > 0 &&
-        rows_per_slice % KERN_GEMM8_ROWS == 0 && tab->gemm8[HL_TYPE_Q4_0_X8])
-        return HL_TYPE_Q4_0_X8;
+    const hl_type packed = type == HL_TYPE_Q4_0   ? HL_TYPE_Q4_0_X8
+                           : type == HL_TYPE_Q4_K ? HL_TYPE_Q4_K_X8
+                                                  : type;
+    if (g_repack && packed != type && rows_per_slice > 0 &&
+        rows_per_slice % KERN_GEMM8_ROWS == 0 && tab->gemm8[packed])
+        return packed;
     return type;
 }
 
+static void pack_q4_0_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
+    block_q4_0_x8 *b = dst;
+    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+        const block_q4_0 *x = (const block_q4_0 *)(rows + r * row) + i;
+        b->d[r] = x->d;
+        for (int c = 0; c < 4; c++) memcpy(&b->qs[c][4 * r], x->qs + 4 * c, 4);
+    }
+}
+
+static void pack_q4_K_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
+    block_q4_K_x8 *b = dst;
+    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+        const block_q4_K *x = (const block_q4_K *)(rows + r * row) + i;
+        b->d[r] = x->d;
+        b->dmin[r] = x->dmin;
+        for (int k = 0; k < K_SCALE_SIZE; k++) b->scales[k][r] = x->scales[k];
+        for (int j = 0; j < 4; j++)
+            for (int st = 0; st < 8; st++) memcpy(&b->qs[j][st][4 * r], x->qs + 32 * j + 4 * st, 4);
+    }
+}
+
 bool kern_repack(hl_type packed, void *data, int64_t n_rows, int64_t n_cols, void *tmp) {
-    if (packed != HL_TYPE_Q4_0_X8 || n_rows % KERN_GEMM8_ROWS || n_cols % QK4_0) return false;
-    const size_t row = hl_row_size(HL_TYPE_Q4_0, n_cols), group = KERN_GEMM8_ROWS * row;
-    const int64_t nb = n_cols / QK4_0;
+    const hl_type file = packed == HL_TYPE_Q4_0_X8   ? HL_TYPE_Q4_0
+                         : packed == HL_TYPE_Q4_K_X8 ? HL_TYPE_Q4_K
+                                                     : packed;
+    const hl_type_traits *tr = hl_type_traits_get(file);
+    if (file == packed || n_rows % KERN_GEMM8_ROWS || n_cols % tr->block_size) return false;
+    void (*pack)(const uint8_t *, size_t, int64_t, void *) =
+        file == HL_TYPE_Q4_0 ? pack_q4_0_x8 : pack_q4_K_x8;
+    const size_t row = hl_row_size(file, n_cols), group = KERN_GEMM8_ROWS * row;
+    const size_t block = KERN_GEMM8_ROWS * tr->type_size;
     for (int64_t g = 0; g < n_rows / KERN_GEMM8_ROWS; g++) {
         uint8_t *dst = (uint8_t *)data + (size_t)g * group;
         memcpy(tmp, dst, group);
-        for (int64_t i = 0; i < nb; i++) {
-            block_q4_0_x8 b;
-            for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
-                const block_q4_0 *x = (const block_q4_0 *)((const uint8_t *)tmp + r * row) + i;
-                b.d[r] = x->d;
-                for (int c = 0; c < 4; c++) memcpy(&b.qs[c][4 * r], x->qs + 4 * c, 4);
-            }
-            memcpy(dst + (size_t)i * sizeof b, &b, sizeof b);
-        }
+        for (int64_t i = 0; i < n_cols / tr->block_size; i++)
+            pack(tmp, row, i, dst + (size_t)i * block);
     }
     return true;
 }

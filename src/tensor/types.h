@@ -43,7 +43,8 @@ typedef enum hl_type {
     /* hearth's own in-memory layouts, made from a file's tensors at load (kern_repack);
      * never in a file: GGUF readers refuse them (traits->internal) */
     HL_TYPE_Q4_0_X8 = 40,
-    HL_TYPE_COUNT = 41 /* upper bound on ids we know of, for tables */
+    HL_TYPE_Q4_K_X8 = 41,
+    HL_TYPE_COUNT = 42 /* upper bound on ids we know of, for tables */
 } hl_type;
 
 #define QK4_0 32
@@ -83,6 +84,14 @@ typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4;
  * same 18 bytes per 32 elements as Q4_0, so row offsets that are multiples of 8 rows
  * are where they were. */
 typedef struct { hl_fp16 d[8]; uint8_t qs[4][32]; } block_q4_0_x8;
+/* Q4_K_X8: the same for Q4_K super-blocks. scales[k][r] is byte k of row r's 12 packed
+ * scale bytes; qs[j][s] holds bytes 32j + 4s .. +3 of each row's qs (row r at 4r): low
+ * nibbles are step s of sub-block 2j, high nibbles of sub-block 2j + 1. */
+typedef struct {
+    hl_fp16 d[8], dmin[8];
+    uint8_t scales[K_SCALE_SIZE][8];
+    uint8_t qs[4][8][32];
+} block_q4_K_x8;
 
 _Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "q4_1 layout");
@@ -98,6 +107,7 @@ _Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 _Static_assert(sizeof(block_mxfp4) == 17, "mxfp4 layout");
 _Static_assert(sizeof(block_q4_0_x8) == 8 * sizeof(block_q4_0), "q4_0_x8 layout");
+_Static_assert(sizeof(block_q4_K_x8) == 8 * sizeof(block_q4_K), "q4_K_x8 layout");
 
 /* E2M1 code -> 2 * value: 0, .5, 1, 1.5, 2, 3, 4, 6 and their negatives, doubled */
 extern const int8_t hl_kvalues_mxfp4[16];
