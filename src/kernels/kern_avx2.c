@@ -225,6 +225,56 @@ static void gemm8_q4_0_x8(int64_t n, const void *w, const void *vec, size_t stri
     }
 }
 
+/* Q8_0_X8 (types.h): signed weights, so each step takes the sign trick (maddubs of |w|
+ * and y with w's sign), whose int16 pairs (up to 2 * 127 * 128) cannot add up across
+ * steps: one madd per step. One token runs straight from registers; 2 to 4 put the
+ * block's |w| in L1 once and read w's signs from the block itself. */
+static inline __m256i q8_0_x8_step(__m256i aw, __m256i w, const int8_t *y4p) {
+    int32_t y4;
+    memcpy(&y4, y4p, 4);
+    const __m256i sy = _mm256_sign_epi8(_mm256_set1_epi32(y4), w);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), _mm256_set1_epi16(1));
+}
+
+static void gemm8_q8_0_x8(int64_t n, const void *w, const void *vec, size_t stride,
+                          const float *ad, const int32_t *as, int nt, float *out,
+                          size_t out_stride) {
+    (void)as;
+    const block_q8_0_x8 *x = w;
+    const int64_t nb = n / QK8_0;
+    __m256 acc[KERN_GEMM8_TOKS];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    _Alignas(32) int8_t aw[8][32];
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
+        if (nt == 1) {
+            const int8_t *y = ((const block_q8_0 *)vec + i)->qs;
+            __m256i sumi = _mm256_setzero_si256();
+            UNROLL for (int st = 0; st < 8; st++) {
+                const __m256i wv = load256(x[i].qs[st]);
+                sumi = _mm256_add_epi32(sumi, q8_0_x8_step(_mm256_sign_epi8(wv, wv), wv, y + 4 * st));
+            }
+            acc[0] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(ad[i])),
+                                     _mm256_cvtepi32_ps(sumi), acc[0]);
+            continue;
+        }
+        UNROLL for (int st = 0; st < 8; st++) {
+            const __m256i wv = load256(x[i].qs[st]);
+            _mm256_store_si256((__m256i *)aw[st], _mm256_sign_epi8(wv, wv));
+        }
+        for (int t = 0; t < nt; t++) {
+            const int8_t *y = ((const block_q8_0 *)(vec + (size_t)t * stride) + i)->qs;
+            __m256i sumi = _mm256_setzero_si256();
+            UNROLL for (int st = 0; st < 8; st++)
+                sumi = _mm256_add_epi32(
+                    sumi, q8_0_x8_step(load256(aw[st]), load256(x[i].qs[st]), y + 4 * st));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(ad[(int64_t)t * nb + i])),
+                                     _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) _mm256_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
 /* Q4_K_X8 (types.h): the 8 rows' scales and mins of a super-block come out of the
  * transposed scale bytes with a few vector ops (ggml's get_scale_min_k4 for all rows at
  * once) into sc and mn, [sub-block * 8 + row]. */
@@ -1932,6 +1982,7 @@ void kern_avx2_fill(kern_table *t) {
     t->vec_dot_tile[HL_TYPE_Q6_K] = tile_q6_K;
     t->gemm8[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8;
     t->gemm8[HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8;
+    t->gemm8[HL_TYPE_Q8_0_X8] = gemm8_q8_0_x8;
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
     t->quantize[HL_TYPE_Q8_K] = quantize_q8_K;
     t->sum_squares = sum_squares;

@@ -84,6 +84,27 @@ static void gemm8_q4_0_x8(int64_t n, const void *w, const void *vec, size_t stri
     }
 }
 
+/* Q8_0_X8: per block the exact integer dot, then acc = fmaf(dx * dy, dot, acc). */
+static void gemm8_q8_0_x8(int64_t n, const void *w, const void *vec, size_t stride,
+                          const float *ad, const int32_t *as, int nt, float *out,
+                          size_t out_stride) {
+    (void)ad;
+    (void)as;
+    const block_q8_0_x8 *x = w;
+    for (int t = 0; t < nt; t++) {
+        const block_q8_0 *y = (const block_q8_0 *)((const uint8_t *)vec + (size_t)t * stride);
+        for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+            float acc = 0;
+            for (int64_t i = 0; i < n / QK8_0; i++) {
+                int32_t sumi = 0;
+                for (int e = 0; e < QK8_0; e++) sumi += x[i].qs[e / 4][4 * r + e % 4] * y[i].qs[e];
+                acc = fmaf(FP16(x[i].d[r]) * FP16(y[i].d), (float)sumi, acc);
+            }
+            out[(size_t)t * out_stride + r] = acc;
+        }
+    }
+}
+
 /* Row r's 6-bit scales and mins from Q4_K_X8's transposed scale bytes (as ggml's
  * get_scale_min_k4 over the row's own 12 bytes). */
 static void q4_K_x8_scales(const block_q4_K_x8 *x, int r, uint8_t sc[8], uint8_t mn[8]) {
@@ -437,7 +458,9 @@ static const kern_table g_ref = {
             [HL_TYPE_Q5_K] = dot_q5_K,
             [HL_TYPE_Q6_K] = dot_q6_K,
         },
-    .gemm8 = {[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8, [HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8},
+    .gemm8 = {[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8,
+              [HL_TYPE_Q8_0_X8] = gemm8_q8_0_x8,
+              [HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8},
     .sum_squares = sum_squares,
     .exp_shift_sum = exp_shift_sum,
     .swiglu = swiglu,

@@ -417,6 +417,7 @@ void kern_matmul_many(hl_pool *pool, const kern_matmul_item *items, int n_items,
 hl_type kern_packed_type(hl_type type, int64_t rows_per_slice) {
     const kern_table *tab = kern_table_active();
     const hl_type packed = type == HL_TYPE_Q4_0   ? HL_TYPE_Q4_0_X8
+                           : type == HL_TYPE_Q8_0 ? HL_TYPE_Q8_0_X8
                            : type == HL_TYPE_Q4_K ? HL_TYPE_Q4_K_X8
                                                   : type;
     if (g_repack && packed != type && rows_per_slice > 0 &&
@@ -434,6 +435,15 @@ static void pack_q4_0_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) 
     }
 }
 
+static void pack_q8_0_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
+    block_q8_0_x8 *b = dst;
+    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+        const block_q8_0 *x = (const block_q8_0 *)(rows + r * row) + i;
+        b->d[r] = x->d;
+        for (int st = 0; st < 8; st++) memcpy(&b->qs[st][4 * r], x->qs + 4 * st, 4);
+    }
+}
+
 static void pack_q4_K_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
     block_q4_K_x8 *b = dst;
     for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
@@ -448,12 +458,14 @@ static void pack_q4_K_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) 
 
 bool kern_repack(hl_type packed, void *data, int64_t n_rows, int64_t n_cols, void *tmp) {
     const hl_type file = packed == HL_TYPE_Q4_0_X8   ? HL_TYPE_Q4_0
+                         : packed == HL_TYPE_Q8_0_X8 ? HL_TYPE_Q8_0
                          : packed == HL_TYPE_Q4_K_X8 ? HL_TYPE_Q4_K
                                                      : packed;
     const hl_type_traits *tr = hl_type_traits_get(file);
     if (file == packed || n_rows % KERN_GEMM8_ROWS || n_cols % tr->block_size) return false;
-    void (*pack)(const uint8_t *, size_t, int64_t, void *) =
-        file == HL_TYPE_Q4_0 ? pack_q4_0_x8 : pack_q4_K_x8;
+    void (*pack)(const uint8_t *, size_t, int64_t, void *) = file == HL_TYPE_Q4_0 ? pack_q4_0_x8
+                                                             : file == HL_TYPE_Q8_0 ? pack_q8_0_x8
+                                                                                    : pack_q4_K_x8;
     const size_t row = hl_row_size(file, n_cols), group = KERN_GEMM8_ROWS * row;
     const size_t block = KERN_GEMM8_ROWS * tr->type_size;
     for (int64_t g = 0; g < n_rows / KERN_GEMM8_ROWS; g++) {

@@ -42,6 +42,8 @@ static hl_type_traits g_traits[HL_TYPE_COUNT] = {
     /* 8 rows at a time: a row cannot be read alone, so only the matmul takes it */
     [HL_TYPE_Q4_0_X8] = {"q4_0_x8", QK4_0, sizeof(block_q4_0), true, false, false, true,
                          HL_TYPE_Q8_0, true},
+    [HL_TYPE_Q8_0_X8] = {"q8_0_x8", QK8_0, sizeof(block_q8_0), true, false, false, true,
+                         HL_TYPE_Q8_0, true},
     [HL_TYPE_Q4_K_X8] = {"q4_K_x8", QK_K, sizeof(block_q4_K), true, false, false, true,
                          HL_TYPE_Q8_K, true},
 };

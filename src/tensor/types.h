@@ -44,7 +44,8 @@ typedef enum hl_type {
      * never in a file: GGUF readers refuse them (traits->internal) */
     HL_TYPE_Q4_0_X8 = 40,
     HL_TYPE_Q4_K_X8 = 41,
-    HL_TYPE_COUNT = 42 /* upper bound on ids we know of, for tables */
+    HL_TYPE_Q8_0_X8 = 42,
+    HL_TYPE_COUNT = 43 /* upper bound on ids we know of, for tables */
 } hl_type;
 
 #define QK4_0 32
@@ -84,6 +85,8 @@ typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4;
  * same 18 bytes per 32 elements as Q4_0, so row offsets that are multiples of 8 rows
  * are where they were. */
 typedef struct { hl_fp16 d[8]; uint8_t qs[4][32]; } block_q4_0_x8;
+/* Q8_0_X8: the same for Q8_0: qs[s][4r + k] is row r's quant 4s + k. */
+typedef struct { hl_fp16 d[8]; int8_t qs[8][32]; } block_q8_0_x8;
 /* Q4_K_X8: the same for Q4_K super-blocks. scales[k][r] is byte k of row r's 12 packed
  * scale bytes; qs[j][s] holds bytes 32j + 4s .. +3 of each row's qs (row r at 4r): low
  * nibbles are step s of sub-block 2j, high nibbles of sub-block 2j + 1. */
@@ -108,6 +111,7 @@ _Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
 _Static_assert(sizeof(block_mxfp4) == 17, "mxfp4 layout");
 _Static_assert(sizeof(block_q4_0_x8) == 8 * sizeof(block_q4_0), "q4_0_x8 layout");
 _Static_assert(sizeof(block_q4_K_x8) == 8 * sizeof(block_q4_K), "q4_K_x8 layout");
+_Static_assert(sizeof(block_q8_0_x8) == 8 * sizeof(block_q8_0), "q8_0_x8 layout");
 
 /* E2M1 code -> 2 * value: 0, .5, 1, 1.5, 2, 3, 4, 6 and their negatives, doubled */
 extern const int8_t hl_kvalues_mxfp4[16];
