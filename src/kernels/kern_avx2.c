@@ -1997,14 +1997,22 @@ void kern_avx2_fill(kern_table *t) {
     t->axpy_rows_q8_0 = axpy_rows_q8_0;
 }
 
+/* The AVX-VNNI and AVX-512 fills keep the file layouts of the types they have their own
+ * tiles for (their gemm8 entries are cleared, so kern_packed_type leaves those weights
+ * as they are): the X8 kernels are AVX2 and were measured only on an AVX2 machine. */
 void kern_avx_vnni_fill(kern_table *t) {
     t->name = "avx2-vnni";
+    t->gemm8[HL_TYPE_Q4_0_X8] = NULL;
+    t->gemm8[HL_TYPE_Q8_0_X8] = NULL;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_vnni;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_vnni;
 }
 
 void kern_avx512_fill(kern_table *t) {
     t->name = "avx512";
+    t->gemm8[HL_TYPE_Q4_0_X8] = NULL;
+    t->gemm8[HL_TYPE_Q8_0_X8] = NULL;
+    t->gemm8[HL_TYPE_Q4_K_X8] = NULL;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;

@@ -6,7 +6,10 @@
  * (HEARTH_CPU=avx2 or avx2-vnni caps the choice). kern_matmul() quantizes the activations once into the caller's
  * scratch, then the pool's threads claim chunks of rows x tokens (many_job). Within a
  * chunk the rows are walked once per tile of KERN_TOK_TILE tokens, so a weight row
- * comes from L2 once per tile and from L1 for the other tokens of the tile.
+ * comes from L2 once per tile and from L1 for the other tokens of the tile. Weights in
+ * a packed layout (kern_repack: 8 rows interleaved) go through the table's gemm8
+ * kernels a group of 8 rows at a time instead (matmul_groups); their activations carry
+ * per-block side tables (aux_bytes) in the same scratch.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/kernels.h"
@@ -210,8 +213,9 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
         for (int64_t r = r0; r < r1; r += KERN_GEMM8_ROWS)
             for (int64_t t = t0; t < t1; t += KERN_GEMM8_TOKS)
                 j->gemm8(j->n_cols, j->w + (size_t)r * j->w_row_bytes,
-                         j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes, j->ad + t * nb,
-                         j->as + t * nb, (int)(t1 - t < KERN_GEMM8_TOKS ? t1 - t : KERN_GEMM8_TOKS),
+                         j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes,
+                         j->ad ? j->ad + t * nb : NULL, j->as ? j->as + t * nb : NULL,
+                         (int)(t1 - t < KERN_GEMM8_TOKS ? t1 - t : KERN_GEMM8_TOKS),
                          j->out + t * j->n_rows + r, (size_t)j->n_rows);
     }
 }
@@ -252,7 +256,9 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         .dot = tab->vec_dot[it->type],
         .dot4 = tab->vec_dot4[it->type],
         .tile = tab->vec_dot_tile[it->type],
-        .gemm8 = tab->gemm8[it->type],
+        /* a variant without one (kern_avx512_fill) never makes such weights, but takes
+         * them: the reference's */
+        .gemm8 = tab->gemm8[it->type] ? tab->gemm8[it->type] : kern_table_ref()->gemm8[it->type],
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
         .w_row_bytes = hl_row_size(it->type, n_cols),
