@@ -302,10 +302,29 @@ static inline __m256i bytes_pair(const uint8_t *u, const uint8_t *v) {
                                                   _mm_loadl_epi64((const __m128i *)v)));
 }
 
-/* One or two tokens (nt) of a Q4_K_X8 group. Per step (4 quants of each row) the 32
- * bytes are unpacked once for both tokens; a sub-block's 8 maddubs add up in int16
- * (8 * 2 * 15 * 128 < 32768), one madd applies the rows' scales. The mins: per
- * super-block 4 madds of the rows' mins against the activation's sub-block sums. */
+/* The end of a Q4_K_X8 super-block for one token: the rows' mins against the
+ * activation's sub-block sums (4 madds), then both float sums. */
+ROWS_INLINE void q4_K_x8_finish(const block_q4_K_x8 *x, const block_q8_K *y, const uint8_t mn[64],
+                                __m256i sumi, __m256 *acc, __m256 *accm) {
+    const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x->d));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x->dmin));
+    const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                      _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+    const __m256i bs8 = _mm256_castsi128_si256(bs);
+    __m256i summ = _mm256_setzero_si256();
+    UNROLL for (int p = 0; p < 4; p++)
+        summ = _mm256_add_epi32(
+            summ, _mm256_madd_epi16(bytes_pair(mn + 16 * p, mn + 16 * p + 8),
+                                    _mm256_permutevar8x32_epi32(bs8, _mm256_set1_epi32(p))));
+    const __m256 yd = _mm256_set1_ps(y->d);
+    *acc = _mm256_fmadd_ps(_mm256_mul_ps(dx, yd), _mm256_cvtepi32_ps(sumi), *acc);
+    *accm = _mm256_fmadd_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(summ), *accm);
+}
+
+/* nt tokens of a Q4_K_X8 group with every sum in registers (gemm8 uses it for one
+ * token: more spill). Per step (4 quants of each row) the 32 bytes are unpacked once; a
+ * sub-block's 8 maddubs add up in int16 (8 * 2 * 15 * 128 < 32768), one madd applies
+ * the rows' scales. */
 ROWS_INLINE void q4_K_x8_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t *vec,
                                 size_t stride, int nt, float *out, size_t out_stride) {
     const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -340,21 +359,8 @@ ROWS_INLINE void q4_K_x8_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t
                                            _mm256_add_epi32(_mm256_madd_epi16(a_lo[t], s0),
                                                             _mm256_madd_epi16(a_hi[t], s1)));
         }
-        const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
-        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].dmin));
-        UNROLL for (int t = 0; t < nt; t++) {
-            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[t]->bsums),
-                                              _mm_loadu_si128((const __m128i *)(y[t]->bsums + 8)));
-            const __m256i bs8 = _mm256_castsi128_si256(bs);
-            __m256i summ = _mm256_setzero_si256();
-            UNROLL for (int p = 0; p < 4; p++)
-                summ = _mm256_add_epi32(
-                    summ, _mm256_madd_epi16(bytes_pair(mn + 16 * p, mn + 16 * p + 8),
-                                            _mm256_permutevar8x32_epi32(bs8, _mm256_set1_epi32(p))));
-            const __m256 yd = _mm256_set1_ps(y[t]->d);
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, yd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-            accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(summ), accm[t]);
-        }
+        UNROLL for (int t = 0; t < nt; t++)
+            q4_K_x8_finish(&x[i], y[t], mn, sumi[t], &acc[t], &accm[t]);
     }
     UNROLL for (int t = 0; t < nt; t++)
         _mm256_storeu_ps(out + (size_t)t * out_stride, _mm256_sub_ps(acc[t], accm[t]));
@@ -399,22 +405,9 @@ static void q4_K_x8_stash(int64_t n, const block_q4_K_x8 *x, const uint8_t *vec,
                                                                      _mm256_madd_epi16(a_hi, s1)));
             }
         }
-        const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
-        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].dmin));
-        for (int t = 0; t < nt; t++) {
-            const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
-            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
-                                              _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
-            const __m256i bs8 = _mm256_castsi128_si256(bs);
-            __m256i summ = _mm256_setzero_si256();
-            UNROLL for (int p = 0; p < 4; p++)
-                summ = _mm256_add_epi32(
-                    summ, _mm256_madd_epi16(bytes_pair(mn + 16 * p, mn + 16 * p + 8),
-                                            _mm256_permutevar8x32_epi32(bs8, _mm256_set1_epi32(p))));
-            const __m256 yd = _mm256_set1_ps(y->d);
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, yd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-            accm[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(summ), accm[t]);
-        }
+        for (int t = 0; t < nt; t++)
+            q4_K_x8_finish(&x[i], (const block_q8_K *)(vec + (size_t)t * stride) + i, mn, sumi[t],
+                           &acc[t], &accm[t]);
     }
     for (int t = 0; t < nt; t++)
         _mm256_storeu_ps(out + (size_t)t * out_stride, _mm256_sub_ps(acc[t], accm[t]));
