@@ -40,7 +40,7 @@ TEST(kv_type_kernels_match_reference) {
     uint32_t seed = 7;
     for (int i = 0; i < NK * DMAX; i++) x[i] = 3.0f * frand(&seed);
     for (int i = 0; i < DMAX; i++) q[i] = frand(&seed);
-    const int dims[] = {8, 24, 32, 40, 64, 128};
+    const int dims[] = {8, 24, 32, 40, 64, 80, 96, 128};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
         const int d = dims[di];
         /* store: f16 round to nearest even, q8_0 as hl_quantize_row, bit for bit */

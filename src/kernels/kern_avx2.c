@@ -1894,6 +1894,20 @@ static void dot_rows_f16(float *out, const float *q, const hl_fp16 *k, int64_t l
 static void axpy_rows_f16(float *y, const float *p, const hl_fp16 *v, int64_t ldv, int64_t nk,
                           int64_t d) {
     int64_t i = 0;
+    /* perf: 64 outputs at once when the head has them: each output's chain of fmas over
+     * the keys has a 4-cycle latency, so 4 chains (32 outputs) left the FMA units half
+     * idle; 8 keep both busy */
+    for (; i + 64 <= d; i += 64) {
+        __m256 acc[8];
+        UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_loadu_ps(y + i + 8 * r);
+        for (int64_t j = 0; j < nk; j++) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            const hl_fp16 *vj = v + j * ldv + i;
+            UNROLL for (int r = 0; r < 8; r++)
+                acc[r] = _mm256_fmadd_ps(pj, load_f16x8(vj + 8 * r), acc[r]);
+        }
+        UNROLL for (int r = 0; r < 8; r++) _mm256_storeu_ps(y + i + 8 * r, acc[r]);
+    }
     for (; i + 32 <= d; i += 32) {
         __m256 acc[4];
         UNROLL for (int r = 0; r < 4; r++) acc[r] = _mm256_loadu_ps(y + i + 8 * r);
