@@ -1787,52 +1787,39 @@ static void dot_rows(float *out, const float *q, const float *k, int64_t ldk, in
     }
 }
 
-/* Weighted sum of values: y stays in registers across the keys, one fma per key and
- * element in key order (the same bits as kern_axpy per key). */
-static void axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64_t nk,
-                      int64_t d) {
-    int64_t i = 0;
-    /* perf: 64 outputs (8 FMA chains) per pass while there are 64; each output's FMAs over
-     * the keys run in the same order in every pass */
-    for (; i + 64 <= d; i += 64) {
-        __m256 acc[8];
-        UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_loadu_ps(y + i + 8 * r);
-        for (int64_t j = 0; j < nk; j++) {
-            const __m256 pj = _mm256_set1_ps(p[j]);
-            const float *vj = v + j * ldv + i;
-            UNROLL for (int r = 0; r < 8; r++)
-                acc[r] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * r), acc[r]);
-        }
-        UNROLL for (int r = 0; r < 8; r++) _mm256_storeu_ps(y + i + 8 * r, acc[r]);
+/* Weighted sums of values (the same bits as kern_axpy per key; F16C conversion is exact).
+ * y[0 .. 8 * nc) += sum_j p[j] * v_j[0 ..): nc outputs of 8 in registers across the keys,
+ * one fma per key and element in key order, for value rows of floats or f16. perf: 8 of
+ * them (64 outputs) where the head has them: each output's chain of fmas waits 4 cycles
+ * per key, so 4 chains left the FMA units half idle. */
+#define AXPY_CHUNKS(NAME, T, LOAD)                                                                 \
+    ROWS_INLINE void NAME(float *y, const float *p, const T *v, int64_t ldv, int64_t nk, int nc) { \
+        __m256 acc[8];                                                                             \
+        UNROLL for (int r = 0; r < nc; r++) acc[r] = _mm256_loadu_ps(y + 8 * r);                   \
+        for (int64_t j = 0; j < nk; j++) {                                                         \
+            const __m256 pj = _mm256_set1_ps(p[j]);                                                \
+            UNROLL for (int r = 0; r < nc; r++)                                                    \
+                acc[r] = _mm256_fmadd_ps(pj, LOAD(v + j * ldv + 8 * r), acc[r]);                   \
+        }                                                                                          \
+        UNROLL for (int r = 0; r < nc; r++) _mm256_storeu_ps(y + 8 * r, acc[r]);                   \
     }
-    for (; i + 32 <= d; i += 32) {
-        __m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
-        __m256 y2 = _mm256_loadu_ps(y + i + 16), y3 = _mm256_loadu_ps(y + i + 24);
-        for (int64_t j = 0; j < nk; j++) {
-            const __m256 pj = _mm256_set1_ps(p[j]);
-            const float *vj = v + j * ldv + i;
-            y0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj), y0);
-            y1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8), y1);
-            y2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 16), y2);
-            y3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 24), y3);
-        }
-        _mm256_storeu_ps(y + i, y0);
-        _mm256_storeu_ps(y + i + 8, y1);
-        _mm256_storeu_ps(y + i + 16, y2);
-        _mm256_storeu_ps(y + i + 24, y3);
+AXPY_CHUNKS(axpy_chunks_f32, float, _mm256_loadu_ps)
+AXPY_CHUNKS(axpy_chunks_f16, hl_fp16, load_f16x8)
+
+/* The widest chunks first, then the scalar tail; the same bits for any split. */
+#define AXPY_ROWS(NAME, T, CHUNKS, SCALAR)                                                         \
+    static void NAME(float *y, const float *p, const T *v, int64_t ldv, int64_t nk, int64_t d) {   \
+        int64_t i = 0;                                                                             \
+        for (; i + 64 <= d; i += 64) CHUNKS(y + i, p, v + i, ldv, nk, 8);                          \
+        for (; i + 32 <= d; i += 32) CHUNKS(y + i, p, v + i, ldv, nk, 4);                          \
+        for (; i + 8 <= d; i += 8) CHUNKS(y + i, p, v + i, ldv, nk, 1);                            \
+        for (; i < d; i++) {                                                                       \
+            float acc = y[i];                                                                      \
+            for (int64_t j = 0; j < nk; j++) acc = fmaf(p[j], SCALAR(v[j * ldv + i]), acc);        \
+            y[i] = acc;                                                                            \
+        }                                                                                          \
     }
-    for (; i + 8 <= d; i += 8) {
-        __m256 y0 = _mm256_loadu_ps(y + i);
-        for (int64_t j = 0; j < nk; j++)
-            y0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * ldv + i), y0);
-        _mm256_storeu_ps(y + i, y0);
-    }
-    for (; i < d; i++) {
-        float acc = y[i];
-        for (int64_t j = 0; j < nk; j++) acc = fmaf(p[j], v[j * ldv + i], acc);
-        y[i] = acc;
-    }
-}
+AXPY_ROWS(axpy_rows, float, axpy_chunks_f32, F32_SCALAR)
 
 /* ---- KV cache rows of f16 / q8_0 ------------------------------------------------- */
 
@@ -1890,47 +1877,7 @@ static void dot_rows_f16(float *out, const float *q, const hl_fp16 *k, int64_t l
     }
 }
 
-/* axpy_rows over f16 values: the same bits as the reference (F16C conversion is exact). */
-static void axpy_rows_f16(float *y, const float *p, const hl_fp16 *v, int64_t ldv, int64_t nk,
-                          int64_t d) {
-    int64_t i = 0;
-    /* perf: 64 outputs at once when the head has them: each output's chain of fmas over
-     * the keys has a 4-cycle latency, so 4 chains (32 outputs) left the FMA units half
-     * idle; 8 keep both busy */
-    for (; i + 64 <= d; i += 64) {
-        __m256 acc[8];
-        UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_loadu_ps(y + i + 8 * r);
-        for (int64_t j = 0; j < nk; j++) {
-            const __m256 pj = _mm256_set1_ps(p[j]);
-            const hl_fp16 *vj = v + j * ldv + i;
-            UNROLL for (int r = 0; r < 8; r++)
-                acc[r] = _mm256_fmadd_ps(pj, load_f16x8(vj + 8 * r), acc[r]);
-        }
-        UNROLL for (int r = 0; r < 8; r++) _mm256_storeu_ps(y + i + 8 * r, acc[r]);
-    }
-    for (; i + 32 <= d; i += 32) {
-        __m256 acc[4];
-        UNROLL for (int r = 0; r < 4; r++) acc[r] = _mm256_loadu_ps(y + i + 8 * r);
-        for (int64_t j = 0; j < nk; j++) {
-            const __m256 pj = _mm256_set1_ps(p[j]);
-            const hl_fp16 *vj = v + j * ldv + i;
-            UNROLL for (int r = 0; r < 4; r++)
-                acc[r] = _mm256_fmadd_ps(pj, load_f16x8(vj + 8 * r), acc[r]);
-        }
-        UNROLL for (int r = 0; r < 4; r++) _mm256_storeu_ps(y + i + 8 * r, acc[r]);
-    }
-    for (; i + 8 <= d; i += 8) {
-        __m256 y0 = _mm256_loadu_ps(y + i);
-        for (int64_t j = 0; j < nk; j++)
-            y0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), load_f16x8(v + j * ldv + i), y0);
-        _mm256_storeu_ps(y + i, y0);
-    }
-    for (; i < d; i++) {
-        float acc = y[i];
-        for (int64_t j = 0; j < nk; j++) acc = fmaf(p[j], fp16_to_f32(v[j * ldv + i]), acc);
-        y[i] = acc;
-    }
-}
+AXPY_ROWS(axpy_rows_f16, hl_fp16, axpy_chunks_f16, fp16_to_f32)
 
 /* axpy_rows over q8_0 values: per 32 outputs, each key adds (p[j] * scale) * q with one
  * fma per element, keys in order (the reference's bits). */

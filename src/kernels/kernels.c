@@ -131,8 +131,7 @@ size_t kern_matmul_scratch_size(hl_type type, int64_t n_cols, int64_t n_tok) {
     if (!tr || tr->vec_dot_type == HL_TYPE_F32 || n_tok <= 0) return 0;
     if (tr->internal && tr->vec_dot_type == HL_TYPE_Q8_0)
         return vscale_offset(tr->vec_dot_type, n_cols, n_tok) + aux_bytes(n_cols, n_tok);
-    if (tr->internal) return hl_row_size(tr->vec_dot_type, n_cols) * (size_t)n_tok;
-    if (!wants_vscale(tr->vec_dot_type, n_tok))
+    if (tr->internal || !wants_vscale(tr->vec_dot_type, n_tok))
         return hl_row_size(tr->vec_dot_type, n_cols) * (size_t)n_tok;
     const size_t groups = ((size_t)n_tok + KERN_TILE_TOKS - 1) / KERN_TILE_TOKS;
     return vscale_offset(tr->vec_dot_type, n_cols, n_tok) +
@@ -152,8 +151,8 @@ typedef struct matmul_job {
     const uint8_t *xq; /* activations in the vec_dot type, n_tok rows */
     size_t xq_row_bytes;
     float *vscale; /* Q8_0 activations' scales for the tiles, or NULL (wants_vscale) */
-    float *ad;     /* packed types: per block scales and 8 * quant sums (aux_bytes) */
-    int32_t *as;
+    float *ad;     /* packed types, Q8_0 activations: per block scales (aux_bytes) */
+    int32_t *as;   /* and 8 * quant sums, for the layouts that want them (NULL: not filled) */
     int64_t n_tok;
     float *out;
 } matmul_job;
@@ -173,14 +172,12 @@ static void quantize_worker(void *ctx, int ith, int nth) {
     for (int64_t t = t0; t < t1; t++) {
         uint8_t *row = (uint8_t *)j->xq + (size_t)t * j->xq_row_bytes;
         j->quantize(j->x + t * j->n_cols, row, j->n_cols);
-        if (j->ad) {
-            const block_q8_0 *b = (const block_q8_0 *)row;
-            for (int64_t i = 0; i < nb; i++) {
-                int32_t sum = 0;
-                for (int k = 0; k < QK8_0; k++) sum += b[i].qs[k];
-                j->ad[t * nb + i] = hl_fp16_to_fp32(b[i].d);
-                j->as[t * nb + i] = 8 * sum;
-            }
+        const block_q8_0 *b = (const block_q8_0 *)row;
+        for (int64_t i = 0; j->ad && i < nb; i++) j->ad[t * nb + i] = hl_fp16_to_fp32(b[i].d);
+        for (int64_t i = 0; j->as && i < nb; i++) {
+            int32_t sum = 0;
+            for (int k = 0; k < QK8_0; k++) sum += b[i].qs[k];
+            j->as[t * nb + i] = 8 * sum;
         }
         if (!j->vscale) continue;
         float *vs = j->vscale + (t / KERN_TILE_TOKS) * KERN_TILE_TOKS * nb + t % KERN_TILE_TOKS;
@@ -249,6 +246,59 @@ static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1, int64_t tb0
     }
 }
 
+static void pack_q4_0_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
+    block_q4_0_x8 *b = dst;
+    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+        const block_q4_0 *x = (const block_q4_0 *)(rows + r * row) + i;
+        b->d[r] = x->d;
+        for (int c = 0; c < 4; c++) memcpy(&b->qs[c][4 * r], x->qs + 4 * c, 4);
+    }
+}
+
+static void pack_q8_0_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
+    block_q8_0_x8 *b = dst;
+    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+        const block_q8_0 *x = (const block_q8_0 *)(rows + r * row) + i;
+        b->d[r] = x->d;
+        for (int st = 0; st < 8; st++) memcpy(&b->qs[st][4 * r], x->qs + 4 * st, 4);
+    }
+}
+
+static void pack_q4_K_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
+    block_q4_K_x8 *b = dst;
+    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+        const block_q4_K *x = (const block_q4_K *)(rows + r * row) + i;
+        b->d[r] = x->d;
+        b->dmin[r] = x->dmin;
+        for (int k = 0; k < K_SCALE_SIZE; k++) b->scales[k][r] = x->scales[k];
+        for (int j = 0; j < 4; j++)
+            for (int st = 0; st < 8; st++) memcpy(&b->qs[j][st][4 * r], x->qs + 32 * j + 4 * st, 4);
+    }
+}
+
+
+/* The packed layouts (types.h: internal): each file type's, how a block of 8 rows is
+ * written, and whether its kernel takes 8 * sum(y) per activation block (kern_gemm8_fn's
+ * as) besides the float scales. */
+typedef void (*pack_fn)(const uint8_t *rows, size_t row, int64_t i, void *dst);
+typedef struct packed_layout {
+    hl_type file, packed;
+    pack_fn pack;
+    bool qsum;
+} packed_layout;
+static const packed_layout g_layouts[] = {
+    {HL_TYPE_Q4_0, HL_TYPE_Q4_0_X8, pack_q4_0_x8, true},
+    {HL_TYPE_Q8_0, HL_TYPE_Q8_0_X8, pack_q8_0_x8, false},
+    {HL_TYPE_Q4_K, HL_TYPE_Q4_K_X8, pack_q4_K_x8, false},
+};
+
+/* The layout whose file or packed type is t, or NULL. */
+static const packed_layout *layout_of(hl_type t) {
+    for (size_t i = 0; i < sizeof g_layouts / sizeof g_layouts[0]; i++)
+        if (g_layouts[i].file == t || g_layouts[i].packed == t) return &g_layouts[i];
+    return NULL;
+}
+
 static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *it,
                                  int64_t n_cols, const float *x, int64_t n_tok, void *scratch) {
     const hl_type_traits *tr = hl_type_traits_get(it->type);
@@ -276,7 +326,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         j.xq_row_bytes = hl_row_size(tr->vec_dot_type, n_cols);
         if (tr->internal && tr->vec_dot_type == HL_TYPE_Q8_0) {
             j.ad = (float *)((uint8_t *)scratch + vscale_offset(tr->vec_dot_type, n_cols, n_tok));
-            j.as = (int32_t *)(j.ad + n_tok * (n_cols / QK8_0));
+            if (layout_of(it->type)->qsum) j.as = (int32_t *)(j.ad + n_tok * (n_cols / QK8_0));
         } else if (!tr->internal && wants_vscale(tr->vec_dot_type, n_tok))
             j.vscale = (float *)((uint8_t *)scratch +
                                  vscale_offset(tr->vec_dot_type, n_cols, n_tok));
@@ -421,64 +471,25 @@ void kern_matmul_many(hl_pool *pool, const kern_matmul_item *items, int n_items,
 }
 
 hl_type kern_packed_type(hl_type type, int64_t rows_per_slice) {
-    const kern_table *tab = kern_table_active();
-    const hl_type packed = type == HL_TYPE_Q4_0   ? HL_TYPE_Q4_0_X8
-                           : type == HL_TYPE_Q8_0 ? HL_TYPE_Q8_0_X8
-                           : type == HL_TYPE_Q4_K ? HL_TYPE_Q4_K_X8
-                                                  : type;
-    if (g_repack && packed != type && rows_per_slice > 0 &&
-        rows_per_slice % KERN_GEMM8_ROWS == 0 && tab->gemm8[packed])
-        return packed;
+    const packed_layout *l = layout_of(type);
+    if (g_repack && l && l->file == type && rows_per_slice > 0 &&
+        rows_per_slice % KERN_GEMM8_ROWS == 0 && kern_table_active()->gemm8[l->packed])
+        return l->packed;
     return type;
 }
 
-static void pack_q4_0_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
-    block_q4_0_x8 *b = dst;
-    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
-        const block_q4_0 *x = (const block_q4_0 *)(rows + r * row) + i;
-        b->d[r] = x->d;
-        for (int c = 0; c < 4; c++) memcpy(&b->qs[c][4 * r], x->qs + 4 * c, 4);
-    }
-}
-
-static void pack_q8_0_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
-    block_q8_0_x8 *b = dst;
-    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
-        const block_q8_0 *x = (const block_q8_0 *)(rows + r * row) + i;
-        b->d[r] = x->d;
-        for (int st = 0; st < 8; st++) memcpy(&b->qs[st][4 * r], x->qs + 4 * st, 4);
-    }
-}
-
-static void pack_q4_K_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
-    block_q4_K_x8 *b = dst;
-    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
-        const block_q4_K *x = (const block_q4_K *)(rows + r * row) + i;
-        b->d[r] = x->d;
-        b->dmin[r] = x->dmin;
-        for (int k = 0; k < K_SCALE_SIZE; k++) b->scales[k][r] = x->scales[k];
-        for (int j = 0; j < 4; j++)
-            for (int st = 0; st < 8; st++) memcpy(&b->qs[j][st][4 * r], x->qs + 32 * j + 4 * st, 4);
-    }
-}
-
 bool kern_repack(hl_type packed, void *data, int64_t n_rows, int64_t n_cols, void *tmp) {
-    const hl_type file = packed == HL_TYPE_Q4_0_X8   ? HL_TYPE_Q4_0
-                         : packed == HL_TYPE_Q8_0_X8 ? HL_TYPE_Q8_0
-                         : packed == HL_TYPE_Q4_K_X8 ? HL_TYPE_Q4_K
-                                                     : packed;
-    const hl_type_traits *tr = hl_type_traits_get(file);
-    if (file == packed || n_rows % KERN_GEMM8_ROWS || n_cols % tr->block_size) return false;
-    void (*pack)(const uint8_t *, size_t, int64_t, void *) = file == HL_TYPE_Q4_0 ? pack_q4_0_x8
-                                                             : file == HL_TYPE_Q8_0 ? pack_q8_0_x8
-                                                                                    : pack_q4_K_x8;
-    const size_t row = hl_row_size(file, n_cols), group = KERN_GEMM8_ROWS * row;
+    const packed_layout *l = layout_of(packed);
+    if (!l || l->packed != packed) return false;
+    const hl_type_traits *tr = hl_type_traits_get(l->file);
+    if (n_rows % KERN_GEMM8_ROWS || n_cols % tr->block_size) return false;
+    const size_t row = hl_row_size(l->file, n_cols), group = KERN_GEMM8_ROWS * row;
     const size_t block = KERN_GEMM8_ROWS * tr->type_size;
     for (int64_t g = 0; g < n_rows / KERN_GEMM8_ROWS; g++) {
         uint8_t *dst = (uint8_t *)data + (size_t)g * group;
         memcpy(tmp, dst, group);
         for (int64_t i = 0; i < n_cols / tr->block_size; i++)
-            pack(tmp, row, i, dst + (size_t)i * block);
+            l->pack(tmp, row, i, dst + (size_t)i * block);
     }
     return true;
 }
