@@ -7,7 +7,10 @@
  * bench_kernels reuses one 12 MB matrix, which the last-level cache partly holds; here
  * each type gets a 512 MiB buffer of 2048-column rows, walked once per pass by:
  *   read      a plain 256-bit load-and-add loop (the ceiling),
- *   dot       vec_dot row after row, as a decode matmul calls it.
+ *   dot       vec_dot row after row, as a decode matmul calls it,
+ *   matmul    one kern_matmul of 1 token over the whole buffer as a matrix, in the layout
+ *             the model runs the type in (kern_packed_type: repacked at load), threads
+ *             and all, as decode runs it.
  * The two take turns pass after pass, so a change of machine load hits them alike;
  * figures are the best pass (GB/s of weights), which is the steadiest on a shared VM.
  *
@@ -133,19 +136,36 @@ int main(int argc, char **argv) {
         const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
         void *xq = malloc(hl_row_size(vdt, cols));
         hl_quantize_row(vdt, x, xq, cols);
-        double best[2] = {0, 0};
+        /* the same rows in the layout decode runs them in */
+        const hl_type packed = kern_packed_type(t, rows);
+        uint8_t *pbuf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        float *mout = malloc(sizeof(float) * (size_t)rows);
+        void *scratch = malloc(kern_matmul_scratch_size(packed, cols, 1) + 1);
+        void *tmp = malloc(8 * row_bytes);
+        if (!pbuf || !mout || !scratch || !tmp) return 1;
+        memcpy(pbuf, buf, bytes);
+        if (packed != t && !kern_repack(packed, pbuf, rows, cols, tmp)) return 1;
+        double best[3] = {0, 0, 0};
         for (int p = 0; p < passes; p++) {
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 3; k++) {
                 pass_job job = {.tab = tab, .type = t, .kind = k, .buf = buf, .rows = rows,
                                 .cols = cols, .row_bytes = row_bytes, .xq = xq, .out = out};
                 const double t0 = now_s();
-                hl_pool_run(pool, pass_worker, &job);
+                if (k < 2)
+                    hl_pool_run(pool, pass_worker, &job);
+                else
+                    kern_matmul(pool, packed, pbuf, rows, cols, x, 1, mout, scratch);
                 const double gbs = (double)bytes / (now_s() - t0) / 1e9;
                 if (gbs > best[k]) best[k] = gbs;
             }
         }
-        printf("%-6s read %6.2f | dot %6.2f (%3.0f%% of read)\n", hl_type_name(t), best[0], best[1],
-               100 * best[1] / best[0]);
+        printf("%-6s read %6.2f | dot %6.2f (%3.0f%% of read) | matmul %-7s %6.2f (%3.0f%%)\n",
+               hl_type_name(t), best[0], best[1], 100 * best[1] / best[0], hl_type_name(packed),
+               best[2], 100 * best[2] / best[0]);
+        free(tmp);
+        free(scratch);
+        free(mout);
+        free(pbuf);
         free(xq);
         free(buf);
     }

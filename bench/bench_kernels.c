@@ -45,8 +45,10 @@ int main(int argc, char **argv) {
     float *out = malloc(sizeof(float) * (size_t)(rows * max_tok));
     for (int64_t i = 0; i < cols * max_tok; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
     printf("variant %s, %d threads\n", kern_variant(), threads);
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const hl_type t = types[ti];
+    for (size_t tj = 0; tj < 2 * (sizeof types / sizeof types[0]); tj++) {
+        const hl_type t = types[tj / 2];
+        const int ti_pass = (int)(tj % 2); /* 0: file layout, 1: the packed one */
+        if (ti_pass && kern_packed_type(t, rows) == t) continue;
         const size_t bytes = hl_row_size(t, cols) * (size_t)rows;
         unsigned char *w = malloc(bytes);
         for (size_t i = 0; i < bytes; i++) w[i] = (unsigned char)(i * 2654435761u >> 13);
@@ -64,16 +66,27 @@ int main(int argc, char **argv) {
         if (t == HL_TYPE_MXFP4)
             for (size_t b = 0; b < bytes / sizeof(block_mxfp4); b++)
                 ((block_mxfp4 *)w)[b].e = (uint8_t)(120 + b % 8);
-        void *scratch = malloc(kern_matmul_scratch_size(t, cols, max_tok) + 1);
+        /* the layout the model runs this type in (kern_repack at load), when it differs */
+        const hl_type packed = kern_packed_type(t, rows);
+        if (packed != t && ti_pass) {
+            void *tmp = malloc(8 * hl_row_size(t, cols));
+            if (!kern_repack(packed, w, rows, cols, tmp)) {
+                fprintf(stderr, "repack of %s failed\n", hl_type_name(t));
+                return 1;
+            }
+            free(tmp);
+        }
+        const hl_type run_t = ti_pass ? packed : t;
+        void *scratch = malloc(kern_matmul_scratch_size(run_t, cols, max_tok) + 1);
         if (small) {
             double base = 0;
-            printf("%-5s", hl_type_name(t));
+            printf("%-7s", hl_type_name(run_t));
             for (int64_t nt = 1; nt <= 16; nt++) {
                 double best = 1e9;
-                kern_matmul(pool, t, w, rows, cols, x, nt, out, scratch); /* warm */
+                kern_matmul(pool, run_t, w, rows, cols, x, nt, out, scratch); /* warm */
                 for (int r = 0; r < 15; r++) {
                     const double t0 = clock_s(CLOCK_MONOTONIC);
-                    kern_matmul(pool, t, w, rows, cols, x, nt, out, scratch);
+                    kern_matmul(pool, run_t, w, rows, cols, x, nt, out, scratch);
                     const double dt = clock_s(CLOCK_MONOTONIC) - t0;
                     if (dt < best) best = dt;
                 }
@@ -89,14 +102,14 @@ int main(int argc, char **argv) {
         for (int mode = 0; mode < 2; mode++) {
             const int64_t nt = mode ? max_tok : 1;
             const int reps = mode ? 3 : 20;
-            kern_matmul(pool, t, w, rows, cols, x, nt, out, scratch); /* warm */
+            kern_matmul(pool, run_t, w, rows, cols, x, nt, out, scratch); /* warm */
             const double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-            for (int r = 0; r < reps; r++) kern_matmul(pool, t, w, rows, cols, x, nt, out, scratch);
+            for (int r = 0; r < reps; r++) kern_matmul(pool, run_t, w, rows, cols, x, nt, out, scratch);
             const double dt = (clock_s(CLOCK_MONOTONIC) - t0) / reps;
             const double dc = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / reps;
-            printf("%-5s %s: %8.3f ms (cpu %8.3f ms)  %6.2f GB/s weights  %6.1f GFLOP/s"
+            printf("%-7s %s: %8.3f ms (cpu %8.3f ms)  %6.2f GB/s weights  %6.1f GFLOP/s"
                    " (%6.1f per cpu-s)\n",
-                   hl_type_name(t), mode ? "prefill32" : "decode   ", dt * 1e3, dc * 1e3,
+                   hl_type_name(run_t), mode ? "prefill32" : "decode   ", dt * 1e3, dc * 1e3,
                    (double)bytes / dt / 1e9, 2.0 * rows * cols * nt / dt / 1e9,
                    2.0 * rows * cols * nt / dc / 1e9);
         }
