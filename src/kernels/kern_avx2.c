@@ -660,17 +660,28 @@ BLOCK32_TILE_VNNI(tile_q4_0_vnni, block_q4_0, q4_0_block_quants)
  * block): out[g] holds s[2g] in its low 128-bit lane and s[2g+1] in its high one, the
  * scales of a 32-byte group's elements 0..15 and 16..31. One broadcast and four in-lane
  * shuffles, in place of eight scalar broadcasts and four inserts. */
+static inline __m256i pair_scale(__m256i b, int g) {
+    return _mm256_shuffle_epi8(
+        b, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1))),
+                            _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g)))));
+}
 static inline void pair_scales(__m128i s16, __m256i out[4]) {
     const __m256i b = _mm256_broadcastsi128_si256(s16);
-    UNROLL for (int g = 0; g < 4; g++)
-        out[g] = _mm256_shuffle_epi8(
-            b, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1))),
-                                _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * g)))));
+    UNROLL for (int g = 0; g < 4; g++) out[g] = pair_scale(b, g);
 }
 
-/* The 8 int8 scales of one Q6_K half as pair_scales vectors. */
-static inline void q6_K_half_scales(const int8_t *sc, __m256i out[4]) {
-    pair_scales(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)sc)), out);
+/* The 8 int8 scales of one Q6_K half, as int16 in both lanes (pair_scale's b). */
+static inline __m256i q6_K_half_scales(const int8_t *sc) {
+    return _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+}
+
+/* Q6_K's quants are 0..63 with a bias of 32: the bias comes off once per super-block as
+ * 32 * sum over the 16 sub-blocks of scale * (the activation's 16-element sum), in the
+ * lanes of one madd, before the int32 sums become floats. Every Q6_K kernel subtracts
+ * this same vector, so they all give the same bits. */
+static inline __m256i q6_K_bias(const block_q6_K *x, const block_q8_K *y) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    return _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(y->bsums)), 5);
 }
 
 /* The 16 Q3_K scales (6 bits, packed in 12 bytes as hl_q3_K_scale reads them), minus 32,
@@ -1122,13 +1133,12 @@ static void dot4_q5_K(int64_t n, const void *row, const void *vec, size_t stride
     q5_K_rows(n, row, vec, stride, 4, out);
 }
 
-/* Q6_K: quants are 0..63 with a bias of 32; the bias is taken off after the
- * unsigned multiply as 32 * sum(y). */
+/* Q6_K: the unsigned quants against the activation, the bias off at the end of each
+ * super-block (q6_K_bias). */
 ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
                            float *out) {
     const block_q6_K *x = row;
     const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
-    const __m256i m32 = _mm256_set1_epi8(32);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -1136,11 +1146,11 @@ ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
                            _mm256_setzero_si256()};
         UNROLL for (int half = 0; half < 2; half++) {
             const uint8_t *ql = x[i].ql + 64 * half;
-            const int8_t *sc = x[i].scales + 8 * half;
             const __m256i qh = load256(x[i].qh + 32 * half);
             const __m256i ql0 = load256(ql);
             const __m256i ql1 = load256(ql + 32);
-            __m256i q[4], scale[4];
+            const __m256i sb = q6_K_half_scales(x[i].scales + 8 * half);
+            __m256i q[4];
             q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4),
                                    _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
             q[1] = _mm256_or_si256(
@@ -1152,23 +1162,23 @@ ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
             q[3] = _mm256_or_si256(
                 _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4));
-            q6_K_half_scales(sc, scale);
-            UNROLL for (int t = 0; t < nt; t++) {
-                const int8_t *q8 =
-                    ((const block_q8_K *)(vec + (size_t)t * stride) + i)->qs + 128 * half;
-                UNROLL for (int g = 0; g < 4; g++) {
-                    const __m256i yv = load256(q8 + 32 * g);
-                    const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], yv),
-                                                         _mm256_maddubs_epi16(m32, yv));
-                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p16, scale[g]));
+            UNROLL for (int g = 0; g < 4; g++) {
+                const __m256i scale = pair_scale(sb, g);
+                UNROLL for (int t = 0; t < nt; t++) {
+                    const int8_t *q8 =
+                        ((const block_q8_K *)(vec + (size_t)t * stride) + i)->qs + 128 * half;
+                    const __m256i p16 = _mm256_maddubs_epi16(q[g], load256(q8 + 32 * g));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p16, scale));
+                    KEEP_IN_REG(sumi[t]);
                 }
             }
         }
         const float dx = fp16_to_f32(x[i].d);
         UNROLL for (int t = 0; t < nt; t++) {
             const block_q8_K *y = (const block_q8_K *)(vec + (size_t)t * stride) + i;
-            acc[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx),
+                                     _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], q6_K_bias(&x[i], y))),
+                                     acc[t]);
         }
     }
     UNROLL for (int t = 0; t < nt; t++) out[t] = hsum_ps(acc[t]);
@@ -1184,15 +1194,13 @@ static void dot4_q6_K(int64_t n, const void *row, const void *vec, size_t stride
     q6_K_rows(n, row, vec, stride, 4, out);
 }
 
-/* 2 rows x 4 tokens of q6_K_rows; the bias term maddubs(32, y) depends on the token
- * only, so the two rows share it. */
+/* 2 rows x 4 tokens of q6_K_rows. */
 static void tile_q6_K(int64_t n, const void *w, size_t w_stride, const void *vec, size_t stride,
                       const float *vscale, float *out, size_t out_stride) {
     (void)vscale; /* Q8_K carries float scales already */
     const block_q6_K *xr[2] = {w, (const block_q6_K *)((const uint8_t *)w + w_stride)};
     const uint8_t *v = vec;
     const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
-    const __m256i m32 = _mm256_set1_epi8(32);
     __m256 acc[2][4];
     UNROLL for (int t = 0; t < 4; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -1211,18 +1219,14 @@ static void tile_q6_K(int64_t n, const void *w, size_t w_stride, const void *vec
                     q[r] = _mm256_or_si256(
                         _mm256_and_si256(l, low4),
                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), two), 4));
-                    const int8_t *sc = x->scales + 8 * half;
-                    scale[r] =
-                        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * g])),
-                                                _mm_set1_epi16(sc[2 * g + 1]), 1);
+                    scale[r] = pair_scale(q6_K_half_scales(x->scales + 8 * half), g);
                 }
                 UNROLL for (int t = 0; t < 4; t++) {
                     const __m256i yv = load256(y[t]->qs + 128 * half + 32 * g);
-                    const __m256i bias = _mm256_maddubs_epi16(m32, yv);
                     UNROLL for (int r = 0; r < 2; r++) {
-                        const __m256i p16 =
-                            _mm256_sub_epi16(_mm256_maddubs_epi16(q[r], yv), bias);
+                        const __m256i p16 = _mm256_maddubs_epi16(q[r], yv);
                         sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(p16, scale[r]));
+                        KEEP_IN_REG(sumi[r][t]);
                     }
                 }
             }
@@ -1230,8 +1234,10 @@ static void tile_q6_K(int64_t n, const void *w, size_t w_stride, const void *vec
         UNROLL for (int r = 0; r < 2; r++) {
             const float dx = fp16_to_f32(xr[r][i].d);
             UNROLL for (int t = 0; t < 4; t++)
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx),
-                                            _mm256_cvtepi32_ps(sumi[r][t]), acc[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(y[t]->d * dx),
+                    _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r][t], q6_K_bias(&xr[r][i], y[t]))),
+                    acc[r][t]);
         }
     }
     UNROLL for (int t = 0; t < 4; t++) {
@@ -1250,7 +1256,6 @@ AVX512_FN void tile_q6_K_avx512(int64_t n, const void *w, size_t w_stride, const
     const block_q6_K *xr[2] = {w, (const block_q6_K *)((const uint8_t *)w + w_stride)};
     const uint8_t *v = vec;
     const __m512i low4 = _mm512_set1_epi8(0x0f), three = _mm512_set1_epi8(3);
-    const __m512i m32 = _mm512_set1_epi8(32);
     __m256 acc[2][4];
     UNROLL for (int t = 0; t < 4; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -1292,10 +1297,8 @@ AVX512_FN void tile_q6_K_avx512(int64_t n, const void *w, size_t w_stride, const
                 UNROLL for (int t = 0; t < 4; t++) {
                     const __m512i yv =
                         _mm512_loadu_si512((const void *)(y[t]->qs + 128 * half + 64 * pr));
-                    const __m512i bias = _mm512_maddubs_epi16(m32, yv);
                     UNROLL for (int r = 0; r < 2; r++) {
-                        const __m512i p16 =
-                            _mm512_sub_epi16(_mm512_maddubs_epi16(q[r], yv), bias);
+                        const __m512i p16 = _mm512_maddubs_epi16(q[r], yv);
                         sumi[r][t] = _mm512_add_epi32(sumi[r][t], _mm512_madd_epi16(p16, scale[r]));
                     }
                 }
@@ -1306,8 +1309,10 @@ AVX512_FN void tile_q6_K_avx512(int64_t n, const void *w, size_t w_stride, const
             UNROLL for (int t = 0; t < 4; t++) {
                 const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r][t]),
                                                     _mm512_extracti64x4_epi64(sumi[r][t], 1));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * dx), _mm256_cvtepi32_ps(si),
-                                            acc[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(y[t]->d * dx),
+                    _mm256_cvtepi32_ps(_mm256_sub_epi32(si, q6_K_bias(&xr[r][i], y[t]))),
+                    acc[r][t]);
             }
         }
     }
@@ -1422,7 +1427,6 @@ AVX512_FN float dot_q6_K_avx512(int64_t n, const void *row, const void *vec) {
     const block_q6_K *x = row;
     const block_q8_K *y = vec;
     const __m512i low4 = _mm512_set1_epi8(0x0f), three = _mm512_set1_epi8(3);
-    const __m512i m32 = _mm512_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m512i sumi = _mm512_setzero_si512();
@@ -1451,15 +1455,15 @@ AVX512_FN float dot_q6_K_avx512(int64_t n, const void *row, const void *vec) {
                     _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, hshift), three), 4));
                 const __m512i yv =
                     _mm512_loadu_si512((const void *)(y[i].qs + 128 * half + 64 * pr));
-                const __m512i p16 =
-                    _mm512_sub_epi16(_mm512_maddubs_epi16(q, yv), _mm512_maddubs_epi16(m32, yv));
+                const __m512i p16 = _mm512_maddubs_epi16(q, yv);
                 sumi = _mm512_add_epi32(
                     sumi, _mm512_madd_epi16(p16, _mm512_permutexvar_epi16(sidx, sc16)));
             }
         }
         const __m256i si =
             _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)), _mm256_cvtepi32_ps(si),
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * fp16_to_f32(x[i].d)),
+                              _mm256_cvtepi32_ps(_mm256_sub_epi32(si, q6_K_bias(&x[i], &y[i]))),
                               acc);
     }
     return hsum_ps(acc);
