@@ -524,12 +524,15 @@ void op_attention(model_ctx *c, const op_attn *a, int32_t n_tok) {
     job.sub_heads = job.group < ATTN_HEADS ? job.group : ATTN_HEADS;
     job.n_units = (int64_t)n_tok * a->n_head_kv * job.n_sub;
     job.slot_floats = (size_t)job.sub_heads * ((size_t)a->head_dim_v + 2);
-    /* split by key ranges when the units alone cannot give every thread two (one or two
-     * KV heads: gemma3 1B, qwen2.5 0.5B), and the partials fit in c->attn_part; with
-     * enough units the split only adds work (bench/README.md) */
+    /* split by key ranges when the units alone cannot give every thread four (up to
+     * 4 KV heads on 2 threads: TinyLlama, gemma3 1B, qwen2.5 0.5B), and the partials fit
+     * in c->attn_part. perf: with two units per thread, a worker that wakes late (the
+     * pool's run_any) left the caller three of four, and a 4096-position step took the
+     * time of three units; 32 ranges balance (bench_attn f16, 2 threads: 16.5 -> 14.3 ms
+     * median of 6 alternated runs). With more units the split only adds work. */
     const int nth = hl_pool_n_threads(c->pool);
     if (nth > 1 && n_tok <= ATTN_SPLIT_TOK && job.n_units <= ATTN_SPLIT_UNITS &&
-        job.n_units < 2 * (int64_t)nth) {
+        job.n_units < 4 * (int64_t)nth) {
         int64_t chunks = 0, multi = 0;
         const int64_t per_tok = job.n_units / n_tok;
         for (int32_t t = 0; t < n_tok; t++) {
