@@ -742,6 +742,7 @@ ROWS_INLINE void q2_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
                     const __m256i yv = load256(y->qs + 128 * half + 32 * s);
                     sumi[t] = _mm256_add_epi32(
                         sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sc[s]));
+                    KEEP_IN_REG(sumi[t]);
                 }
             }
         }
@@ -795,6 +796,7 @@ ROWS_INLINE void q3_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
                     const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, yv),
                                                          _mm256_maddubs_epi16(four, yv));
                     sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p16, sc[s]));
+                    KEEP_IN_REG(sumi[t]);
                 }
             }
         }
@@ -1111,6 +1113,7 @@ ROWS_INLINE void q5_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
                 const __m256i p1 = _mm256_madd_epi16(
                     _mm256_maddubs_epi16(hi, load256(y->qs + 64 * j + 32)), s1);
                 sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p0, p1));
+                KEEP_IN_REG(sumi[t]);
             }
         }
         UNROLL for (int t = 0; t < nt; t++) {
