@@ -246,23 +246,20 @@ static void matmul_rows(const matmul_job *j, int64_t r0, int64_t r1, int64_t tb0
     }
 }
 
-static void pack_q4_0_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
-    block_q4_0_x8 *b = dst;
-    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
-        const block_q4_0 *x = (const block_q4_0 *)(rows + r * row) + i;
-        b->d[r] = x->d;
-        for (int c = 0; c < 4; c++) memcpy(&b->qs[c][4 * r], x->qs + 4 * c, 4);
+/* Block i of 8 rows of Q4_0 or Q8_0 into its X8 block (types.h): the 8 scales, then each
+ * step of 4 quant bytes of every row, row r at byte 4r. */
+#define PACK_BLOCK32_X8(name, blk, blk_x8)                                                   \
+    static void name(const uint8_t *rows, size_t row, int64_t i, void *dst) {                 \
+        blk_x8 *b = dst;                                                                      \
+        for (int r = 0; r < KERN_GEMM8_ROWS; r++) {                                           \
+            const blk *x = (const blk *)(rows + r * row) + i;                                 \
+            b->d[r] = x->d;                                                                   \
+            for (size_t st = 0; st < sizeof b->qs / sizeof b->qs[0]; st++)                    \
+                memcpy(&b->qs[st][4 * r], (const uint8_t *)x->qs + 4 * st, 4);                \
+        }                                                                                     \
     }
-}
-
-static void pack_q8_0_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
-    block_q8_0_x8 *b = dst;
-    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
-        const block_q8_0 *x = (const block_q8_0 *)(rows + r * row) + i;
-        b->d[r] = x->d;
-        for (int st = 0; st < 8; st++) memcpy(&b->qs[st][4 * r], x->qs + 4 * st, 4);
-    }
-}
+PACK_BLOCK32_X8(pack_q4_0_x8, block_q4_0, block_q4_0_x8)
+PACK_BLOCK32_X8(pack_q8_0_x8, block_q8_0, block_q8_0_x8)
 
 static void pack_q4_K_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
     block_q4_K_x8 *b = dst;
@@ -275,7 +272,6 @@ static void pack_q4_K_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) 
             for (int st = 0; st < 8; st++) memcpy(&b->qs[j][st][4 * r], x->qs + 32 * j + 4 * st, 4);
     }
 }
-
 
 /* The packed layouts (types.h: internal): each file type's, how a block of 8 rows is
  * written, and whether its kernel takes 8 * sum(y) per activation block (kern_gemm8_fn's
