@@ -54,11 +54,13 @@ static double step(model_ctx *c, const model_seq_kv *view, int32_t ctx, double *
     c->tok_seq[0] = 0;
     c->tok_id[0] = 3;
     const double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    hl_pool_burst_begin(c->pool); /* as the forward pass: workers spin between the layers */
     for (int32_t l = 0; l < NL; l++) {
         const op_attn a = {.layer = l, .n_head = NH, .n_head_kv = NKV, .head_dim_k = HD,
                            .head_dim_v = HD, .scale = 0.125f, .causal = true};
         op_attention(c, &a, 1);
     }
+    hl_pool_burst_end(c->pool);
     *cpu = now_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     return now_s(CLOCK_MONOTONIC) - t0;
 }
