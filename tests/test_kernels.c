@@ -430,6 +430,111 @@ TEST(kernels_attention_rows_match_ref) {
     }
 }
 
+/* kern_max skips NaNs as the reference does and gives -inf for nothing to compare;
+ * kern_scale is a plain multiply. Lengths around the vector widths. */
+TEST(kernels_max_and_scale_match_ref) {
+    kern_table simd = *kern_table_ref();
+    if (kern_cpu_has_avx2()) kern_avx2_fill(&simd);
+    const kern_table *ref = kern_table_ref();
+    float x[41], a[41], b[41];
+    for (int n = 1; n <= 41; n++) {
+        for (int i = 0; i < n; i++) x[i] = frand() * 50.0f - 60.0f;
+        if (n > 3) x[n / 2] = NAN;
+        if (n > 5) x[n - 1] = NAN; /* in the scalar tail, or the last lane */
+        const float want = ref->max(x, n);
+        CHECK(!isnan(want));
+        CHECK_MSG(simd.max(x, n) == want, "n=%d: %g vs %g", n, simd.max(x, n), want);
+        x[n - 1] = 1e30f; /* the largest in the last place */
+        CHECK(simd.max(x, n) == 1e30f);
+        memcpy(a, x, sizeof x);
+        memcpy(b, x, sizeof x);
+        simd.scale(a, 0.3f, n);
+        ref->scale(b, 0.3f, n);
+        for (int i = 0; i < n; i++) CHECK(a[i] == b[i] || (isnan(a[i]) && isnan(b[i])));
+    }
+    const float nans[3] = {NAN, NAN, NAN};
+    CHECK(kern_max(nans, 3) == -INFINITY);
+    CHECK(kern_max(nans, 0) == -INFINITY);
+    CHECK(simd.max(nans, 3) == -INFINITY);
+}
+
+/* Decode attention's block step for a GQA group (kern_attn_block): the SIMD kernel (f16
+ * heads in pairs, each key and value row converted once per pair) equals its own table's
+ * per-head pieces bit for bit, for any head count (odd ones run the last head alone), key
+ * count (vector tails) and head size (chunks of 32 and 8, a scalar tail); both within
+ * rounding of the reference table; and two blocks in a row give the softmax attention of
+ * all their keys. */
+TEST(kernels_attn_block_equals_per_head_pieces) {
+    kern_table simd = *kern_table_ref();
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_avx2_fill(&simd);
+    CHECK(simd.attn_block_f16 != NULL);
+    enum { MAXH = 9, MAXK = 67, LD = 91 };
+    static const int heads[] = {1, 2, 3, 8, 9}, keys[] = {1, 5, 64, 67}, dims[] = {64, 80, 24, 12};
+    static float q[MAXH * LD];
+    static hl_fp16 k[2 * MAXK * LD], v[2 * MAXK * LD];
+    float o[3][MAXH * LD], m[3][MAXH], sum[3][MAXH], score[2 * MAXK];
+    int n_cases = 0;
+    for (int di = 0; di < 4; di++)
+        for (int hi = 0; hi < 5; hi++)
+            for (int ki = 0; ki < 4; ki++) {
+                const int d = dims[di], nh = heads[hi], nk = keys[ki];
+                for (int i = 0; i < MAXH * LD; i++) q[i] = 2.0f * frand();
+                for (int i = 0; i < 2 * MAXK * LD; i++) {
+                    k[i] = hl_fp32_to_fp16(frand());
+                    v[i] = hl_fp32_to_fp16(frand());
+                }
+                /* 0: SIMD kernel, 1: SIMD pieces, 2: reference pieces; a fresh state, or
+                 * one with a sink's start (m = 0.5, s = 1) for odd head counts */
+                for (int w = 0; w < 3; w++)
+                    for (int h = 0; h < nh; h++) {
+                        m[w][h] = nh % 2 ? 0.5f : -INFINITY;
+                        sum[w][h] = nh % 2 ? 1.0f : 0.0f;
+                        for (int i = 0; i < d; i++) o[w][h * d + i] = 0.0f;
+                    }
+                for (int blk = 0; blk < 2; blk++)
+                    for (int w = 0; w < 3; w++) {
+                        const kern_attn_block b = {
+                            .nh = nh, .q = q, .ldq = LD, .k = k + blk * MAXK * LD,
+                            .v = v + blk * MAXK * LD, .ldk = LD, .ldv = LD, .nk = nk, .dk = d,
+                            .dv = d, .scale = 0.125f, .o = o[w], .m = m[w], .s = sum[w],
+                            .score = score};
+                        if (w == 0) simd.attn_block_f16(&b);
+                        else kern_attn_block_pieces(w == 1 ? &simd : kern_table_ref(),
+                                                    HL_TYPE_F16, &b);
+                    }
+                CHECK_MSG(memcmp(o[0], o[1], sizeof(float) * (size_t)(nh * d)) == 0 &&
+                              memcmp(m[0], m[1], sizeof(float) * (size_t)nh) == 0 &&
+                              memcmp(sum[0], sum[1], sizeof(float) * (size_t)nh) == 0,
+                          "d=%d heads=%d keys=%d: kernel != pieces", d, nh, nk);
+                for (int h = 0; h < nh; h++) {
+                    CHECK_NEAR(sum[0][h], sum[2][h], 1e-5 * sum[2][h]);
+                    CHECK_NEAR(m[0][h], m[2][h], 1e-5);
+                    /* the normalised output against a double softmax over both blocks */
+                    double mx = nh % 2 ? 0.5 : -INFINITY, sc[2 * MAXK];
+                    for (int j = 0; j < 2 * nk; j++) {
+                        const hl_fp16 *kr = k + (j / nk) * MAXK * LD + (j % nk) * LD;
+                        double e = 0;
+                        for (int i = 0; i < d; i++) e += (double)q[h * LD + i] * hl_fp16_to_fp32(kr[i]);
+                        sc[j] = 0.125 * e;
+                        if (sc[j] > mx) mx = sc[j];
+                    }
+                    double den = nh % 2 ? exp(0.5 - mx) : 0.0;
+                    for (int j = 0; j < 2 * nk; j++) den += exp(sc[j] - mx);
+                    for (int i = 0; i < d; i++) {
+                        double num = 0;
+                        for (int j = 0; j < 2 * nk; j++)
+                            num += exp(sc[j] - mx) *
+                                   hl_fp16_to_fp32(v[(j / nk) * MAXK * LD + (j % nk) * LD + i]);
+                        CHECK_NEAR(o[0][h * d + i] / sum[0][h], num / den, 1e-5);
+                        CHECK_NEAR(o[0][h * d + i], o[2][h * d + i], 1e-5 * sum[2][h]);
+                    }
+                }
+                n_cases++;
+            }
+    CHECK_EQ_INT(n_cases, 80);
+}
+
 /* SIMD activation quantizers must produce the reference bytes exactly. */
 TEST(kernels_simd_quantize_matches_ref) {
     if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");

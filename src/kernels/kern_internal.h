@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "kernels/kernels.h"
 #include "tensor/types.h"
 
 /* Dot of n elements of a weight row with an activation row of its vec_dot_type. */
@@ -60,6 +61,8 @@ typedef struct kern_table {
     /* small f32 ops */
     float (*sum_squares)(const float *x, int64_t n);
     float (*exp_shift_sum)(float *x, int64_t n, float shift); /* x = exp(x - shift) */
+    float (*max)(const float *x, int64_t n); /* n > 0; NaNs are skipped */
+    void (*scale)(float *x, float s, int64_t n); /* x *= s */
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a * x */
     /* attention: out[j] = scale * dot(q, k + j*ldk) over d; y += sum_j p[j] * (v + j*ldv) */
@@ -78,7 +81,14 @@ typedef struct kern_table {
                           int64_t d);
     void (*axpy_rows_q8_0)(float *y, const float *p, const void *v, size_t ldv, int64_t nk,
                            int64_t d);
+    /* kern_attn_run_block over f16 rows (optional: NULL runs the per-head pieces; over
+     * f32 rows the pieces were faster: the pair kernels save conversions only) */
+    void (*attn_block_f16)(const kern_attn_block *b);
 } kern_table;
+
+/* kern_attn_block from a table's pieces, head by head: what a table's own attn_block_*
+ * must equal bit for bit. */
+void kern_attn_block_pieces(const kern_table *t, hl_type type, const kern_attn_block *b);
 
 const kern_table *kern_table_ref(void);
 /* The table kern_init() chose (ref or avx2). */

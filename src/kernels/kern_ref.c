@@ -383,6 +383,17 @@ static float exp_shift_sum(float *x, int64_t n, float shift) {
     return (float)sum;
 }
 
+static float max_f32(const float *x, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > m) m = x[i];
+    return m;
+}
+
+static void scale(float *x, float s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
 static void swiglu(float *out, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
@@ -463,6 +474,8 @@ static const kern_table g_ref = {
               [HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8},
     .sum_squares = sum_squares,
     .exp_shift_sum = exp_shift_sum,
+    .max = max_f32,
+    .scale = scale,
     .swiglu = swiglu,
     .axpy = axpy,
     .dot_rows = dot_rows,

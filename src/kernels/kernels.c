@@ -505,9 +505,7 @@ void kern_rmsnorm(float *out, const float *x, const float *weight, int64_t n, fl
  * masked) becomes uniform rather than NaN. */
 void kern_softmax(float *x, int64_t n) {
     if (n <= 0) return;
-    float max = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        if (x[i] > max) max = x[i];
+    const float max = kern_max(x, n);
     if (max == -INFINITY) {
         for (int64_t i = 0; i < n; i++) x[i] = 1.0f / (float)n;
         return;
@@ -535,6 +533,41 @@ void kern_axpy_rows(float *y, const float *p, const float *v, int64_t ldv, int64
 
 float kern_exp_shift_sum(float *x, int64_t n, float shift) {
     return n > 0 ? kern_table_active()->exp_shift_sum(x, n, shift) : 0.0f;
+}
+
+float kern_max(const float *x, int64_t n) {
+    return n > 0 ? kern_table_active()->max(x, n) : -INFINITY;
+}
+
+void kern_scale(float *x, float s, int64_t n) {
+    if (n > 0) kern_table_active()->scale(x, s, n);
+}
+
+void kern_attn_block_pieces(const kern_table *t, hl_type type, const kern_attn_block *b) {
+    const bool f16 = type == HL_TYPE_F16;
+    for (int32_t i = 0; i < b->nh; i++) {
+        const float *q = b->q + i * b->ldq;
+        float *o = b->o + i * b->dv, *x = b->score;
+        if (f16) t->dot_rows_f16(x, q, b->k, b->ldk, b->nk, b->dk, b->scale);
+        else t->dot_rows(x, q, b->k, b->ldk, b->nk, b->dk, b->scale);
+        const float mx = t->max(x, b->nk);
+        if (mx > b->m[i]) {
+            const float r = expf(b->m[i] - mx); /* 0 on a head's first block */
+            b->s[i] *= r;
+            t->scale(o, r, b->dv);
+            b->m[i] = mx;
+        }
+        b->s[i] += t->exp_shift_sum(x, b->nk, b->m[i]);
+        if (f16) t->axpy_rows_f16(o, x, b->v, b->ldv, b->nk, b->dv);
+        else t->axpy_rows(o, x, b->v, b->ldv, b->nk, b->dv);
+    }
+}
+
+void kern_attn_run_block(hl_type type, const kern_attn_block *b) {
+    if (b->nk <= 0 || b->nh <= 0) return;
+    const kern_table *t = kern_table_active();
+    if (type == HL_TYPE_F16 && t->attn_block_f16) t->attn_block_f16(b);
+    else kern_attn_block_pieces(t, type, b);
 }
 
 void kern_kv_store_row(hl_type type, const float *x, void *dst, int64_t n) {

@@ -100,5 +100,30 @@ void kern_axpy_rows_kv(hl_type type, float *y, const float *p, const void *v, si
                        int64_t nk, int64_t d);
 /* x[i] = exp(x[i] - shift); returns the sum (attention's online softmax). */
 float kern_exp_shift_sum(float *x, int64_t n, float shift);
+/* One block of keys of decode attention's online softmax, for nh query heads that share
+ * one KV head (GQA), keys and values of f32 or f16 rows (ldk, ldv in elements). Per head i
+ * (query q + i*ldq, state o + i*dv, m[i], s[i]): scores x_j = scale * q.k_j over nk keys;
+ * with M = max(m[i], max_j x_j), o and s[i] are first scaled by exp(m[i] - M) (when M
+ * grew), then s[i] += sum_j exp(x_j - M), o += sum_j exp(x_j - M) v_j, m[i] = M. score:
+ * 2 * nk floats of scratch. The result is bit for bit that of the per-head sequence
+ * kern_dot_rows_kv, kern_max, kern_scale, kern_exp_shift_sum, kern_axpy_rows_kv, so a
+ * head's output does not depend on nh. perf: two heads share each conversion of a key or
+ * value row, and a block costs one call instead of five per head. */
+typedef struct kern_attn_block {
+    int32_t nh;
+    const float *q;
+    int64_t ldq;
+    const void *k, *v;
+    int64_t ldk, ldv; /* elements */
+    int64_t nk, dk, dv;
+    float scale;
+    float *o, *m, *s, *score;
+} kern_attn_block;
+void kern_attn_run_block(hl_type type, const kern_attn_block *b);
+
+/* The largest of x[0 .. n), NaNs skipped; -inf if n <= 0 or all are NaN. */
+float kern_max(const float *x, int64_t n);
+/* x[i] *= s. */
+void kern_scale(float *x, float s, int64_t n);
 
 #endif

@@ -352,7 +352,7 @@ static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int
     const int32_t seq = c->tok_seq[t];
     /* the token's own sequence, in the slot of the layer's cache */
     const model_seq_kv *kv = &c->seq_kv[seq].slot[c->m->layer_slot[a->layer]];
-    float score[ATTN_BLOCK];
+    float score[2 * ATTN_BLOCK]; /* kern_attn_block's scratch: two heads' scores */
     const float *q = c->q + ((int64_t)t * a->n_head + h0) * hdk;
     const hl_type kt = kv->geom->k_type, vt = kv->geom->v_type;
     const size_t ldk = kv->geom->k_row[a->layer], ldv = kv->geom->v_row[a->layer];
@@ -373,24 +373,34 @@ static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int
         run_sum[i] = first && a->sinks ? 1.0f : 0.0f;
     }
     memset(out, 0, (size_t)nh * (size_t)hdv * sizeof *out);
+    /* f32 and f16 rows without a softcap: a block of all nh heads in one kernel call
+     * (kern_attn_run_block: f16 heads in pairs), the same bits as the per-head steps below */
+    const bool fused = a->softcap == 0.0f && kt == vt && (kt == HL_TYPE_F32 || kt == HL_TYPE_F16);
     for (int32_t k0 = r0, nb; k0 < r1; k0 += nb) {
         /* a run of keys that is contiguous: inside one cache block */
         nb = r1 - k0 < ATTN_BLOCK ? r1 - k0 : ATTN_BLOCK;
         if (nb > kv->B - k0 % kv->B) nb = kv->B - k0 % kv->B;
         const uint8_t *K = kv_k(kv, a->layer, kvh, k0);
         const uint8_t *V = kv_v(kv, a->layer, kvh, k0);
+        if (fused) {
+            const size_t esz = kt == HL_TYPE_F16 ? sizeof(hl_fp16) : sizeof(float);
+            const kern_attn_block b = {.nh = nh, .q = q, .ldq = hdk, .k = K, .v = V,
+                                       .ldk = (int64_t)(ldk / esz), .ldv = (int64_t)(ldv / esz),
+                                       .nk = nb, .dk = hdk, .dv = hdv, .scale = a->scale,
+                                       .o = out, .m = run_max, .s = run_sum, .score = score};
+            kern_attn_run_block(kt, &b);
+            continue;
+        }
         for (int32_t i = 0; i < nh; i++) {
             float *o = out + (int64_t)i * hdv;
             kern_dot_rows_kv(kt, score, (const uint8_t *)qk + i * q_stride, K, ldk, nb, hdk,
                              a->scale);
             if (a->softcap != 0.0f) op_softcap(score, nb, a->softcap);
-            float block_max = -INFINITY;
-            for (int32_t k = 0; k < nb; k++)
-                if (score[k] > block_max) block_max = score[k];
+            const float block_max = kern_max(score, nb);
             if (block_max > run_max[i]) {
                 const float r = expf(run_max[i] - block_max); /* 0 on the first block */
                 run_sum[i] *= r;
-                for (int32_t d = 0; d < hdv; d++) o[d] *= r;
+                kern_scale(o, r, hdv);
                 run_max[i] = block_max;
             }
             /* perf: vector exp over the block; the value sum with o held in registers */
