@@ -150,6 +150,8 @@ def summary(path):
     for f, meas in order:
         d = data[(f, meas)]
         lv, hv = d.get("llama.cpp", []), d.get("hearth", [])
+        if not hv and " fa=" in meas:  # one flash-attention setting of llama.cpp's decode at depth
+            hv = data.get((f, meas.split(" fa=")[0]), {}).get("hearth", [])
         ratio = "-"
         if lv and hv:
             lm, hm = statistics.median(lv), statistics.median(hv)

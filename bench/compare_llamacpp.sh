@@ -59,20 +59,37 @@ has() { case ",$MEASURES," in *",$1,"*) return 0;; esac; return 1; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 rec() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$(load)" >>"$OUT"; }
 
-# llama-bench, one repetition; prints the best avg_ts over the rows (several -fa settings).
-lb() {
+# llama-bench, one repetition; prints the best avg_ts over the rows (several -fa settings),
+# then each row's flash_attn setting and avg_ts.
+lb_rows() {
     "$LLAMA_BIN/llama-bench" -m "$1" -t "$THREADS" -r 1 -mmp 0 -o csv "${@:2}" 2>/dev/null |
         python3 -c '
 import csv, sys
 rows = list(csv.DictReader(sys.stdin))
-print(max(float(r["avg_ts"]) for r in rows) if rows else "nan")'
+print(max(float(r["avg_ts"]) for r in rows) if rows else "nan")
+for r in rows:
+    print(r.get("flash_attn", "?"), r["avg_ts"])'
+}
+lb() { lb_rows "$@" | head -n 1; }
+
+# Decode at depth: the best of the LLAMA_FA settings, and with several, each one on its own
+# (the summary also gives the ratio against each setting's median).
+llama_tgd() { # file round
+    local out fa v
+    out=$(lb_rows "$1" -p 0 -n "$TGD_N" -d "$DEPTH" -fa "$LLAMA_FA")
+    rec "$2" "$1" llama.cpp "tg@$DEPTH" "$(head -n 1 <<<"$out")"
+    case $LLAMA_FA in *,*)
+        tail -n +2 <<<"$out" | while read -r fa v; do
+            rec "$2" "$1" llama.cpp "tg@$DEPTH fa=$fa" "$v"
+        done;;
+    esac
 }
 
 llama_side() { # file round
     local f=$1 r=$2
     if has pp; then rec "$r" "$f" llama.cpp pp512 "$(lb "$f" -p 512 -n 0)"; fi
     if has tg; then rec "$r" "$f" llama.cpp tg128 "$(lb "$f" -p 0 -n 128)"; fi
-    if has tgd; then rec "$r" "$f" llama.cpp "tg@$DEPTH" "$(lb "$f" -p 0 -n "$TGD_N" -d "$DEPTH" -fa "$LLAMA_FA")"; fi
+    if has tgd; then llama_tgd "$f" "$r"; fi
 }
 
 hearth_side() {
