@@ -1904,89 +1904,83 @@ static void axpy_rows_q8_0(float *y, const float *p, const void *v, size_t ldv, 
 
 /* ---- decode attention: one block of keys for several query heads (kern_attn_block) -- */
 
-/* Scores of two query heads over the same keys, each key row loaded (and converted) once
- * for both. Per (head, key) the lanes, the order and the reduction are dot_rows'
- * 4-key pass, so each score has the bits dot_rows / dot_rows_f16 give it. d % 8 == 0. */
-#define SCORES2(NAME, T, LOAD)                                                                     \
-    static void NAME(float *out0, float *out1, const float *q0, const float *q1, const T *k,       \
-                     int64_t ldk, int64_t nk, int64_t d, float scale) {                            \
-        for (int64_t j = 0; j < nk; j += 4) {                                                      \
-            const T *kr[4];                                                                        \
-            for (int r = 0; r < 4; r++) kr[r] = k + (j + r < nk ? j + r : j) * ldk;               \
-            __m256 a[4], b[4];                                                                     \
-            UNROLL for (int r = 0; r < 4; r++) a[r] = b[r] = _mm256_setzero_ps();                  \
-            for (int64_t i = 0; i < d; i += 8) {                                                   \
-                const __m256 x = _mm256_loadu_ps(q0 + i), y = _mm256_loadu_ps(q1 + i);             \
-                UNROLL for (int r = 0; r < 4; r++) {                                               \
-                    const __m256 kv = LOAD(kr[r] + i);                                             \
-                    a[r] = _mm256_fmadd_ps(kv, x, a[r]);                                           \
-                    b[r] = _mm256_fmadd_ps(kv, y, b[r]);                                           \
-                }                                                                                  \
-            }                                                                                      \
-            const __m256 ha = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3])); \
-            const __m256 hb = _mm256_hadd_ps(_mm256_hadd_ps(b[0], b[1]), _mm256_hadd_ps(b[2], b[3])); \
-            /* [head 0: keys j..j+3 | head 1: keys j..j+3] */                                      \
-            const __m256 s = _mm256_mul_ps(_mm256_add_ps(_mm256_permute2f128_ps(ha, hb, 0x20),     \
-                                                         _mm256_permute2f128_ps(ha, hb, 0x31)),    \
-                                           _mm256_set1_ps(scale));                                 \
-            if (j + 4 <= nk) {                                                                     \
-                _mm_storeu_ps(out0 + j, _mm256_castps256_ps128(s));                                \
-                _mm_storeu_ps(out1 + j, _mm256_extractf128_ps(s, 1));                              \
-            } else {                                                                               \
-                float tmp[8];                                                                      \
-                _mm256_storeu_ps(tmp, s);                                                          \
-                for (int64_t r = 0; j + r < nk; r++) {                                             \
-                    out0[j + r] = tmp[r];                                                          \
-                    out1[j + r] = tmp[4 + r];                                                      \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
+/* Scores of two query heads over the same f16 keys, each key row converted once for both.
+ * Per (head, key) the lanes, the order and the reduction are those of dot_rows_f16's
+ * passes, so each score has the bits dot_rows_f16 gives it. d % 8 == 0. */
+static void scores2_f16(float *out0, float *out1, const float *q0, const float *q1,
+                        const hl_fp16 *k, int64_t ldk, int64_t nk, int64_t d, float scale) {
+    for (int64_t j = 0; j < nk; j += 4) {
+        const hl_fp16 *kr[4];
+        for (int r = 0; r < 4; r++) kr[r] = k + (j + r < nk ? j + r : j) * ldk;
+        __m256 a[4], b[4];
+        UNROLL for (int r = 0; r < 4; r++) a[r] = b[r] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < d; i += 8) {
+            const __m256 x = _mm256_loadu_ps(q0 + i), y = _mm256_loadu_ps(q1 + i);
+            UNROLL for (int r = 0; r < 4; r++) {
+                const __m256 kv = load_f16x8(kr[r] + i);
+                a[r] = _mm256_fmadd_ps(kv, x, a[r]);
+                b[r] = _mm256_fmadd_ps(kv, y, b[r]);
+            }
+        }
+        const __m256 ha = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+        const __m256 hb = _mm256_hadd_ps(_mm256_hadd_ps(b[0], b[1]), _mm256_hadd_ps(b[2], b[3]));
+        /* [head 0: keys j..j+3 | head 1: keys j..j+3] */
+        const __m256 s = _mm256_mul_ps(_mm256_add_ps(_mm256_permute2f128_ps(ha, hb, 0x20),
+                                                     _mm256_permute2f128_ps(ha, hb, 0x31)),
+                                       _mm256_set1_ps(scale));
+        if (j + 4 <= nk) {
+            _mm_storeu_ps(out0 + j, _mm256_castps256_ps128(s));
+            _mm_storeu_ps(out1 + j, _mm256_extractf128_ps(s, 1));
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, s);
+            for (int64_t r = 0; j + r < nk; r++) {
+                out0[j + r] = tmp[r];
+                out1[j + r] = tmp[4 + r];
+            }
+        }
     }
-SCORES2(scores2_f16, hl_fp16, load_f16x8)
+}
 
-/* Value sums of two heads over the same rows, each row chunk converted once for both: nc
- * (4 or 1) chunks of 8 outputs per head in registers, one fma per key and element in key
- * order, so each output has axpy_rows' bits. */
-#define AXPY2_CHUNKS(NAME, T, LOAD)                                                                \
-    ROWS_INLINE void NAME(float *y0, float *y1, const float *p0, const float *p1, const T *v,      \
-                          int64_t ldv, int64_t nk, int nc) {                                       \
-        __m256 a[4], b[4];                                                                         \
-        UNROLL for (int r = 0; r < nc; r++) {                                                      \
-            a[r] = _mm256_loadu_ps(y0 + 8 * r);                                                    \
-            b[r] = _mm256_loadu_ps(y1 + 8 * r);                                                    \
-        }                                                                                          \
-        for (int64_t j = 0; j < nk; j++) {                                                         \
-            const __m256 pa = _mm256_set1_ps(p0[j]), pb = _mm256_set1_ps(p1[j]);                   \
-            UNROLL for (int r = 0; r < nc; r++) {                                                  \
-                const __m256 x = LOAD(v + j * ldv + 8 * r);                                        \
-                a[r] = _mm256_fmadd_ps(pa, x, a[r]);                                               \
-                b[r] = _mm256_fmadd_ps(pb, x, b[r]);                                               \
-            }                                                                                      \
-        }                                                                                          \
-        UNROLL for (int r = 0; r < nc; r++) {                                                      \
-            _mm256_storeu_ps(y0 + 8 * r, a[r]);                                                    \
-            _mm256_storeu_ps(y1 + 8 * r, b[r]);                                                    \
-        }                                                                                          \
+/* Value sums of two heads over the same f16 rows, each row chunk converted once for both:
+ * nc (4 or 1) chunks of 8 outputs per head in registers (with 4: 8 fma chains), one fma
+ * per key and element in key order, so each output has axpy_rows_f16's bits. */
+ROWS_INLINE void axpy2_chunks_f16(float *y0, float *y1, const float *p0, const float *p1,
+                                  const hl_fp16 *v, int64_t ldv, int64_t nk, int nc) {
+    __m256 a[4], b[4];
+    UNROLL for (int r = 0; r < nc; r++) {
+        a[r] = _mm256_loadu_ps(y0 + 8 * r);
+        b[r] = _mm256_loadu_ps(y1 + 8 * r);
     }
-AXPY2_CHUNKS(axpy2_chunks_f16, hl_fp16, load_f16x8)
+    for (int64_t j = 0; j < nk; j++) {
+        const __m256 pa = _mm256_set1_ps(p0[j]), pb = _mm256_set1_ps(p1[j]);
+        UNROLL for (int r = 0; r < nc; r++) {
+            const __m256 x = load_f16x8(v + j * ldv + 8 * r);
+            a[r] = _mm256_fmadd_ps(pa, x, a[r]);
+            b[r] = _mm256_fmadd_ps(pb, x, b[r]);
+        }
+    }
+    UNROLL for (int r = 0; r < nc; r++) {
+        _mm256_storeu_ps(y0 + 8 * r, a[r]);
+        _mm256_storeu_ps(y1 + 8 * r, b[r]);
+    }
+}
 
-#define AXPY2_ROWS(NAME, T, CHUNKS, SCALAR)                                                        \
-    static void NAME(float *y0, float *y1, const float *p0, const float *p1, const T *v,           \
-                     int64_t ldv, int64_t nk, int64_t d) {                                         \
-        int64_t i = 0;                                                                             \
-        for (; i + 32 <= d; i += 32) CHUNKS(y0 + i, y1 + i, p0, p1, v + i, ldv, nk, 4);            \
-        for (; i + 8 <= d; i += 8) CHUNKS(y0 + i, y1 + i, p0, p1, v + i, ldv, nk, 1);              \
-        for (; i < d; i++) {                                                                       \
-            float a = y0[i], b = y1[i];                                                            \
-            for (int64_t j = 0; j < nk; j++) {                                                     \
-                a = fmaf(p0[j], SCALAR(v[j * ldv + i]), a);                                        \
-                b = fmaf(p1[j], SCALAR(v[j * ldv + i]), b);                                        \
-            }                                                                                      \
-            y0[i] = a;                                                                             \
-            y1[i] = b;                                                                             \
-        }                                                                                          \
+static void axpy2_rows_f16(float *y0, float *y1, const float *p0, const float *p1,
+                           const hl_fp16 *v, int64_t ldv, int64_t nk, int64_t d) {
+    int64_t i = 0;
+    for (; i + 32 <= d; i += 32) axpy2_chunks_f16(y0 + i, y1 + i, p0, p1, v + i, ldv, nk, 4);
+    for (; i + 8 <= d; i += 8) axpy2_chunks_f16(y0 + i, y1 + i, p0, p1, v + i, ldv, nk, 1);
+    for (; i < d; i++) {
+        float a = y0[i], b = y1[i];
+        for (int64_t j = 0; j < nk; j++) {
+            a = fmaf(p0[j], fp16_to_f32(v[j * ldv + i]), a);
+            b = fmaf(p1[j], fp16_to_f32(v[j * ldv + i]), b);
+        }
+        y0[i] = a;
+        y1[i] = b;
     }
-AXPY2_ROWS(axpy2_rows_f16, hl_fp16, axpy2_chunks_f16, fp16_to_f32)
+}
 
 /* The online softmax step of one head over its block's scores x (kern_attn_block). */
 static inline void softmax_step(float *x, int64_t nk, float *m, float *s, float *o, int64_t dv) {
@@ -2001,31 +1995,30 @@ static inline void softmax_step(float *x, int64_t nk, float *m, float *s, float 
 }
 
 /* Heads in pairs (the pair kernels above), an odd last one alone: every head's arithmetic
- * is that of kern_attn_block_pieces. */
-#define ATTN_BLOCK_FN(NAME, T, DOT_ROWS, SCORES2_FN, AXPY_ROWS_FN, AXPY2_FN)                          \
-    static void NAME(const kern_attn_block *b) {                                                   \
-        const T *k = b->k, *v = b->v;                                                              \
-        for (int32_t i = 0; i < b->nh; i += 2) {                                                   \
-            const bool two = i + 1 < b->nh;                                                        \
-            const float *q0 = b->q + i * b->ldq, *q1 = q0 + b->ldq;                                \
-            float *x0 = b->score, *x1 = b->score + b->nk;                                          \
-            float *o0 = b->o + i * b->dv, *o1 = o0 + b->dv;                                        \
-            if (two && b->dk % 8 == 0) {                                                           \
-                SCORES2_FN(x0, x1, q0, q1, k, b->ldk, b->nk, b->dk, b->scale);                     \
-            } else {                                                                               \
-                DOT_ROWS(x0, q0, k, b->ldk, b->nk, b->dk, b->scale);                               \
-                if (two) DOT_ROWS(x1, q1, k, b->ldk, b->nk, b->dk, b->scale);                      \
-            }                                                                                      \
-            softmax_step(x0, b->nk, &b->m[i], &b->s[i], o0, b->dv);                                \
-            if (two) {                                                                             \
-                softmax_step(x1, b->nk, &b->m[i + 1], &b->s[i + 1], o1, b->dv);                    \
-                AXPY2_FN(o0, o1, x0, x1, v, b->ldv, b->nk, b->dv);                                 \
-            } else {                                                                               \
-                AXPY_ROWS_FN(o0, x0, v, b->ldv, b->nk, b->dv);                                     \
-            }                                                                                      \
-        }                                                                                          \
+ * is that of kern_attn_block_pieces. Over f32 rows the pieces were faster: pairs save
+ * conversions only. */
+static void attn_block_f16(const kern_attn_block *b) {
+    const hl_fp16 *k = b->k, *v = b->v;
+    for (int32_t i = 0; i < b->nh; i += 2) {
+        const bool two = i + 1 < b->nh;
+        const float *q0 = b->q + i * b->ldq, *q1 = q0 + b->ldq;
+        float *x0 = b->score, *x1 = b->score + b->nk;
+        float *o0 = b->o + i * b->dv, *o1 = o0 + b->dv;
+        if (two && b->dk % 8 == 0) {
+            scores2_f16(x0, x1, q0, q1, k, b->ldk, b->nk, b->dk, b->scale);
+        } else {
+            dot_rows_f16(x0, q0, k, b->ldk, b->nk, b->dk, b->scale);
+            if (two) dot_rows_f16(x1, q1, k, b->ldk, b->nk, b->dk, b->scale);
+        }
+        softmax_step(x0, b->nk, &b->m[i], &b->s[i], o0, b->dv);
+        if (two) {
+            softmax_step(x1, b->nk, &b->m[i + 1], &b->s[i + 1], o1, b->dv);
+            axpy2_rows_f16(o0, o1, x0, x1, v, b->ldv, b->nk, b->dv);
+        } else {
+            axpy_rows_f16(o0, x0, v, b->ldv, b->nk, b->dv);
+        }
     }
-ATTN_BLOCK_FN(attn_block_f16, hl_fp16, dot_rows_f16, scores2_f16, axpy_rows_f16, axpy2_rows_f16)
+}
 
 void kern_avx2_fill(kern_table *t) {
     t->name = "avx2";
