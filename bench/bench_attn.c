@@ -1,15 +1,16 @@
 /*
  * bench_attn.c - decode attention alone (op_attention), TinyLlama's attention shape
  * (22 layers, 32 query heads, 4 KV heads of 64): one decode step's attention at a context
- * of --ctx positions, over f32, f16 and q8_0 caches, the KV in blocks of 256 positions
- * like the runner's pool (all 22 layers: 185 MB of f32 KV at 4096, beyond the last-level
+ * of --ctx positions, over f32, f16 and q8_0 caches, the KV in blocks of --block positions
+ * (256 by default, the figures in bench/README.md; the runner's pool uses 32,
+ * RUNNER_BLOCK_TOKENS) (all 22 layers: 185 MB of f32 KV at 4096, beyond the last-level
  * cache, as in a real decode step). Per type: ms per step (median of --runs, after one
  * untimed step) with min..max, process CPU ms per step (median; on a shared machine wall
  * time counts the neighbours, CPU time what the code costs), and GB/s of K and V read in
  * the best run, with 1 and --threads threads; the types alternate within each run so a
  * busy neighbour hits all alike.
  *
- *   build/bench/bench_attn [--ctx 4096] [--threads 2] [--runs 7]
+ *   build/bench/bench_attn [--ctx 4096] [--threads 2] [--runs 7] [--block 256]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@
 #include "model/ops.h"
 #include "model_synth.h"
 
-enum { NL = 22, NH = 32, NKV = 4, HD = 64, BLK = 256, MAX_RUNS = 64 };
+enum { NL = 22, NH = 32, NKV = 4, HD = 64, MAX_RUNS = 64 };
 
 static double now_s(clockid_t clk) {
     struct timespec ts;
@@ -69,8 +70,9 @@ int main(int argc, char **argv) {
     const int32_t ctx = atoi(arg(argc, argv, "--ctx", "4096"));
     const int threads = atoi(arg(argc, argv, "--threads", "2"));
     int runs = atoi(arg(argc, argv, "--runs", "7"));
-    if (ctx < 1 || threads < 1 || runs < 1) {
-        fprintf(stderr, "usage: bench_attn [--ctx 4096] [--threads 2] [--runs 7]\n");
+    const int32_t block = atoi(arg(argc, argv, "--block", "256"));
+    if (ctx < 1 || threads < 1 || runs < 1 || block < 1 || block > 65536) {
+        fprintf(stderr, "usage: bench_attn [--ctx 4096] [--threads 2] [--runs 7] [--block 256]\n");
         return 2;
     }
     if (runs > MAX_RUNS) runs = MAX_RUNS;
@@ -101,7 +103,7 @@ int main(int argc, char **argv) {
     kv_layer_dims dims[NL];
     for (int l = 0; l < NL; l++) dims[l] = (kv_layer_dims){NKV, HD, HD};
     kv_geom g[3];
-    const int nblk = (ctx + BLK - 1) / BLK;
+    const int nblk = (ctx + block - 1) / block;
     void **blocks[3];
     model_seq_kv view[3];
     float row[HD];
@@ -113,7 +115,7 @@ int main(int argc, char **argv) {
         }
         blocks[ti] = calloc((size_t)nblk, sizeof(void *));
         for (int b = 0; b < nblk; b++) {
-            blocks[ti][b] = malloc(BLK * g[ti].bytes_per_pos);
+            blocks[ti][b] = malloc((size_t)block * g[ti].bytes_per_pos);
             if (!blocks[ti][b]) return 1;
         }
         for (int32_t p = 0; p < ctx; p++)
@@ -123,11 +125,11 @@ int main(int argc, char **argv) {
                         seed = seed * 1664525u + 1013904223u;
                         row[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
                     }
-                    void *base = blocks[ti][p / BLK];
-                    kern_kv_store_row(types[ti], row, kv_geom_k(&g[ti], base, BLK, l, h, p % BLK), HD);
-                    kern_kv_store_row(types[ti], row, kv_geom_v(&g[ti], base, BLK, l, h, p % BLK), HD);
+                    void *base = blocks[ti][p / block];
+                    kern_kv_store_row(types[ti], row, kv_geom_k(&g[ti], base, block, l, h, p % block), HD);
+                    kern_kv_store_row(types[ti], row, kv_geom_v(&g[ti], base, block, l, h, p % block), HD);
                 }
-        view[ti] = (model_seq_kv){.blocks = blocks[ti], .B = BLK, .len = ctx, .geom = &g[ti]};
+        view[ti] = (model_seq_kv){.blocks = blocks[ti], .B = block, .len = ctx, .geom = &g[ti]};
     }
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < 8 * NH * HD; i++) cs[k]->q[i] = 0.01f * (float)(i % 17);
@@ -137,9 +139,9 @@ int main(int argc, char **argv) {
     for (int r = 0; r < runs; r++)
         for (int k = 0; k < 2; k++)
             for (int ti = 0; ti < 3; ti++) t[k][ti][r] = step(cs[k], &view[ti], ctx, &cpu[k][ti][r]);
-    printf("bench_attn: decode attention at %d positions, 22 layers x 32 heads (4 KV) x 64, "
-           "kernels %s, median [min..max] of %d\n",
-           ctx, kern_variant(), runs);
+    printf("bench_attn: decode attention at %d positions in blocks of %d, 22 layers x 32 heads "
+           "(4 KV) x 64, kernels %s, median [min..max] of %d\n",
+           ctx, block, kern_variant(), runs);
     for (int k = 0; k < 2; k++)
         for (int ti = 0; ti < 3; ti++) {
             qsort(t[k][ti], (size_t)runs, sizeof(double), cmp_d);
