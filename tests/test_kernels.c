@@ -462,8 +462,8 @@ TEST(kernels_max_and_scale_match_ref) {
  * heads in pairs, each key and value row converted once per pair) equals its own table's
  * per-head pieces bit for bit, for any head count (odd ones run the last head alone), key
  * count (vector tails) and head size (chunks of 32 and 8, a scalar tail); both within
- * rounding of the reference table; and two blocks in a row give the softmax attention of
- * all their keys. */
+ * rounding of the reference table; and two blocks in a row (the first naming the second
+ * for prefetch) give the softmax attention of all their keys. */
 TEST(kernels_attn_block_equals_per_head_pieces) {
     kern_table simd = *kern_table_ref();
     if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
@@ -498,7 +498,11 @@ TEST(kernels_attn_block_equals_per_head_pieces) {
                             .nh = nh, .q = q, .ldq = LD, .k = k + blk * MAXK * LD,
                             .v = v + blk * MAXK * LD, .ldk = LD, .ldv = LD, .nk = nk, .dk = d,
                             .dv = d, .scale = 0.125f, .o = o[w], .m = m[w], .s = sum[w],
-                            .score = score};
+                            .score = score,
+                            /* the first block names the second to prefetch: no effect */
+                            .next_k = blk == 0 ? k + MAXK * LD : NULL,
+                            .next_v = blk == 0 ? v + MAXK * LD : NULL,
+                            .next_nk = blk == 0 ? nk : 0};
                         if (w == 0) simd.attn_block_f16(&b);
                         else kern_attn_block_pieces(w == 1 ? &simd : kern_table_ref(),
                                                     HL_TYPE_F16, &b);

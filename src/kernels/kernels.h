@@ -118,6 +118,13 @@ typedef struct kern_attn_block {
     int64_t nk, dk, dv;
     float scale;
     float *o, *m, *s, *score;
+    /* the block this head group walks next (next_k NULL: none): next_nk keys at next_k
+     * and next_v, laid out as k and v. The f16 kernel prefetches it while this block runs:
+     * each block's rows are a short run (4 KB per layer and head in the runner's
+     * 32-position cache blocks) that the hardware prefetchers only find after its first
+     * misses. No effect on the result. */
+    const void *next_k, *next_v;
+    int64_t next_nk;
 } kern_attn_block;
 void kern_attn_run_block(hl_type type, const kern_attn_block *b);
 

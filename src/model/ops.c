@@ -333,6 +333,14 @@ static void attn_range_keys(int32_t k_begin, int32_t k_end, int32_t r, int32_t *
     if (*r1 < *r0) *r1 = *r0;
 }
 
+/* The keys from k0 scored in one step: up to ATTN_BLOCK, inside one cache block (so their
+ * rows are contiguous); 0 from r1 on. */
+static int32_t attn_block_len(const model_seq_kv *kv, int32_t k0, int32_t r1) {
+    if (k0 >= r1) return 0;
+    const int32_t nb = r1 - k0 < ATTN_BLOCK ? r1 - k0 : ATTN_BLOCK;
+    return nb < kv->B - k0 % kv->B ? nb : kv->B - k0 % kv->B;
+}
+
 /* Query heads [h0, h0 + nh) of token t, all of one KV head, nh <= ATTN_HEADS, over the
  * keys [r0, r1): the unnormalised output into out ([nh][hdv]), the running max and sum
  * into run_max / run_sum; first: the token's first range, which starts from the sinks.
@@ -377,17 +385,19 @@ static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int
      * (kern_attn_run_block: f16 heads in pairs), the same bits as the per-head steps below */
     const bool fused = a->softcap == 0.0f && kt == vt && (kt == HL_TYPE_F32 || kt == HL_TYPE_F16);
     for (int32_t k0 = r0, nb; k0 < r1; k0 += nb) {
-        /* a run of keys that is contiguous: inside one cache block */
-        nb = r1 - k0 < ATTN_BLOCK ? r1 - k0 : ATTN_BLOCK;
-        if (nb > kv->B - k0 % kv->B) nb = kv->B - k0 % kv->B;
+        nb = attn_block_len(kv, k0, r1);
         const uint8_t *K = kv_k(kv, a->layer, kvh, k0);
         const uint8_t *V = kv_v(kv, a->layer, kvh, k0);
         if (fused) {
             const size_t esz = kt == HL_TYPE_F16 ? sizeof(hl_fp16) : sizeof(float);
+            const int32_t k1 = k0 + nb, nb1 = attn_block_len(kv, k1, r1);
             const kern_attn_block b = {.nh = nh, .q = q, .ldq = hdk, .k = K, .v = V,
                                        .ldk = (int64_t)(ldk / esz), .ldv = (int64_t)(ldv / esz),
                                        .nk = nb, .dk = hdk, .dv = hdv, .scale = a->scale,
-                                       .o = out, .m = run_max, .s = run_sum, .score = score};
+                                       .o = out, .m = run_max, .s = run_sum, .score = score,
+                                       .next_k = nb1 > 0 ? kv_k(kv, a->layer, kvh, k1) : NULL,
+                                       .next_v = nb1 > 0 ? kv_v(kv, a->layer, kvh, k1) : NULL,
+                                       .next_nk = nb1};
             kern_attn_run_block(kt, &b);
             continue;
         }
