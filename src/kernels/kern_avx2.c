@@ -1930,7 +1930,7 @@ static void scores2_f16(float *out0, float *out1, const float *q0, const float *
                         const hl_fp16 *k, int64_t ldk, int64_t nk, int64_t d, float scale,
                         attn_prefetch *pf) {
     for (int64_t j = 0; j < nk; j += 4) {
-        if (pf) attn_prefetch_step(pf);
+        attn_prefetch_step(pf);
         const hl_fp16 *kr[4];
         for (int r = 0; r < 4; r++) kr[r] = k + (j + r < nk ? j + r : j) * ldk;
         __m256 a[4], b[4];
@@ -2020,7 +2020,7 @@ static inline void softmax_step(float *x, int64_t nk, float *m, float *s, float 
  * conversions only. */
 static void attn_block_f16(const kern_attn_block *b) {
     const hl_fp16 *k = b->k, *v = b->v;
-    attn_prefetch pf = {0};
+    attn_prefetch pf = {0}; /* per_step 0: nothing to prefetch */
     if (b->next_k) {
         pf.k = b->next_k;
         pf.v = b->next_v;
@@ -2036,8 +2036,7 @@ static void attn_block_f16(const kern_attn_block *b) {
         float *x0 = b->score, *x1 = b->score + b->nk;
         float *o0 = b->o + i * b->dv, *o1 = o0 + b->dv;
         if (two && b->dk % 8 == 0) {
-            scores2_f16(x0, x1, q0, q1, k, b->ldk, b->nk, b->dk, b->scale,
-                        b->next_k ? &pf : NULL);
+            scores2_f16(x0, x1, q0, q1, k, b->ldk, b->nk, b->dk, b->scale, &pf);
         } else {
             dot_rows_f16(x0, q0, k, b->ldk, b->nk, b->dk, b->scale);
             if (two) dot_rows_f16(x1, q1, k, b->ldk, b->nk, b->dk, b->scale);
