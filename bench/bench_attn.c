@@ -11,6 +11,9 @@
  * busy neighbour hits all alike.
  *
  *   build/bench/bench_attn [--ctx 4096] [--threads 2] [--runs 7] [--block 256]
+ *                          [--kv f32,f16,q8_0]
+ *
+ * --kv keeps only the named cache types (to profile one kernel under perf).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,8 +74,20 @@ int main(int argc, char **argv) {
     const int threads = atoi(arg(argc, argv, "--threads", "2"));
     int runs = atoi(arg(argc, argv, "--runs", "7"));
     const int32_t block = atoi(arg(argc, argv, "--block", "256"));
-    if (ctx < 1 || threads < 1 || runs < 1 || block < 1 || block > 65536) {
-        fprintf(stderr, "usage: bench_attn [--ctx 4096] [--threads 2] [--runs 7] [--block 256]\n");
+    const hl_type all[3] = {HL_TYPE_F32, HL_TYPE_F16, HL_TYPE_Q8_0};
+    const char *kv_arg = arg(argc, argv, "--kv", "f32,f16,q8_0");
+    hl_type types[3];
+    int nt = 0;
+    for (int i = 0; i < 3; i++) {
+        const char *name = hl_type_name(all[i]), *at = strstr(kv_arg, name);
+        const size_t len = strlen(name);
+        /* a whole item of the list: f16 must not match inside bf16, say */
+        if (at && (at == kv_arg || at[-1] == ',') && (at[len] == '\0' || at[len] == ','))
+            types[nt++] = all[i];
+    }
+    if (ctx < 1 || threads < 1 || runs < 1 || block < 1 || block > 65536 || nt == 0) {
+        fprintf(stderr, "usage: bench_attn [--ctx 4096] [--threads 2] [--runs 7] [--block 256] "
+                        "[--kv f32,f16,q8_0]\n");
         return 2;
     }
     if (runs > MAX_RUNS) runs = MAX_RUNS;
@@ -99,7 +114,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_attn: %s\n", err.msg);
             return 1;
         }
-    const hl_type types[3] = {HL_TYPE_F32, HL_TYPE_F16, HL_TYPE_Q8_0};
     kv_layer_dims dims[NL];
     for (int l = 0; l < NL; l++) dims[l] = (kv_layer_dims){NKV, HD, HD};
     kv_geom g[3];
@@ -108,7 +122,7 @@ int main(int argc, char **argv) {
     model_seq_kv view[3];
     float row[HD];
     unsigned seed = 1;
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < nt; ti++) {
         if (kv_geom_init(&g[ti], NL, dims, types[ti], types[ti], &err)) {
             fprintf(stderr, "bench_attn: %s\n", err.msg);
             return 1;
@@ -135,15 +149,15 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 8 * NH * HD; i++) cs[k]->q[i] = 0.01f * (float)(i % 17);
     static double t[2][3][MAX_RUNS], cpu[2][3][MAX_RUNS];
     for (int k = 0; k < 2; k++)
-        for (int ti = 0; ti < 3; ti++) step(cs[k], &view[ti], ctx, &cpu[k][ti][0]); /* warm-up */
+        for (int ti = 0; ti < nt; ti++) step(cs[k], &view[ti], ctx, &cpu[k][ti][0]); /* warm-up */
     for (int r = 0; r < runs; r++)
         for (int k = 0; k < 2; k++)
-            for (int ti = 0; ti < 3; ti++) t[k][ti][r] = step(cs[k], &view[ti], ctx, &cpu[k][ti][r]);
+            for (int ti = 0; ti < nt; ti++) t[k][ti][r] = step(cs[k], &view[ti], ctx, &cpu[k][ti][r]);
     printf("bench_attn: decode attention at %d positions in blocks of %d, 22 layers x 32 heads "
            "(4 KV) x 64, kernels %s, median [min..max] of %d\n",
            ctx, block, kern_variant(), runs);
     for (int k = 0; k < 2; k++)
-        for (int ti = 0; ti < 3; ti++) {
+        for (int ti = 0; ti < nt; ti++) {
             qsort(t[k][ti], (size_t)runs, sizeof(double), cmp_d);
             qsort(cpu[k][ti], (size_t)runs, sizeof(double), cmp_d);
             const double med = t[k][ti][runs / 2];
@@ -154,7 +168,7 @@ int main(int argc, char **argv) {
                    t[k][ti][0] * 1e3, t[k][ti][runs - 1] * 1e3, cpu[k][ti][runs / 2] * 1e3,
                    bytes / t[k][ti][0] / 1e9, bytes / 1e6);
         }
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < nt; ti++) {
         for (int b = 0; b < nblk; b++) free(blocks[ti][b]);
         free(blocks[ti]);
         kv_geom_free(&g[ti]);
