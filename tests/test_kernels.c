@@ -469,13 +469,15 @@ TEST(kernels_attn_block_equals_per_head_pieces) {
     if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
     kern_avx2_fill(&simd);
     CHECK(simd.attn_block_f16 != NULL);
-    enum { MAXH = 9, MAXK = 67, LD = 91 };
-    static const int heads[] = {1, 2, 3, 8, 9}, keys[] = {1, 5, 64, 67}, dims[] = {64, 80, 24, 12};
+    enum { MAXH = 9, MAXK = 67, LD = 131 };
+    /* 64 and 128: the kernel's unrolled head sizes; the others its generic loop */
+    static const int heads[] = {1, 2, 3, 8, 9}, keys[] = {1, 5, 64, 67},
+                     dims[] = {64, 128, 80, 24, 12};
     static float q[MAXH * LD];
     static hl_fp16 k[2 * MAXK * LD], v[2 * MAXK * LD];
     float o[3][MAXH * LD], m[3][MAXH], sum[3][MAXH], score[2 * MAXK];
     int n_cases = 0;
-    for (int di = 0; di < 4; di++)
+    for (int di = 0; di < 5; di++)
         for (int hi = 0; hi < 5; hi++)
             for (int ki = 0; ki < 4; ki++) {
                 const int d = dims[di], nh = heads[hi], nk = keys[ki];
@@ -536,7 +538,7 @@ TEST(kernels_attn_block_equals_per_head_pieces) {
                 }
                 n_cases++;
             }
-    CHECK_EQ_INT(n_cases, 80);
+    CHECK_EQ_INT(n_cases, 100);
 }
 
 /* SIMD activation quantizers must produce the reference bytes exactly. */
