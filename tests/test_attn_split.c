@@ -164,3 +164,73 @@ TEST(attn_split_key_ranges_equal_unsplit_and_reference) {
     model_ctx_free(c2);
     model_free(m);
 }
+
+/* The online softmax's steps are 64 keys wherever the cache's blocks fall (a step spans
+ * two of the runner's 32-position blocks), so decode attention over the same rows gives
+ * the same bits in blocks of 32, 64 or 96 positions as in one block, for f32, f16 and
+ * q8_0 rows, plain and with sinks and a softcap (the per-head path). */
+TEST(attn_steps_do_not_depend_on_block_size) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/synth_attn_blk.gguf", test_tmpdir());
+    synth_cfg cfg = {.arch = "llama", .n_vocab = 32, .n_embd = 64, .n_layer = 1, .n_ff = 64,
+                     .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .rope_base = 10000.0f,
+                     .wtype = HL_TYPE_F32, .seed = 5};
+    synth_model *s = synth_build(&cfg, path);
+    CHECK(s != NULL);
+    synth_free(s);
+    hl_err err = {0};
+    model *m;
+    CHECK_OK(model_load(path, NULL, &m, &err), &err);
+    model_ctx *c;
+    CHECK_OK(model_ctx_create(m, 2, 64, &c, &err), &err);
+    uint32_t seed = 21;
+    for (int p = 0; p < NPOS; p++)
+        for (int i = 0; i < HD; i++) {
+            g_k[p][0][i] = frand(&seed);
+            g_v[p][0][i] = frand(&seed);
+        }
+    static float q[NH][HD], sinks[NH], want[NH * HD];
+    for (int h = 0; h < NH; h++) {
+        for (int i = 0; i < HD; i++) q[h][i] = 2.0f * frand(&seed);
+        sinks[h] = frand(&seed);
+    }
+    const hl_type types[3] = {HL_TYPE_F32, HL_TYPE_F16, HL_TYPE_Q8_0};
+    const kv_layer_dims dims = {NKV, HD, HD};
+    static const int32_t sizes[] = {NPOS, 32, 64, 96}; /* the first: one block, the truth */
+    int n_cases = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int oi = 0; oi < 2; oi++)
+            for (int si = 0; si < 4; si++) {
+                const int32_t B = sizes[si], nblk = (NPOS + B - 1) / B, P = NPOS - 1;
+                kv_geom g;
+                CHECK_OK(kv_geom_init(&g, 1, &dims, types[ti], types[ti], &err), &err);
+                void **blocks = calloc((size_t)nblk, sizeof *blocks);
+                for (int b = 0; b < nblk; b++) blocks[b] = calloc((size_t)B, g.bytes_per_pos);
+                for (int p = 0; p < NPOS; p++) {
+                    kern_kv_store_row(types[ti], g_k[p][0], kv_geom_k(&g, blocks[p / B], B, 0, 0, p % B), HD);
+                    kern_kv_store_row(types[ti], g_v[p][0], kv_geom_v(&g, blocks[p / B], B, 0, 0, p % B), HD);
+                }
+                const model_seq_kv view = {.blocks = blocks, .B = B, .len = 0, .geom = &g};
+                op_attn a = {.layer = 0, .n_head = NH, .n_head_kv = NKV, .head_dim_k = HD,
+                             .head_dim_v = HD, .scale = 0.125f, .causal = true};
+                if (oi == 1) {
+                    a.sinks = sinks;
+                    a.softcap = 3.0f;
+                }
+                set_batch(c, &view, &P, 1);
+                memcpy(c->q, q, sizeof q);
+                op_attention(c, &a, 1);
+                if (si == 0) memcpy(want, c->att, sizeof want);
+                else
+                    CHECK_MSG(memcmp(want, c->att, sizeof want) == 0,
+                              "%s opt %d: blocks of %d differ from one block",
+                              hl_type_name(types[ti]), oi, B);
+                n_cases++;
+                for (int b = 0; b < nblk; b++) free(blocks[b]);
+                free(blocks);
+                kv_geom_free(&g);
+            }
+    CHECK_EQ_INT(n_cases, 24);
+    model_ctx_free(c);
+    model_free(m);
+}

@@ -458,65 +458,90 @@ TEST(kernels_max_and_scale_match_ref) {
     CHECK(simd.max(nans, 3) == -INFINITY);
 }
 
-/* Decode attention's block step for a GQA group (kern_attn_block): the SIMD kernel (f16
- * heads in pairs, each key and value row converted once per pair) equals its own table's
+/* Decode attention's step for a GQA group (kern_attn_block): the SIMD kernel (f16 heads
+ * in pairs, each key and value row converted once per pair) equals its own table's
  * per-head pieces bit for bit, for any head count (odd ones run the last head alone), key
- * count (vector tails) and head size (chunks of 32 and 8, a scalar tail); both within
- * rounding of the reference table; and two blocks in a row (the first naming the second
- * for prefetch) give the softmax attention of all their keys. */
+ * count (vector tails) and head size (unrolled 64 and 128, chunks of 32 and 8, a scalar
+ * tail); the step's keys split into two runs elsewhere in memory (two cache blocks) give
+ * the same bits as one run, wherever the split falls; all within rounding of the
+ * reference table; and two steps in a row (the first naming the second for prefetch)
+ * give the softmax attention of all their keys. */
 TEST(kernels_attn_block_equals_per_head_pieces) {
     kern_table simd = *kern_table_ref();
     if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
     kern_avx2_fill(&simd);
     CHECK(simd.attn_block_f16 != NULL);
-    enum { MAXH = 9, MAXK = 67, LD = 131 };
+    enum { MAXH = 9, MAXK = 67, LD = 131, WAYS = 5 };
     /* 64 and 128: the kernel's unrolled head sizes; the others its generic loop */
     static const int heads[] = {1, 2, 3, 8, 9}, keys[] = {1, 5, 64, 67},
                      dims[] = {64, 128, 80, 24, 12};
     static float q[MAXH * LD];
-    static hl_fp16 k[2 * MAXK * LD], v[2 * MAXK * LD];
-    float o[3][MAXH * LD], m[3][MAXH], sum[3][MAXH], score[2 * MAXK];
+    /* each step's keys and values, and a copy of the rows from its split on (its second
+     * run, elsewhere in memory) */
+    static hl_fp16 k[2 * MAXK * LD], v[2 * MAXK * LD], k2[2 * MAXK * LD], v2[2 * MAXK * LD];
+    float o[WAYS][MAXH * LD], m[WAYS][MAXH], sum[WAYS][MAXH], score[2 * MAXK];
     int n_cases = 0;
     for (int di = 0; di < 5; di++)
         for (int hi = 0; hi < 5; hi++)
             for (int ki = 0; ki < 4; ki++) {
                 const int d = dims[di], nh = heads[hi], nk = keys[ki];
+                const int split = nk * (di + hi + ki + 1) % (nk + 1); /* 0 .. nk */
                 for (int i = 0; i < MAXH * LD; i++) q[i] = 2.0f * frand();
                 for (int i = 0; i < 2 * MAXK * LD; i++) {
                     k[i] = hl_fp32_to_fp16(frand());
                     v[i] = hl_fp32_to_fp16(frand());
                 }
-                /* 0: SIMD kernel, 1: SIMD pieces, 2: reference pieces; a fresh state, or
-                 * one with a sink's start (m = 0.5, s = 1) for odd head counts */
-                for (int w = 0; w < 3; w++)
+                for (int blk = 0; blk < 2; blk++)
+                    for (int j = split; j < nk; j++)
+                        for (int i = 0; i < LD; i++) {
+                            k2[(blk * MAXK + j - split) * LD + i] = k[(blk * MAXK + j) * LD + i];
+                            v2[(blk * MAXK + j - split) * LD + i] = v[(blk * MAXK + j) * LD + i];
+                        }
+                /* 0: SIMD kernel, 1: SIMD pieces, 2: reference pieces, one run per step;
+                 * 3: SIMD kernel, 4: SIMD pieces, two runs. A fresh state, or one with a
+                 * sink's start (m = 0.5, s = 1) for odd head counts */
+                for (int w = 0; w < WAYS; w++)
                     for (int h = 0; h < nh; h++) {
                         m[w][h] = nh % 2 ? 0.5f : -INFINITY;
                         sum[w][h] = nh % 2 ? 1.0f : 0.0f;
                         for (int i = 0; i < d; i++) o[w][h * d + i] = 0.0f;
                     }
                 for (int blk = 0; blk < 2; blk++)
-                    for (int w = 0; w < 3; w++) {
-                        const kern_attn_block b = {
-                            .nh = nh, .q = q, .ldq = LD, .k = k + blk * MAXK * LD,
-                            .v = v + blk * MAXK * LD, .ldk = LD, .ldv = LD, .nk = nk, .dk = d,
-                            .dv = d, .scale = 0.125f, .o = o[w], .m = m[w], .s = sum[w],
-                            .score = score,
-                            /* the first block names the second to prefetch: no effect */
-                            .next_k = blk == 0 ? k + MAXK * LD : NULL,
-                            .next_v = blk == 0 ? v + MAXK * LD : NULL,
-                            .next_nk = blk == 0 ? nk : 0};
-                        if (w == 0) simd.attn_block_f16(&b);
-                        else kern_attn_block_pieces(w == 1 ? &simd : kern_table_ref(),
+                    for (int w = 0; w < WAYS; w++) {
+                        kern_attn_run one[2][2], two[2][2]; /* [step][run] */
+                        for (int s = 0; s < 2; s++) {
+                            const size_t at = (size_t)s * MAXK * LD;
+                            one[s][0] = (kern_attn_run){k + at, v + at, nk};
+                            one[s][1] = (kern_attn_run){NULL, NULL, 0};
+                            two[s][0] = (kern_attn_run){k + at, v + at, split};
+                            two[s][1] = (kern_attn_run){k2 + at, v2 + at, nk - split};
+                        }
+                        kern_attn_run(*runs)[2] = w < 3 ? one : two;
+                        kern_attn_block b = {.nh = nh, .q = q, .ldq = LD, .ldk = LD, .ldv = LD,
+                                             .dk = d, .dv = d, .scale = 0.125f, .o = o[w],
+                                             .m = m[w], .s = sum[w], .score = score};
+                        b.run[0] = runs[blk][0];
+                        b.run[1] = runs[blk][1];
+                        if (blk == 0) { /* the first step names the second to prefetch */
+                            b.next[0] = runs[1][0];
+                            b.next[1] = runs[1][1];
+                        }
+                        if (w == 0 || w == 3) simd.attn_block_f16(&b);
+                        else kern_attn_block_pieces(w == 2 ? kern_table_ref() : &simd,
                                                     HL_TYPE_F16, &b);
                     }
-                CHECK_MSG(memcmp(o[0], o[1], sizeof(float) * (size_t)(nh * d)) == 0 &&
-                              memcmp(m[0], m[1], sizeof(float) * (size_t)nh) == 0 &&
-                              memcmp(sum[0], sum[1], sizeof(float) * (size_t)nh) == 0,
-                          "d=%d heads=%d keys=%d: kernel != pieces", d, nh, nk);
+                for (int w = 1; w < WAYS; w++) {
+                    if (w == 2) continue;
+                    CHECK_MSG(memcmp(o[0], o[w], sizeof(float) * (size_t)(nh * d)) == 0 &&
+                                  memcmp(m[0], m[w], sizeof(float) * (size_t)nh) == 0 &&
+                                  memcmp(sum[0], sum[w], sizeof(float) * (size_t)nh) == 0,
+                              "d=%d heads=%d keys=%d split=%d: way %d != the kernel", d, nh,
+                              nk, split, w);
+                }
                 for (int h = 0; h < nh; h++) {
                     CHECK_NEAR(sum[0][h], sum[2][h], 1e-5 * sum[2][h]);
                     CHECK_NEAR(m[0][h], m[2][h], 1e-5);
-                    /* the normalised output against a double softmax over both blocks */
+                    /* the normalised output against a double softmax over both steps */
                     double mx = nh % 2 ? 0.5 : -INFINITY, sc[2 * MAXK];
                     for (int j = 0; j < 2 * nk; j++) {
                         const hl_fp16 *kr = k + (j / nk) * MAXK * LD + (j % nk) * LD;

@@ -1911,15 +1911,26 @@ static void axpy_rows_q8_0(float *y, const float *p, const void *v, size_t ldv, 
  * find after their first misses; all the lines at once, or all in the first pair's pass,
  * measured no better than none (bench/README.md). */
 typedef struct attn_prefetch {
-    const char *k, *v;
-    int64_t k_lines, v_lines; /* of the next block */
-    int64_t line, per_step;   /* the next line to ask for, lines of each per step */
+    const char *k[KERN_ATTN_RUNS], *v[KERN_ATTN_RUNS];
+    int64_t k_lines[KERN_ATTN_RUNS], v_lines[KERN_ATTN_RUNS]; /* of the next step's runs */
+    int64_t line, per_step; /* the next line of K and of V (over the runs in order), lines
+                               of each per step */
 } attn_prefetch;
+_Static_assert(KERN_ATTN_RUNS == 2, "attn_prefetch_line walks two runs");
+
+/* Line i of two runs laid end to end. One prefetch with the address chosen: gcc 12 -O2
+ * dropped every prefetch of an if / else-if pair (no prefetcht0 left in the binary;
+ * check with objdump -d after a change here). */
+static inline void attn_prefetch_line(const char *r0, const char *r1, int64_t lines0,
+                                      int64_t lines1, int64_t i) {
+    const char *p = i < lines0 ? r0 + 64 * i : r1 + 64 * (i - lines0);
+    if (i < lines0 + lines1) _mm_prefetch(p, _MM_HINT_T0);
+}
 
 static inline void attn_prefetch_step(attn_prefetch *pf) {
     for (int64_t e = pf->line + pf->per_step; pf->line < e; pf->line++) {
-        if (pf->line < pf->k_lines) _mm_prefetch(pf->k + 64 * pf->line, _MM_HINT_T0);
-        if (pf->line < pf->v_lines) _mm_prefetch(pf->v + 64 * pf->line, _MM_HINT_T0);
+        attn_prefetch_line(pf->k[0], pf->k[1], pf->k_lines[0], pf->k_lines[1], pf->line);
+        attn_prefetch_line(pf->v[0], pf->v[1], pf->v_lines[0], pf->v_lines[1], pf->line);
     }
 }
 
@@ -2039,38 +2050,59 @@ static inline void softmax_step(float *x, int64_t nk, float *m, float *s, float 
     *s += exp_shift_sum(x, nk, *m);
 }
 
-/* Heads in pairs (the pair kernels above), an odd last one alone: every head's arithmetic
- * is that of kern_attn_block_pieces. Over f32 rows the pieces were faster: pairs save
- * conversions only. */
-static void attn_block_f16(const kern_attn_block *b) {
-    const hl_fp16 *k = b->k, *v = b->v;
-    attn_prefetch pf = {0}; /* per_step 0: nothing to prefetch */
-    if (b->next_k) {
-        pf.k = b->next_k;
-        pf.v = b->next_v;
-        pf.k_lines = (b->next_nk * b->ldk * (int64_t)sizeof(hl_fp16) + 63) / 64;
-        pf.v_lines = (b->next_nk * b->ldv * (int64_t)sizeof(hl_fp16) + 63) / 64;
-        const int64_t steps = (b->nh / 2) * ((b->nk + 3) / 4);
-        const int64_t most = pf.k_lines > pf.v_lines ? pf.k_lines : pf.v_lines;
-        pf.per_step = steps > 0 ? (most + steps - 1) / steps : 0;
+/* The prefetch of the next step's rows, spread over this step's score groups (four keys
+ * of a head pair each): per_step 0 when there is no next step. */
+static attn_prefetch attn_prefetch_plan(const kern_attn_block *b) {
+    attn_prefetch pf = {0};
+    int64_t k_lines = 0, v_lines = 0, groups = 0;
+    for (int r = 0; r < KERN_ATTN_RUNS; r++) {
+        const kern_attn_run *u = &b->next[r];
+        groups += (b->run[r].n + 3) / 4;
+        if (u->n <= 0) continue;
+        pf.k[r] = u->k;
+        pf.v[r] = u->v;
+        pf.k_lines[r] = (u->n * b->ldk * (int64_t)sizeof(hl_fp16) + 63) / 64;
+        pf.v_lines[r] = (u->n * b->ldv * (int64_t)sizeof(hl_fp16) + 63) / 64;
+        k_lines += pf.k_lines[r];
+        v_lines += pf.v_lines[r];
     }
+    const int64_t steps = (b->nh / 2) * groups, most = k_lines > v_lines ? k_lines : v_lines;
+    pf.per_step = steps > 0 ? (most + steps - 1) / steps : 0;
+    return pf;
+}
+
+/* Heads in pairs (the pair kernels above), an odd last one alone, run by run: every head's
+ * arithmetic is that of kern_attn_block_pieces. Over f32 rows the pieces were faster:
+ * pairs save conversions only. */
+static void attn_block_f16(const kern_attn_block *b) {
+    const int64_t nk = kern_attn_block_keys(b);
+    attn_prefetch pf = attn_prefetch_plan(b);
     for (int32_t i = 0; i < b->nh; i += 2) {
         const bool two = i + 1 < b->nh;
         const float *q0 = b->q + i * b->ldq, *q1 = q0 + b->ldq;
-        float *x0 = b->score, *x1 = b->score + b->nk;
+        float *x0 = b->score, *x1 = b->score + nk;
         float *o0 = b->o + i * b->dv, *o1 = o0 + b->dv;
-        if (two && b->dk % 8 == 0) {
-            scores2_f16(x0, x1, q0, q1, k, b->ldk, b->nk, b->dk, b->scale, &pf);
-        } else {
-            dot_rows_f16(x0, q0, k, b->ldk, b->nk, b->dk, b->scale);
-            if (two) dot_rows_f16(x1, q1, k, b->ldk, b->nk, b->dk, b->scale);
+        int64_t j = 0;
+        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++) {
+            const hl_fp16 *k = b->run[r].k;
+            const int64_t n = b->run[r].n;
+            if (n <= 0) continue;
+            if (two && b->dk % 8 == 0) {
+                scores2_f16(x0 + j, x1 + j, q0, q1, k, b->ldk, n, b->dk, b->scale, &pf);
+            } else {
+                dot_rows_f16(x0 + j, q0, k, b->ldk, n, b->dk, b->scale);
+                if (two) dot_rows_f16(x1 + j, q1, k, b->ldk, n, b->dk, b->scale);
+            }
         }
-        softmax_step(x0, b->nk, &b->m[i], &b->s[i], o0, b->dv);
-        if (two) {
-            softmax_step(x1, b->nk, &b->m[i + 1], &b->s[i + 1], o1, b->dv);
-            axpy2_rows_f16(o0, o1, x0, x1, v, b->ldv, b->nk, b->dv);
-        } else {
-            axpy_rows_f16(o0, x0, v, b->ldv, b->nk, b->dv);
+        softmax_step(x0, nk, &b->m[i], &b->s[i], o0, b->dv);
+        if (two) softmax_step(x1, nk, &b->m[i + 1], &b->s[i + 1], o1, b->dv);
+        j = 0;
+        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++) {
+            const hl_fp16 *v = b->run[r].v;
+            const int64_t n = b->run[r].n;
+            if (n <= 0) continue;
+            if (two) axpy2_rows_f16(o0, o1, x0 + j, x1 + j, v, b->ldv, n, b->dv);
+            else axpy_rows_f16(o0, x0 + j, v, b->ldv, n, b->dv);
         }
     }
 }

@@ -543,28 +543,45 @@ void kern_scale(float *x, float s, int64_t n) {
     if (n > 0) kern_table_active()->scale(x, s, n);
 }
 
+int64_t kern_attn_block_keys(const kern_attn_block *b) {
+    int64_t nk = 0;
+    for (int r = 0; r < KERN_ATTN_RUNS; r++) nk += b->run[r].n;
+    return nk;
+}
+
 void kern_attn_block_pieces(const kern_table *t, hl_type type, const kern_attn_block *b) {
     const bool f16 = type == HL_TYPE_F16;
+    const int64_t nk = kern_attn_block_keys(b);
     for (int32_t i = 0; i < b->nh; i++) {
         const float *q = b->q + i * b->ldq;
         float *o = b->o + i * b->dv, *x = b->score;
-        if (f16) t->dot_rows_f16(x, q, b->k, b->ldk, b->nk, b->dk, b->scale);
-        else t->dot_rows(x, q, b->k, b->ldk, b->nk, b->dk, b->scale);
-        const float mx = t->max(x, b->nk);
+        int64_t j = 0;
+        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++) {
+            const kern_attn_run *u = &b->run[r];
+            if (u->n <= 0) continue;
+            if (f16) t->dot_rows_f16(x + j, q, u->k, b->ldk, u->n, b->dk, b->scale);
+            else t->dot_rows(x + j, q, u->k, b->ldk, u->n, b->dk, b->scale);
+        }
+        const float mx = t->max(x, nk);
         if (mx > b->m[i]) {
             const float r = expf(b->m[i] - mx); /* 0 on a head's first block */
             b->s[i] *= r;
             t->scale(o, r, b->dv);
             b->m[i] = mx;
         }
-        b->s[i] += t->exp_shift_sum(x, b->nk, b->m[i]);
-        if (f16) t->axpy_rows_f16(o, x, b->v, b->ldv, b->nk, b->dv);
-        else t->axpy_rows(o, x, b->v, b->ldv, b->nk, b->dv);
+        b->s[i] += t->exp_shift_sum(x, nk, b->m[i]);
+        j = 0;
+        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++) {
+            const kern_attn_run *u = &b->run[r];
+            if (u->n <= 0) continue;
+            if (f16) t->axpy_rows_f16(o, x + j, u->v, b->ldv, u->n, b->dv);
+            else t->axpy_rows(o, x + j, u->v, b->ldv, u->n, b->dv);
+        }
     }
 }
 
 void kern_attn_run_block(hl_type type, const kern_attn_block *b) {
-    if (b->nk <= 0 || b->nh <= 0) return;
+    if (kern_attn_block_keys(b) <= 0 || b->nh <= 0) return;
     const kern_table *t = kern_table_active();
     if (type == HL_TYPE_F16 && t->attn_block_f16) t->attn_block_f16(b);
     else kern_attn_block_pieces(t, type, b);

@@ -100,32 +100,40 @@ void kern_axpy_rows_kv(hl_type type, float *y, const float *p, const void *v, si
                        int64_t nk, int64_t d);
 /* x[i] = exp(x[i] - shift); returns the sum (attention's online softmax). */
 float kern_exp_shift_sum(float *x, int64_t n, float shift);
-/* One block of keys of decode attention's online softmax, for nh query heads that share
- * one KV head (GQA), keys and values of f32 or f16 rows (ldk, ldv in elements). Per head i
- * (query q + i*ldq, state o + i*dv, m[i], s[i]): scores x_j = scale * q.k_j over nk keys;
- * with M = max(m[i], max_j x_j), o and s[i] are first scaled by exp(m[i] - M) (when M
- * grew), then s[i] += sum_j exp(x_j - M), o += sum_j exp(x_j - M) v_j, m[i] = M. score:
- * 2 * nk floats of scratch. The result is bit for bit that of the per-head sequence
- * kern_dot_rows_kv, kern_max, kern_scale, kern_exp_shift_sum, kern_axpy_rows_kv, so a
- * head's output does not depend on nh. perf: two heads share each conversion of a key or
- * value row, and a block costs one call instead of five per head. */
+/* One step of decode attention's online softmax, for nh query heads that share one KV
+ * head (GQA), keys and values of f32 or f16 rows (ldk, ldv in elements). The step's nk
+ * keys are the rows of up to KERN_ATTN_RUNS runs, in order (a step may span two of the
+ * cache's blocks; a run with n = 0 is unused). Per head i (query q + i*ldq, state
+ * o + i*dv, m[i], s[i]): scores x_j = scale * q.k_j over the nk keys; with
+ * M = max(m[i], max_j x_j), o and s[i] are first scaled by exp(m[i] - M) (when M grew),
+ * then s[i] += sum_j exp(x_j - M), o += sum_j exp(x_j - M) v_j, m[i] = M. score: 2 * nk
+ * floats of scratch. The result is bit for bit that of the per-head sequence
+ * kern_dot_rows_kv (run by run), kern_max, kern_scale, kern_exp_shift_sum,
+ * kern_axpy_rows_kv (run by run), so a head's output does not depend on nh, nor on where
+ * the runs split the keys. perf: two heads share each conversion of a key or value row,
+ * and a step costs one call instead of five per head. */
+typedef struct kern_attn_run {
+    const void *k, *v;
+    int64_t n; /* rows */
+} kern_attn_run;
+enum { KERN_ATTN_RUNS = 2 };
 typedef struct kern_attn_block {
     int32_t nh;
     const float *q;
     int64_t ldq;
-    const void *k, *v;
+    kern_attn_run run[KERN_ATTN_RUNS];
     int64_t ldk, ldv; /* elements */
-    int64_t nk, dk, dv;
+    int64_t dk, dv;
     float scale;
     float *o, *m, *s, *score;
-    /* the block this head group walks next (next_k NULL: none): next_nk keys at next_k
-     * and next_v, laid out as k and v. The f16 kernel prefetches it while this block runs:
-     * each block's rows are a short run (4 KB per layer and head in the runner's
-     * 32-position cache blocks) that the hardware prefetchers only find after its first
-     * misses. No effect on the result. */
-    const void *next_k, *next_v;
-    int64_t next_nk;
+    /* the step this head group walks next (runs of n = 0: none), laid out as run. The
+     * f16 kernel prefetches it while this step runs: each cache block's rows are a short
+     * run (4 KB per layer and head in the runner's 32-position blocks) that the hardware
+     * prefetchers only find after its first misses. No effect on the result. */
+    kern_attn_run next[KERN_ATTN_RUNS];
 } kern_attn_block;
+/* The keys of a step: the sum of its runs' rows. */
+int64_t kern_attn_block_keys(const kern_attn_block *b);
 void kern_attn_run_block(hl_type type, const kern_attn_block *b);
 
 /* The largest of x[0 .. n), NaNs skipped; -inf if n <= 0 or all are NaN. */

@@ -333,22 +333,39 @@ static void attn_range_keys(int32_t k_begin, int32_t k_end, int32_t r, int32_t *
     if (*r1 < *r0) *r1 = *r0;
 }
 
-/* The keys from k0 scored in one step: up to ATTN_BLOCK, inside one cache block (so their
- * rows are contiguous); 0 from r1 on. */
-static int32_t attn_block_len(const model_seq_kv *kv, int32_t k0, int32_t r1) {
-    if (k0 >= r1) return 0;
-    const int32_t nb = r1 - k0 < ATTN_BLOCK ? r1 - k0 : ATTN_BLOCK;
-    return nb < kv->B - k0 % kv->B ? nb : kv->B - k0 % kv->B;
+/* The keys from k0 scored in one step of the online softmax: up to ATTN_BLOCK, before r1,
+ * as runs of contiguous rows, one per cache block touched (KERN_ATTN_RUNS at most: the
+ * runner's 32-position blocks give two per step). Returns the step's keys (0 from r1 on).
+ * So the steps, and the bits, are those of one big block whenever a step spans at most two
+ * blocks: blocks of 64 positions or more, or of 32 from a block boundary (all but sliding
+ * windows). perf: with 2 threads 4-9% less time than a step per 32-position block, with 1
+ * the same (bench_attn at 4096, f16, in-process alternation); what is left of the small
+ * blocks' cost is their memory layout, not the calls. */
+static int32_t attn_step(const model_seq_kv *kv, int32_t layer, int32_t kvh, int32_t k0,
+                         int32_t r1, kern_attn_run run[KERN_ATTN_RUNS]) {
+    int32_t n = 0;
+    for (int r = 0; r < KERN_ATTN_RUNS; r++) {
+        const int32_t k = k0 + n;
+        int32_t len = r1 - k < ATTN_BLOCK - n ? r1 - k : ATTN_BLOCK - n;
+        if (len > kv->B - k % kv->B) len = kv->B - k % kv->B;
+        if (len <= 0) {
+            run[r] = (kern_attn_run){NULL, NULL, 0};
+            continue;
+        }
+        run[r] = (kern_attn_run){kv_k(kv, layer, kvh, k), kv_v(kv, layer, kvh, k), len};
+        n += len;
+    }
+    return n;
 }
 
 /* Query heads [h0, h0 + nh) of token t, all of one KV head, nh <= ATTN_HEADS, over the
  * keys [r0, r1): the unnormalised output into out ([nh][hdv]), the running max and sum
  * into run_max / run_sum; first: the token's first range, which starts from the sinks.
- * Keys are scored a block at a time; the softmax is computed online (running max and
- * sum), so no buffer the size of the context is needed. perf: the heads walk the keys
- * together, so each block of K and V comes from memory once for the group instead of
- * once per head (GQA: 4-8 query heads per KV head). f16 rows are converted as they load
- * (F16C), once per head: converting a block once into an f32 buffer for the group was
+ * Keys are scored a step (attn_step) at a time; the softmax is computed online (running
+ * max and sum), so no buffer the size of the context is needed. perf: the heads walk the
+ * keys together, so each block of K and V comes from memory once for the group instead
+ * of once per head (GQA: 4-8 query heads per KV head). f16 rows are converted as they
+ * load (F16C), once per head pair: converting a block once into an f32 buffer for the group was
  * measured slower (bench_attn, bench/README.md). Per head the operations and their order
  * are exactly those of a head computed alone. */
 static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int32_t r0,
@@ -381,42 +398,43 @@ static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int
         run_sum[i] = first && a->sinks ? 1.0f : 0.0f;
     }
     memset(out, 0, (size_t)nh * (size_t)hdv * sizeof *out);
-    /* f32 and f16 rows without a softcap: a block of all nh heads in one kernel call
+    /* f32 and f16 rows without a softcap: a step of all nh heads in one kernel call
      * (kern_attn_run_block: f16 heads in pairs), the same bits as the per-head steps below */
     const bool fused = a->softcap == 0.0f && kt == vt && (kt == HL_TYPE_F32 || kt == HL_TYPE_F16);
-    for (int32_t k0 = r0, nb; k0 < r1; k0 += nb) {
-        nb = attn_block_len(kv, k0, r1);
-        const uint8_t *K = kv_k(kv, a->layer, kvh, k0);
-        const uint8_t *V = kv_v(kv, a->layer, kvh, k0);
+    const size_t esz = kt == HL_TYPE_F16 ? sizeof(hl_fp16) : sizeof(float);
+    kern_attn_run run[KERN_ATTN_RUNS], next[KERN_ATTN_RUNS];
+    for (int32_t k0 = r0, nb = attn_step(kv, a->layer, kvh, r0, r1, run); nb > 0;) {
+        const int32_t nb1 = attn_step(kv, a->layer, kvh, k0 + nb, r1, next);
         if (fused) {
-            const size_t esz = kt == HL_TYPE_F16 ? sizeof(hl_fp16) : sizeof(float);
-            const int32_t k1 = k0 + nb, nb1 = attn_block_len(kv, k1, r1);
-            const kern_attn_block b = {.nh = nh, .q = q, .ldq = hdk, .k = K, .v = V,
+            const kern_attn_block b = {.nh = nh, .q = q, .ldq = hdk, .run = {run[0], run[1]},
                                        .ldk = (int64_t)(ldk / esz), .ldv = (int64_t)(ldv / esz),
-                                       .nk = nb, .dk = hdk, .dv = hdv, .scale = a->scale,
-                                       .o = out, .m = run_max, .s = run_sum, .score = score,
-                                       .next_k = nb1 > 0 ? kv_k(kv, a->layer, kvh, k1) : NULL,
-                                       .next_v = nb1 > 0 ? kv_v(kv, a->layer, kvh, k1) : NULL,
-                                       .next_nk = nb1};
+                                       .dk = hdk, .dv = hdv, .scale = a->scale, .o = out,
+                                       .m = run_max, .s = run_sum, .score = score,
+                                       .next = {next[0], next[1]}};
             kern_attn_run_block(kt, &b);
-            continue;
-        }
-        for (int32_t i = 0; i < nh; i++) {
-            float *o = out + (int64_t)i * hdv;
-            kern_dot_rows_kv(kt, score, (const uint8_t *)qk + i * q_stride, K, ldk, nb, hdk,
-                             a->scale);
-            if (a->softcap != 0.0f) op_softcap(score, nb, a->softcap);
-            const float block_max = kern_max(score, nb);
-            if (block_max > run_max[i]) {
-                const float r = expf(run_max[i] - block_max); /* 0 on the first block */
-                run_sum[i] *= r;
-                kern_scale(o, r, hdv);
-                run_max[i] = block_max;
+        } else {
+            for (int32_t i = 0; i < nh; i++) {
+                float *o = out + (int64_t)i * hdv;
+                const void *qi = (const uint8_t *)qk + i * q_stride;
+                for (int r = 0, at = 0; r < KERN_ATTN_RUNS; at += (int)run[r].n, r++)
+                    kern_dot_rows_kv(kt, score + at, qi, run[r].k, ldk, run[r].n, hdk, a->scale);
+                if (a->softcap != 0.0f) op_softcap(score, nb, a->softcap);
+                const float block_max = kern_max(score, nb);
+                if (block_max > run_max[i]) {
+                    const float r = expf(run_max[i] - block_max); /* 0 on the first block */
+                    run_sum[i] *= r;
+                    kern_scale(o, r, hdv);
+                    run_max[i] = block_max;
+                }
+                /* perf: vector exp over the step; the value sum with o held in registers */
+                run_sum[i] += kern_exp_shift_sum(score, nb, run_max[i]);
+                for (int r = 0, at = 0; r < KERN_ATTN_RUNS; at += (int)run[r].n, r++)
+                    kern_axpy_rows_kv(vt, o, score + at, run[r].v, ldv, run[r].n, hdv);
             }
-            /* perf: vector exp over the block; the value sum with o held in registers */
-            run_sum[i] += kern_exp_shift_sum(score, nb, run_max[i]);
-            kern_axpy_rows_kv(vt, o, score, V, ldv, nb, hdv);
         }
+        k0 += nb;
+        nb = nb1;
+        memcpy(run, next, sizeof run);
     }
 }
 
