@@ -66,18 +66,26 @@ static void set_batch(model_ctx *c, const model_seq_kv *view, const int32_t *pos
     }
 }
 
-TEST(attn_split_key_ranges_equal_unsplit_and_reference) {
+/* A one-layer synthetic llama with this file's attention shape, written to the test
+ * directory as `file` and loaded (op_attention reads only its shape); NULL on failure,
+ * with err filled when the load failed. */
+static model *attn_model(const char *file, hl_err *err) {
     char path[512];
-    snprintf(path, sizeof path, "%s/synth_attn.gguf", test_tmpdir());
+    snprintf(path, sizeof path, "%s/%s", test_tmpdir(), file);
     synth_cfg cfg = {.arch = "llama", .n_vocab = 32, .n_embd = 64, .n_layer = 1, .n_ff = 64,
                      .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .rope_base = 10000.0f,
                      .wtype = HL_TYPE_F32, .seed = 5};
     synth_model *s = synth_build(&cfg, path);
-    CHECK(s != NULL);
+    if (!s) return NULL;
     synth_free(s);
+    model *m = NULL;
+    return model_load(path, NULL, &m, err) == HL_OK ? m : NULL;
+}
+
+TEST(attn_split_key_ranges_equal_unsplit_and_reference) {
     hl_err err = {0};
-    model *m;
-    CHECK_OK(model_load(path, NULL, &m, &err), &err);
+    model *m = attn_model("synth_attn.gguf", &err);
+    CHECK_MSG(m != NULL, "synthetic model: %s", err.msg);
     model_ctx *c1, *c2;
     CHECK_OK(model_ctx_create(m, 1, 64, &c1, &err), &err);
     CHECK_OK(model_ctx_create(m, 2, 64, &c2, &err), &err);
@@ -170,17 +178,9 @@ TEST(attn_split_key_ranges_equal_unsplit_and_reference) {
  * the same bits in blocks of 32, 64 or 96 positions as in one block, for f32, f16 and
  * q8_0 rows, plain and with sinks and a softcap (the per-head path). */
 TEST(attn_steps_do_not_depend_on_block_size) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/synth_attn_blk.gguf", test_tmpdir());
-    synth_cfg cfg = {.arch = "llama", .n_vocab = 32, .n_embd = 64, .n_layer = 1, .n_ff = 64,
-                     .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .rope_base = 10000.0f,
-                     .wtype = HL_TYPE_F32, .seed = 5};
-    synth_model *s = synth_build(&cfg, path);
-    CHECK(s != NULL);
-    synth_free(s);
     hl_err err = {0};
-    model *m;
-    CHECK_OK(model_load(path, NULL, &m, &err), &err);
+    model *m = attn_model("synth_attn_blk.gguf", &err);
+    CHECK_MSG(m != NULL, "synthetic model: %s", err.msg);
     model_ctx *c;
     CHECK_OK(model_ctx_create(m, 2, 64, &c, &err), &err);
     uint32_t seed = 21;
