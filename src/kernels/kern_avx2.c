@@ -1920,7 +1920,7 @@ _Static_assert(KERN_ATTN_RUNS == 2, "attn_prefetch_line walks two runs");
 
 /* Line i of two runs laid end to end. One prefetch with the address chosen: gcc 12 -O2
  * dropped every prefetch of an if / else-if pair (no prefetcht0 left in the binary;
- * check with objdump -d after a change here). */
+ * .ci/run fails if that happens again). */
 static inline void attn_prefetch_line(const char *r0, const char *r1, int64_t lines0,
                                       int64_t lines1, int64_t i) {
     const char *p = i < lines0 ? r0 + 64 * i : r1 + 64 * (i - lines0);
