@@ -1963,8 +1963,8 @@ ROWS_INLINE __m256 scores2x4_f16(const float *q0, const float *q1, const hl_fp16
  * a short last group repeats its first key). perf: with d a constant (64, 128: the
  * common head sizes) the loop over d unrolls and the four row pointers stay in
  * registers; the generic d kept them on the stack and looped 8 elements at a time:
- * decode attention 8-12% less time (bench_attn at 4096, f16, 32-position blocks, 10
- * alternated rounds: faster in 8). */
+ * decode attention at 4096 positions 3-6% less time over one block, 0-2% over 32-position
+ * blocks (one binary switching the two per step; alternated binaries had shown 5-12%). */
 ROWS_INLINE void scores2_f16_d(float *out0, float *out1, const float *q0, const float *q1,
                                const hl_fp16 *k, int64_t ldk, int64_t nk, int64_t d,
                                float scale, attn_prefetch *pf) {
