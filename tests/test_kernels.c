@@ -336,6 +336,62 @@ TEST(kernels_simd_vec_dot_tile_equals_vec_dot) {
     CHECK_EQ_INT(n_dot, 3); /* q4_0, q4_K, q6_K */
 }
 
+/* The online softmax's exp for arguments <= 0 (kern_table.exp_nonpos_shift_sum) gives
+ * exp_shift_sum's bits: every 61st float from -0 down to -inf, every float around the
+ * underflow cut (-87.33) and the subnormal results just above it, +0, NaN, -inf, and the
+ * returned sums over lengths with tails (the tail runs the general exp). */
+TEST(kernels_exp_nonpos_equals_exp) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    CHECK(simd.exp_nonpos_shift_sum != NULL);
+    enum { N = 4096 };
+    static float a[N], b[N];
+    int64_t n_checked = 0, n_diff = 0;
+    /* -87.4 .. -86.9 as bit patterns, then the rest of the sign-set range with a stride */
+    uint32_t cut_lo, cut_hi;
+    const float flo = -86.9f, fhi = -87.4f;
+    memcpy(&cut_lo, &flo, 4);
+    memcpy(&cut_hi, &fhi, 4);
+    for (int pass = 0; pass < 2; pass++) {
+        const uint64_t first = pass == 0 ? cut_lo : 0x80000000u;
+        const uint64_t last = pass == 0 ? cut_hi : 0xffffffffu, step = pass == 0 ? 1 : 61;
+        int k = 0;
+        for (uint64_t u = first; u <= last; u += step) {
+            const uint32_t bits = (uint32_t)u;
+            memcpy(&a[k], &bits, 4);
+            if (++k < N && u + step <= last) continue;
+            memcpy(b, a, (size_t)k * sizeof *a);
+            simd.exp_nonpos_shift_sum(a, k, 0.0f);
+            simd.exp_shift_sum(b, k, 0.0f);
+            for (int i = 0; i < k; i++)
+                n_diff += memcmp(&a[i], &b[i], 4) != 0 && !(isnan(a[i]) && isnan(b[i]));
+            n_checked += k;
+            k = 0;
+        }
+    }
+    CHECK_MSG(n_diff == 0, "%lld of %lld arguments differ", (long long)n_diff,
+              (long long)n_checked);
+    CHECK(n_checked > 35000000);
+    float sp[4] = {0.0f, NAN, -INFINITY, -0.0f}, sq[4];
+    memcpy(sq, sp, sizeof sp);
+    simd.exp_nonpos_shift_sum(sp, 4, 0.0f);
+    simd.exp_shift_sum(sq, 4, 0.0f);
+    CHECK(sp[0] == 1.0f && isnan(sp[1]) && sp[2] == 0.0f && sp[3] == 1.0f);
+    CHECK(sq[0] == sp[0] && isnan(sq[1]) && sq[2] == sp[2] && sq[3] == sp[3]);
+    /* softmax steps: scores against their max, the sums bit for bit */
+    for (int n = 1; n < 70; n += 3) {
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            a[i] = b[i] = frand() * 20.0f;
+            if (a[i] > mx) mx = a[i];
+        }
+        const float sa = simd.exp_nonpos_shift_sum(a, n, mx), sb = simd.exp_shift_sum(b, n, mx);
+        CHECK_MSG(memcmp(&sa, &sb, 4) == 0 && memcmp(a, b, (size_t)n * sizeof *a) == 0,
+                  "n=%d: sums %.9g vs %.9g", n, sa, sb);
+    }
+}
+
 /* The SIMD exp (softmax, swiglu) against expf over the whole float range, and the
  * other small ops against the reference, on lengths with tails. */
 TEST(kernels_simd_small_ops_match_ref) {

@@ -1639,6 +1639,33 @@ static inline __m256 exp_ps(__m256 x) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+/* exp_ps for x <= 0 or NaN, with exp_ps's bits: n = round(x / ln2) is then in [-126, 0],
+ * so 2^n is one normal float and p * 2^n rounds once, as exp_ps's p * 2^(n/2) * 2^(n -
+ * n/2) does (its first product is exact); no upper clamp. perf: 19 operations instead of
+ * 26 for the online softmax, whose arguments are scores minus their running max: decode
+ * attention at 4096 positions 2-6% less time (one binary switching per step, 3 runs).
+ * Every float <= 0 was checked against exp_ps once (2^31 values, no bit differs). */
+static inline __m256 exp_nonpos_ps(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.33f);
+    const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    const __m256 xc = _mm256_max_ps(x, lo); /* NaN: lo, replaced by x at the end */
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    const __m256 y = _mm256_andnot_ps(too_small, _mm256_mul_ps(p, s));
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
 static float sum_squares(const float *x, int64_t n) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
@@ -1663,6 +1690,31 @@ static float exp_shift_sum(float *x, int64_t n, float shift) {
     }
     float sum = hsum_ps(acc);
     if (i < n) { /* the tail through the same exp, so every element is computed alike */
+        float tmp[8] = {0};
+        const int64_t rest = n - i;
+        for (int64_t k = 0; k < rest; k++) tmp[k] = x[i + k] - shift;
+        _mm256_storeu_ps(tmp, exp_ps(_mm256_loadu_ps(tmp)));
+        for (int64_t k = 0; k < rest; k++) {
+            x[i + k] = tmp[k];
+            sum += tmp[k];
+        }
+    }
+    return sum;
+}
+
+/* exp_shift_sum where every x[i] <= shift (or NaN): the online softmax's step, shift its
+ * running max. The same bits as exp_shift_sum (exp_nonpos_ps). */
+static float exp_nonpos_shift_sum(float *x, int64_t n, float shift) {
+    const __m256 vs = _mm256_set1_ps(shift);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum_ps(acc);
+    if (i < n) { /* the tail as exp_shift_sum's, through the general exp */
         float tmp[8] = {0};
         const int64_t rest = n - i;
         for (int64_t k = 0; k < rest; k++) tmp[k] = x[i + k] - shift;
@@ -2047,7 +2099,7 @@ static inline void softmax_step(float *x, int64_t nk, float *m, float *s, float 
         scale(o, r, dv);
         *m = mx;
     }
-    *s += exp_shift_sum(x, nk, *m);
+    *s += exp_nonpos_shift_sum(x, nk, *m); /* every x <= *m now (or NaN) */
 }
 
 /* The prefetch of the next step's rows, spread over this step's score groups (four keys
@@ -2148,6 +2200,7 @@ void kern_avx2_fill(kern_table *t) {
     t->quantize[HL_TYPE_Q8_K] = quantize_q8_K;
     t->sum_squares = sum_squares;
     t->exp_shift_sum = exp_shift_sum;
+    t->exp_nonpos_shift_sum = exp_nonpos_shift_sum;
     t->max = max_f32;
     t->scale = scale;
     t->swiglu = swiglu;

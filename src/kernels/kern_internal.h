@@ -61,6 +61,9 @@ typedef struct kern_table {
     /* small f32 ops */
     float (*sum_squares)(const float *x, int64_t n);
     float (*exp_shift_sum)(float *x, int64_t n, float shift); /* x = exp(x - shift) */
+    /* exp_shift_sum's bits where every x[i] <= shift or is NaN (optional: the AVX2 online
+     * softmax's; exported here for its test) */
+    float (*exp_nonpos_shift_sum)(float *x, int64_t n, float shift);
     float (*max)(const float *x, int64_t n); /* n > 0; NaNs are skipped */
     void (*scale)(float *x, float s, int64_t n); /* x *= s */
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
