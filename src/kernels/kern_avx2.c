@@ -1605,15 +1605,10 @@ static void quantize_q8_K(const float *x, void *dst, int64_t n) {
 
 /* ---- small f32 ops ------------------------------------------------------------------ */
 
-/* exp(x) for 8 floats: x = n*ln2 + r with |r| <= ln2/2 (ln2 split in two so n*ln2
- * is exact enough), exp(r) by its degree-6 Taylor polynomial (error < 2e-7
- * relative), times 2^n built in the exponent bits. Below -87.3 the result is 0
- * (the subnormal range is dropped), above 88.7 +inf; NaN stays NaN. */
-static inline __m256 exp_ps(__m256 x) {
-    const __m256 hi = _mm256_set1_ps(88.72f), lo = _mm256_set1_ps(-87.33f);
-    const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    const __m256 too_big = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
-    const __m256 xc = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+/* exp(x) = 2^n * exp(r) for x already clamped: n = round(x / ln2), r = x - n*ln2 (ln2 split
+ * in two so n*ln2 is exact enough), exp(r) by its degree-6 Taylor polynomial; returns
+ * the polynomial, n into *n. */
+static inline __m256 exp_reduced(__m256 xc, __m256 *n_out) {
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), xc); /* ln2 high bits */
@@ -1625,6 +1620,21 @@ static inline __m256 exp_ps(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    *n_out = n;
+    return p;
+}
+
+/* exp(x) for 8 floats: x = n*ln2 + r with |r| <= ln2/2 (ln2 split in two so n*ln2
+ * is exact enough), exp(r) by its degree-6 Taylor polynomial (error < 2e-7
+ * relative), times 2^n built in the exponent bits. Below -87.3 the result is 0
+ * (the subnormal range is dropped), above 88.7 +inf; NaN stays NaN. */
+static inline __m256 exp_ps(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.72f), lo = _mm256_set1_ps(-87.33f);
+    const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    const __m256 too_big = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    const __m256 xc = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+    __m256 n;
+    const __m256 p = exp_reduced(xc, &n);
     /* n in [-126, 128]: split 2^n = 2^(n/2) * 2^(n - n/2) so both are normal floats */
     const __m256i ni = _mm256_cvtps_epi32(n);
     const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
@@ -1649,17 +1659,8 @@ static inline __m256 exp_nonpos_ps(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.33f);
     const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
     const __m256 xc = _mm256_max_ps(x, lo); /* NaN: lo, replaced by x at the end */
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 n;
+    const __m256 p = exp_reduced(xc, &n);
     const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(
         _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
     const __m256 y = _mm256_andnot_ps(too_small, _mm256_mul_ps(p, s));
@@ -1679,17 +1680,21 @@ static float sum_squares(const float *x, int64_t n) {
     return sum;
 }
 
-static float exp_shift_sum(float *x, int64_t n, float shift) {
+/* x = exp(x - shift), returning the sum; nonpos: every x <= shift (or NaN), so the
+ * cheaper exp_nonpos_ps gives the same bits (a constant, so each caller gets its own
+ * loop). The tail runs the general exp, every element computed alike. */
+ROWS_INLINE float exp_shift_sum_body(float *x, int64_t n, float shift, bool nonpos) {
     const __m256 vs = _mm256_set1_ps(shift);
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+        const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vs);
+        const __m256 e = nonpos ? exp_nonpos_ps(d) : exp_ps(d);
         _mm256_storeu_ps(x + i, e);
         acc = _mm256_add_ps(acc, e);
     }
     float sum = hsum_ps(acc);
-    if (i < n) { /* the tail through the same exp, so every element is computed alike */
+    if (i < n) {
         float tmp[8] = {0};
         const int64_t rest = n - i;
         for (int64_t k = 0; k < rest; k++) tmp[k] = x[i + k] - shift;
@@ -1702,29 +1707,14 @@ static float exp_shift_sum(float *x, int64_t n, float shift) {
     return sum;
 }
 
+static float exp_shift_sum(float *x, int64_t n, float shift) {
+    return exp_shift_sum_body(x, n, shift, false);
+}
+
 /* exp_shift_sum where every x[i] <= shift (or NaN): the online softmax's step, shift its
- * running max. The same bits as exp_shift_sum (exp_nonpos_ps). */
+ * running max. The same bits as exp_shift_sum. */
 static float exp_nonpos_shift_sum(float *x, int64_t n, float shift) {
-    const __m256 vs = _mm256_set1_ps(shift);
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 e = exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
-        _mm256_storeu_ps(x + i, e);
-        acc = _mm256_add_ps(acc, e);
-    }
-    float sum = hsum_ps(acc);
-    if (i < n) { /* the tail as exp_shift_sum's, through the general exp */
-        float tmp[8] = {0};
-        const int64_t rest = n - i;
-        for (int64_t k = 0; k < rest; k++) tmp[k] = x[i + k] - shift;
-        _mm256_storeu_ps(tmp, exp_ps(_mm256_loadu_ps(tmp)));
-        for (int64_t k = 0; k < rest; k++) {
-            x[i + k] = tmp[k];
-            sum += tmp[k];
-        }
-    }
-    return sum;
+    return exp_shift_sum_body(x, n, shift, true);
 }
 
 /* max(x, m) keeps m where x is NaN, as the reference's x > m does. perf: the scalar

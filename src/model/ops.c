@@ -365,9 +365,9 @@ static int32_t attn_step(const model_seq_kv *kv, int32_t layer, int32_t kvh, int
  * max and sum), so no buffer the size of the context is needed. perf: the heads walk the
  * keys together, so each block of K and V comes from memory once for the group instead
  * of once per head (GQA: 4-8 query heads per KV head). f16 rows are converted as they
- * load (F16C), once per head pair: converting a block once into an f32 buffer for the group was
- * measured slower (bench_attn, bench/README.md). Per head the operations and their order
- * are exactly those of a head computed alone. */
+ * load (F16C), once per head pair: converting a block once into an f32 buffer for the
+ * group was measured slower (bench_attn, bench/README.md). Per head the operations and
+ * their order are exactly those of a head computed alone. */
 static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int32_t r0,
                        int32_t r1, bool first, float *out, float *run_max, float *run_sum) {
     const op_attn *a = j->a;
