@@ -124,6 +124,30 @@ def run(engine, url, n, gen, threads, rnd):
     return 0
 
 
+def bound_notes(data, order):
+    """Decode at depth against hearth's bandwidth bound: how close hearth runs to reading
+    its weights and KV once per token at the bus's best speed, and what share of that bound
+    twice llama.cpp's best median would take (over 100%: the 2x target is out of reach
+    on this machine at that hour, whatever the kernels do)."""
+    for f, meas in order:
+        if not meas.endswith(" bound"):
+            continue
+        depth = meas[: -len(" bound")]
+        bv = data[(f, meas)].get("hearth", [])
+        hv = data.get((f, depth), {}).get("hearth", [])
+        lv = data.get((f, depth), {}).get("llama.cpp", [])
+        if not bv or not hv:
+            continue
+        b, h = statistics.median(bv), statistics.median(hv)
+        line = "%s %s: hearth %.1f tok/s = %.0f%% of its bandwidth bound (median %.1f tok/s)" % (
+            f.rsplit("/", 1)[-1], depth, h, 100 * h / b, b)
+        if lv:
+            l2 = 2 * statistics.median(lv)
+            line += "; 2x llama.cpp's best median = %.1f tok/s = %.0f%% of the bound" % (
+                l2, 100 * l2 / b)
+        print("\n" + line)
+
+
 def summary(path):
     rows = [l.rstrip("\n").split("\t") for l in open(path) if l.strip()]
     data, loads, order = {}, [], []
@@ -161,6 +185,7 @@ def summary(path):
         name = f.rsplit("/", 1)[-1]
         unit = " (ms)" if meas == "ttft" else " (tok/s)"
         print("| %s | %s%s | %s | %s | %s |" % (name, meas, unit, fmt(lv), fmt(hv), ratio))
+    bound_notes(data, order)
     if loads:
         print("\nload average (1 min) during the runs: %.1f-%.1f, median %.1f; %d rounds"
               % (min(loads), max(loads), statistics.median(loads),

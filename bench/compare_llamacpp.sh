@@ -14,6 +14,8 @@
 #   tgDEPTH decode of TGD_N tokens after DEPTH positions of context
 #           llama-bench -p 0 -n TGD_N -d DEPTH -fa LLAMA_FA (the best of the settings listed)
 #           | bench_model --decode-at DEPTH --decode TGD_N --kv-type KV_TYPE
+#           and that run's bandwidth bound (bench_model: the best read bandwidth over the
+#           weights + KV bytes a token reads), which caps what any ratio at depth can reach
 #   srvN    the whole server: aggregate decode tok/s of N concurrent streamed clients, each
 #           GEN tokens (prompt, HTTP and JSON included: tokens / wall time of the level),
 #           llama-server -np 8 against hearth serve with HEARTH_NUM_PARALLEL=8
@@ -104,6 +106,7 @@ hearth_side() {
         o=$("$BENCH_MODEL" --model "$f" --threads "$THREADS" --runs 1 --prefill 512 --decode "$TGD_N" \
             --decode-at "$DEPTH" --kv-type "$KV_TYPE" 2>/dev/null)
         rec "$r" "$f" hearth "tg@$DEPTH" "$(sed -n 's/.*decode *[0-9]* at [0-9]*: *\([0-9.]*\) tok\/s.*/\1/p' <<<"$o")"
+        rec "$r" "$f" hearth "tg@$DEPTH bound" "$(sed -n 's/.* bound \([0-9.]*\) tok\/s.*/\1/p' <<<"$o")"
     fi
 }
 
