@@ -140,7 +140,8 @@ int main(int argc, char **argv) {
                         row[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
                     }
                     void *base = blocks[ti][p / block];
-                    kern_kv_store_row(types[ti], row, kv_geom_k(&g[ti], base, block, l, h, p % block), HD);
+                    kern_kv_store_key(types[ti], row, kv_geom_k(&g[ti], base, block, l, h, p % block), HD,
+                                      kv_geom_k_stride(&g[ti], block, p % block));
                     kern_kv_store_row(types[ti], row, kv_geom_v(&g[ti], base, block, l, h, p % block), HD);
                 }
         view[ti] = (model_seq_kv){.blocks = blocks[ti], .B = block, .len = ctx, .geom = &g[ti]};

@@ -115,7 +115,8 @@ TEST(attn_split_key_ranges_equal_unsplit_and_reference) {
         /* the cache rows, converted as op_attention's store does */
         for (int p = 0; p < NPOS; p++)
             for (int h = 0; h < NKV; h++) {
-                kern_kv_store_row(types[ti], g_k[p][h], kv_geom_k(&g, blocks[p / BLK], BLK, 0, h, p % BLK), HD);
+                kern_kv_store_key(types[ti], g_k[p][h], kv_geom_k(&g, blocks[p / BLK], BLK, 0, h, p % BLK), HD,
+                                  kv_geom_k_stride(&g, BLK, p % BLK));
                 kern_kv_store_row(types[ti], g_v[p][h], kv_geom_v(&g, blocks[p / BLK], BLK, 0, h, p % BLK), HD);
             }
         /* positions: three uneven key ranges (512, 512, 76), one range, 513 keys */
@@ -207,7 +208,8 @@ TEST(attn_steps_do_not_depend_on_block_size) {
                 void **blocks = calloc((size_t)nblk, sizeof *blocks);
                 for (int b = 0; b < nblk; b++) blocks[b] = calloc((size_t)B, g.bytes_per_pos);
                 for (int p = 0; p < NPOS; p++) {
-                    kern_kv_store_row(types[ti], g_k[p][0], kv_geom_k(&g, blocks[p / B], B, 0, 0, p % B), HD);
+                    kern_kv_store_key(types[ti], g_k[p][0], kv_geom_k(&g, blocks[p / B], B, 0, 0, p % B), HD,
+                                      kv_geom_k_stride(&g, B, p % B));
                     kern_kv_store_row(types[ti], g_v[p][0], kv_geom_v(&g, blocks[p / B], B, 0, 0, p % B), HD);
                 }
                 const model_seq_kv view = {.blocks = blocks, .B = B, .len = 0, .geom = &g};

@@ -537,6 +537,9 @@ TEST(kernels_attn_block_equals_per_head_pieces) {
     static hl_fp16 k[2 * MAXK * LD], v[2 * MAXK * LD], k2[2 * MAXK * LD], v2[2 * MAXK * LD];
     float o[WAYS][MAXH * LD], m[WAYS][MAXH], sum[WAYS][MAXH], score[2 * MAXK];
     int n_cases = 0;
+    /* keys by rows (LD apart) and by columns (kv/layout.h; key j's element i at
+     * i * MAXK + j, the cache's tiles with a width of MAXK) */
+    for (int cols = 0; cols < 2; cols++)
     for (int di = 0; di < 5; di++)
         for (int hi = 0; hi < 5; hi++)
             for (int ki = 0; ki < 4; ki++) {
@@ -550,7 +553,12 @@ TEST(kernels_attn_block_equals_per_head_pieces) {
                 for (int blk = 0; blk < 2; blk++)
                     for (int j = split; j < nk; j++)
                         for (int i = 0; i < LD; i++) {
-                            k2[(blk * MAXK + j - split) * LD + i] = k[(blk * MAXK + j) * LD + i];
+                            const size_t at = (size_t)blk * MAXK * LD;
+                            if (cols && i < d)
+                                k2[at + (size_t)i * MAXK + (size_t)(j - split)] =
+                                    k[at + (size_t)i * MAXK + (size_t)j];
+                            else if (!cols)
+                                k2[(blk * MAXK + j - split) * LD + i] = k[(blk * MAXK + j) * LD + i];
                             v2[(blk * MAXK + j - split) * LD + i] = v[(blk * MAXK + j) * LD + i];
                         }
                 /* 0: SIMD kernel, 1: SIMD pieces, 2: reference pieces, one run per step;
@@ -567,13 +575,14 @@ TEST(kernels_attn_block_equals_per_head_pieces) {
                         kern_attn_run one[2][2], two[2][2]; /* [step][run] */
                         for (int s = 0; s < 2; s++) {
                             const size_t at = (size_t)s * MAXK * LD;
-                            one[s][0] = (kern_attn_run){k + at, v + at, nk};
-                            one[s][1] = (kern_attn_run){NULL, NULL, 0};
-                            two[s][0] = (kern_attn_run){k + at, v + at, split};
-                            two[s][1] = (kern_attn_run){k2 + at, v2 + at, nk - split};
+                            one[s][0] = (kern_attn_run){k + at, v + at, nk, MAXK};
+                            one[s][1] = (kern_attn_run){NULL, NULL, 0, 0};
+                            two[s][0] = (kern_attn_run){k + at, v + at, split, MAXK};
+                            two[s][1] = (kern_attn_run){k2 + at, v2 + at, nk - split, MAXK};
                         }
                         kern_attn_run(*runs)[2] = w < 3 ? one : two;
                         kern_attn_block b = {.nh = nh, .q = q, .ldq = LD, .ldk = LD, .ldv = LD,
+                                             .k_cols = cols,
                                              .dk = d, .dv = d, .scale = 0.125f, .o = o[w],
                                              .m = m[w], .s = sum[w], .score = score};
                         b.run[0] = runs[blk][0];
@@ -591,8 +600,8 @@ TEST(kernels_attn_block_equals_per_head_pieces) {
                     CHECK_MSG(memcmp(o[0], o[w], sizeof(float) * (size_t)(nh * d)) == 0 &&
                                   memcmp(m[0], m[w], sizeof(float) * (size_t)nh) == 0 &&
                                   memcmp(sum[0], sum[w], sizeof(float) * (size_t)nh) == 0,
-                              "d=%d heads=%d keys=%d split=%d: way %d != the kernel", d, nh,
-                              nk, split, w);
+                              "cols=%d d=%d heads=%d keys=%d split=%d: way %d != the kernel",
+                              cols, d, nh, nk, split, w);
                 }
                 for (int h = 0; h < nh; h++) {
                     CHECK_NEAR(sum[0][h], sum[2][h], 1e-5 * sum[2][h]);
@@ -600,9 +609,10 @@ TEST(kernels_attn_block_equals_per_head_pieces) {
                     /* the normalised output against a double softmax over both steps */
                     double mx = nh % 2 ? 0.5 : -INFINITY, sc[2 * MAXK];
                     for (int j = 0; j < 2 * nk; j++) {
-                        const hl_fp16 *kr = k + (j / nk) * MAXK * LD + (j % nk) * LD;
+                        const hl_fp16 *kr = k + (j / nk) * MAXK * LD + (cols ? j % nk : (j % nk) * LD);
                         double e = 0;
-                        for (int i = 0; i < d; i++) e += (double)q[h * LD + i] * hl_fp16_to_fp32(kr[i]);
+                        for (int i = 0; i < d; i++)
+                            e += (double)q[h * LD + i] * hl_fp16_to_fp32(kr[cols ? i * MAXK : i]);
                         sc[j] = 0.125 * e;
                         if (sc[j] > mx) mx = sc[j];
                     }
@@ -619,7 +629,7 @@ TEST(kernels_attn_block_equals_per_head_pieces) {
                 }
                 n_cases++;
             }
-    CHECK_EQ_INT(n_cases, 100);
+    CHECK_EQ_INT(n_cases, 200);
 }
 
 /* SIMD activation quantizers must produce the reference bytes exactly. */

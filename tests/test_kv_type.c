@@ -236,6 +236,107 @@ TEST(kv_type_block_bytes) {
     CHECK_NEAR((double)b[0] / (double)b[2], 128.0 / 34.0, 1e-9);
 }
 
+/* f16 keys by columns (kv/layout.h): for any block size (partial tiles too) the keys of
+ * a head exactly tile the bytes of its rows, each element where kv_geom_k and
+ * kv_geom_k_stride say, with the value kern_kv_store_key wrote; kern_dot_cols_f16 scores
+ * them as one fmaf chain per key in every table; kv_block_copy_rows keeps the first rows
+ * of a block and zeroes the rest, tile by tile. */
+TEST(kv_type_f16_keys_by_columns) {
+    enum { NL = 2, NH = 2, DK = 12, DV = 5, MAXB = 100 };
+    kv_layer_dims dims[NL] = {{NH, DK, DV}, {NH, DK, DV}};
+    kv_geom g;
+    CHECK(kv_geom_init(&g, NL, dims, HL_TYPE_F16, HL_TYPE_F32, NULL) == HL_OK);
+    CHECK(kv_geom_k_cols(&g));
+    static const int32_t sizes[] = {1, 5, 32, 40, 64, 100};
+    uint32_t seed = 7;
+    static float x[MAXB][DK];
+    for (int si = 0; si < 6; si++) {
+        const int32_t B = sizes[si];
+        uint8_t *base = calloc((size_t)B, g.bytes_per_pos);
+        uint8_t *seen = calloc((size_t)B, g.bytes_per_pos);
+        CHECK(base && seen);
+        for (int32_t p = 0; p < B; p++)
+            for (int i = 0; i < DK; i++) x[p][i] = frand(&seed);
+        for (int l = 0; l < NL; l++)
+            for (int h = 0; h < NH; h++) {
+                for (int32_t p = 0; p < B; p++)
+                    kern_kv_store_key(HL_TYPE_F16, x[p], kv_geom_k(&g, base, B, l, h, p), DK,
+                                      kv_geom_k_stride(&g, B, p));
+                const uint8_t *lo = base + (size_t)B * g.k_off[l] + (size_t)h * B * g.k_row[l];
+                for (int32_t p = 0; p < B; p++) {
+                    const int32_t w = kv_geom_k_stride(&g, B, p);
+                    CHECK(w == (B - p / 32 * 32 < 32 ? B - p / 32 * 32 : 32));
+                    const hl_fp16 *k = (const hl_fp16 *)kv_geom_k(&g, base, B, l, h, p);
+                    for (int i = 0; i < DK; i++) {
+                        const uint8_t *at = (const uint8_t *)(k + (int64_t)i * w);
+                        CHECK(at >= lo && at + 2 <= lo + (size_t)B * g.k_row[l]);
+                        seen[at - base]++;
+                        CHECK(k[(int64_t)i * w] == hl_fp32_to_fp16(x[p][i]));
+                    }
+                }
+            }
+        size_t covered = 0, twice = 0;
+        for (size_t i = 0; i < (size_t)B * g.bytes_per_pos; i++) {
+            covered += seen[i] == 1;
+            twice += seen[i] > 1;
+        }
+        CHECK(twice == 0);
+        CHECK(covered * 2 == (size_t)B * g.v_off[0]); /* every key byte pair, once */
+        /* scores straight from the cache's tiles, all keys of a tile at once */
+        float q[DK], got[32], want[32];
+        for (int i = 0; i < DK; i++) q[i] = frand(&seed);
+        for (int32_t t0 = 0; t0 < B; t0 += 32) {
+            const int32_t w = kv_geom_k_stride(&g, B, t0);
+            const hl_fp16 *k = (const hl_fp16 *)kv_geom_k(&g, base, B, 1, 1, t0);
+            kern_dot_cols_f16(got, q, k, w, w, DK, 0.25f);
+            kern_table_ref()->dot_cols_f16(want, q, k, w, w, DK, 0.25f);
+            for (int32_t j = 0; j < w; j++) {
+                float acc = 0.0f;
+                for (int i = 0; i < DK; i++) acc = fmaf(q[i], hl_fp16_to_fp32(k[i * w + j]), acc);
+                CHECK(got[j] == 0.25f * acc && want[j] == got[j]);
+            }
+        }
+        free(base);
+        free(seen);
+    }
+    kv_geom_free(&g);
+
+    /* a pool's block: the first rows copied, the rest zeroed, in both key layouts */
+    for (int f16 = 0; f16 < 2; f16++) {
+        kv_layout lay = {.n_layer = NL, .n_head_kv = NH, .head_dim_k = DK, .head_dim_v = DV,
+                         .block_tokens = 40, .k_type = f16 ? HL_TYPE_F16 : HL_TYPE_F32};
+        kv_pool_config cfg = {.layout = lay, .budget_bytes = 1 << 20};
+        kv_pool *pool = NULL;
+        CHECK(kv_pool_create(&cfg, &pool, NULL) == HL_OK);
+        kv_geom pg;
+        CHECK(kv_layout_geom(&lay, &pg, NULL) == HL_OK);
+        const size_t bb = kv_layout_block_bytes(&lay);
+        uint8_t *src = malloc(bb), *dst = malloc(bb);
+        CHECK(src && dst);
+        for (size_t i = 0; i < bb; i++) src[i] = (uint8_t)(i * 7 + 1);
+        memset(dst, 0xee, bb);
+        const int32_t rows = 35; /* into the second, partial tile (positions 32..39) */
+        kv_block_copy_rows(pool, dst, src, rows);
+        const size_t esz = f16 ? 2 : 4;
+        for (int l = 0; l < NL; l++)
+            for (int h = 0; h < NH; h++)
+                for (int32_t p = 0; p < 40; p++) {
+                    const int64_t w = kv_geom_k_stride(&pg, 40, p);
+                    const uint8_t *a = kv_block_k_row(pool, src, l, h, p);
+                    const uint8_t *b = kv_block_k_row(pool, dst, l, h, p);
+                    for (int i = 0; i < DK; i++) {
+                        const size_t at = (size_t)i * (size_t)w * esz;
+                        static const uint8_t zero[4];
+                        CHECK(memcmp(b + at, p < rows ? a + at : zero, esz) == 0);
+                    }
+                }
+        free(src);
+        free(dst);
+        kv_geom_free(&pg);
+        kv_pool_destroy(pool);
+    }
+}
+
 /* ---- the runner: the pool's type from its config, through the prefix cache ---- */
 
 #include <sys/wait.h>

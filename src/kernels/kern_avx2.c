@@ -1947,7 +1947,7 @@ static void axpy_rows_q8_0(float *y, const float *p, const void *v, size_t ldv, 
 /* ---- decode attention: one block of keys for several query heads (kern_attn_block) -- */
 
 /* The next block's K and V lines, prefetched a few per step of every head pair's score
- * pass (4 keys a step), so they arrive while this block computes. perf: decode attention
+ * pass (8 key elements a step), so they arrive while this block computes. perf: decode attention
  * at 4096 positions took 20-36% less time (bench_attn), most with the runner's
  * 32-position blocks, whose 4 KB runs per layer and head the hardware prefetchers only
  * find after their first misses; all the lines at once, or all in the first pair's pass,
@@ -1976,68 +1976,93 @@ static inline void attn_prefetch_step(attn_prefetch *pf) {
     }
 }
 
-/* Scores of two query heads over four f16 keys, each key row converted once for both:
- * [head 0: keys 0..3 | head 1: keys 0..3], scaled. Per (head, key) the lanes, the order
- * and the reduction are those of dot_rows_f16's passes, so each score has the bits
- * dot_rows_f16 gives it. d % 8 == 0; ROWS_INLINE so that a constant d unrolls. */
-ROWS_INLINE __m256 scores2x4_f16(const float *q0, const float *q1, const hl_fp16 *k0,
-                                 const hl_fp16 *k1, const hl_fp16 *k2, const hl_fp16 *k3,
-                                 int64_t d, __m256 scale) {
-    const hl_fp16 *kr[4] = {k0, k1, k2, k3};
+/* ---- keys by columns (kv/layout.h): key j's element i at k[i * ld + j] ---- */
+
+/* One pass over ng (1, 2 or 4) groups of 8 keys for one or two heads: lane l of group g is
+ * key 8g + l, its score one fma chain over the elements from 0 in order, then the scale:
+ * kern_dot_cols_f16's bits, whatever the pass. A short last group (nk < 8) reads its keys
+ * through a zero-padded copy, so no load passes the run's last key. perf: the scores come
+ * out eight keys to a vector with no horizontal sums, and each chain runs the whole head
+ * (decode attention's scores: ~30% less time than rows, bench/README.md). The next step's
+ * prefetch advances once per 8 elements. */
+ROWS_INLINE void cols_pass(float *out0, float *out1, const float *q0, const float *q1,
+                           const hl_fp16 *k, int64_t ld, int64_t nk, int64_t d, int ng, bool two,
+                           __m256 vs, attn_prefetch *pf) {
     __m256 a[4], b[4];
-    UNROLL for (int r = 0; r < 4; r++) a[r] = b[r] = _mm256_setzero_ps();
-    UNROLL for (int64_t i = 0; i < d; i += 8) {
-        const __m256 x = _mm256_loadu_ps(q0 + i), y = _mm256_loadu_ps(q1 + i);
-        UNROLL for (int r = 0; r < 4; r++) {
-            const __m256 kv = load_f16x8(kr[r] + i);
-            a[r] = _mm256_fmadd_ps(kv, x, a[r]);
-            b[r] = _mm256_fmadd_ps(kv, y, b[r]);
+    UNROLL for (int g = 0; g < ng; g++) a[g] = b[g] = _mm256_setzero_ps();
+    for (int64_t i0 = 0; i0 < d; i0 += 8) {
+        if (pf) attn_prefetch_step(pf);
+        const int64_t i1 = i0 + 8 < d ? i0 + 8 : d;
+        for (int64_t i = i0; i < i1; i++) {
+            const hl_fp16 *r = k + i * ld;
+            const __m256 x = _mm256_broadcast_ss(q0 + i);
+            const __m256 y = two ? _mm256_broadcast_ss(q1 + i) : x;
+            UNROLL for (int g = 0; g < ng; g++) {
+                __m256 kv;
+                if (nk < 8) {
+                    hl_fp16 pad[8] = {0};
+                    memcpy(pad, r, (size_t)nk * sizeof *pad);
+                    kv = load_f16x8(pad);
+                } else {
+                    kv = load_f16x8(r + 8 * g);
+                }
+                a[g] = _mm256_fmadd_ps(kv, x, a[g]);
+                if (two) b[g] = _mm256_fmadd_ps(kv, y, b[g]);
+            }
         }
     }
-    const __m256 ha = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    const __m256 hb = _mm256_hadd_ps(_mm256_hadd_ps(b[0], b[1]), _mm256_hadd_ps(b[2], b[3]));
-    return _mm256_mul_ps(_mm256_add_ps(_mm256_permute2f128_ps(ha, hb, 0x20),
-                                       _mm256_permute2f128_ps(ha, hb, 0x31)),
-                         scale);
+    if (nk < 8) {
+        float t[8];
+        _mm256_storeu_ps(t, _mm256_mul_ps(a[0], vs));
+        memcpy(out0, t, (size_t)nk * sizeof *t);
+        if (two) {
+            _mm256_storeu_ps(t, _mm256_mul_ps(b[0], vs));
+            memcpy(out1, t, (size_t)nk * sizeof *t);
+        }
+        return;
+    }
+    UNROLL for (int g = 0; g < ng; g++) {
+        _mm256_storeu_ps(out0 + 8 * g, _mm256_mul_ps(a[g], vs));
+        if (two) _mm256_storeu_ps(out1 + 8 * g, _mm256_mul_ps(b[g], vs));
+    }
 }
 
-/* Scores of two query heads over the same f16 keys (scores2x4_f16 four keys at a time;
- * a short last group repeats its first key). perf: with d a constant (64, 128: the
- * common head sizes) the loop over d unrolls and the four row pointers stay in
- * registers; the generic d kept them on the stack and looped 8 elements at a time:
- * decode attention at 4096 positions 3-6% less time over one block, 0-2% over 32-position
- * blocks (one binary switching the two per step; alternated binaries had shown 5-12%). */
-ROWS_INLINE void scores2_f16_d(float *out0, float *out1, const float *q0, const float *q1,
-                               const hl_fp16 *k, int64_t ldk, int64_t nk, int64_t d,
-                               float scale, attn_prefetch *pf) {
+/* The passes over nk keys: 32 at a time (the runner's blocks and tiles), then 16, 8, and
+ * the rest. */
+static inline int64_t cols_passes(int64_t nk) {
+    return nk / 32 + nk % 32 / 16 + nk % 16 / 8 + (nk % 8 != 0);
+}
+
+ROWS_INLINE void scores_cols(float *out0, float *out1, const float *q0, const float *q1,
+                             const hl_fp16 *k, int64_t ld, int64_t nk, int64_t d, float scale,
+                             bool two, attn_prefetch *pf) {
     const __m256 vs = _mm256_set1_ps(scale);
     int64_t j = 0;
-    for (; j + 4 <= nk; j += 4) {
-        attn_prefetch_step(pf);
-        const hl_fp16 *kr = k + j * ldk;
-        const __m256 s = scores2x4_f16(q0, q1, kr, kr + ldk, kr + 2 * ldk, kr + 3 * ldk, d, vs);
-        _mm_storeu_ps(out0 + j, _mm256_castps256_ps128(s));
-        _mm_storeu_ps(out1 + j, _mm256_extractf128_ps(s, 1));
+    for (; j + 32 <= nk; j += 32)
+        cols_pass(out0 + j, two ? out1 + j : NULL, q0, q1, k + j, ld, 32, d, 4, two, vs, pf);
+    if (j + 16 <= nk) {
+        cols_pass(out0 + j, two ? out1 + j : NULL, q0, q1, k + j, ld, 16, d, 2, two, vs, pf);
+        j += 16;
     }
-    if (j < nk) {
-        attn_prefetch_step(pf);
-        const hl_fp16 *kr[4];
-        for (int r = 0; r < 4; r++) kr[r] = k + (j + r < nk ? j + r : j) * ldk;
-        float tmp[8];
-        _mm256_storeu_ps(tmp, scores2x4_f16(q0, q1, kr[0], kr[1], kr[2], kr[3], d, vs));
-        for (int64_t r = 0; j + r < nk; r++) {
-            out0[j + r] = tmp[r];
-            out1[j + r] = tmp[4 + r];
-        }
+    if (j + 8 <= nk) {
+        cols_pass(out0 + j, two ? out1 + j : NULL, q0, q1, k + j, ld, 8, d, 1, two, vs, pf);
+        j += 8;
     }
+    if (j < nk)
+        cols_pass(out0 + j, two ? out1 + j : NULL, q0, q1, k + j, ld, nk - j, d, 1, two, vs, pf);
 }
 
-static void scores2_f16(float *out0, float *out1, const float *q0, const float *q1,
-                        const hl_fp16 *k, int64_t ldk, int64_t nk, int64_t d, float scale,
-                        attn_prefetch *pf) {
-    if (d == 64) scores2_f16_d(out0, out1, q0, q1, k, ldk, nk, 64, scale, pf);
-    else if (d == 128) scores2_f16_d(out0, out1, q0, q1, k, ldk, nk, 128, scale, pf);
-    else scores2_f16_d(out0, out1, q0, q1, k, ldk, nk, d, scale, pf);
+static void dot_cols_f16(float *out, const float *q, const hl_fp16 *k, int64_t ld, int64_t nk,
+                         int64_t d, float scale) {
+    scores_cols(out, NULL, q, q, k, ld, nk, d, scale, false, NULL);
+}
+
+/* Two heads' scores over the same keys by columns, each key vector converted once for
+ * both. */
+static void scores2_cols_f16(float *out0, float *out1, const float *q0, const float *q1,
+                             const hl_fp16 *k, int64_t ld, int64_t nk, int64_t d, float scale,
+                             attn_prefetch *pf) {
+    scores_cols(out0, out1, q0, q1, k, ld, nk, d, scale, true, pf);
 }
 
 /* Value sums of two heads over the same f16 rows, each row chunk converted once for both:
@@ -2092,18 +2117,20 @@ static inline void softmax_step(float *x, int64_t nk, float *m, float *s, float 
     *s += exp_nonpos_shift_sum(x, nk, *m); /* every x <= *m now (or NaN) */
 }
 
-/* The prefetch of the next step's rows, spread over this step's score groups (four keys
- * of a head pair each): per_step 0 when there is no next step. */
+/* The prefetch of the next step's keys and values, spread over this step's head pairs'
+ * score passes (a share every 8 elements of a pass): per_step 0 when there is no next
+ * step, or keys by rows (no pair kernel walks them). */
 static attn_prefetch attn_prefetch_plan(const kern_attn_block *b) {
     attn_prefetch pf = {0};
+    if (!b->k_cols) return pf;
     int64_t k_lines = 0, v_lines = 0, groups = 0;
     for (int r = 0; r < KERN_ATTN_RUNS; r++) {
         const kern_attn_run *u = &b->next[r];
-        groups += (b->run[r].n + 3) / 4;
+        groups += cols_passes(b->run[r].n) * ((b->dk + 7) / 8);
         if (u->n <= 0) continue;
         pf.k[r] = u->k;
         pf.v[r] = u->v;
-        pf.k_lines[r] = (u->n * b->ldk * (int64_t)sizeof(hl_fp16) + 63) / 64;
+        pf.k_lines[r] = (((b->dk - 1) * u->kld + u->n) * (int64_t)sizeof(hl_fp16) + 63) / 64;
         pf.v_lines[r] = (u->n * b->ldv * (int64_t)sizeof(hl_fp16) + 63) / 64;
         k_lines += pf.k_lines[r];
         v_lines += pf.v_lines[r];
@@ -2113,9 +2140,10 @@ static attn_prefetch attn_prefetch_plan(const kern_attn_block *b) {
     return pf;
 }
 
-/* Heads in pairs (the pair kernels above), an odd last one alone, run by run: every head's
- * arithmetic is that of kern_attn_block_pieces. Over f32 rows the pieces were faster:
- * pairs save conversions only. */
+/* Heads in pairs (the pair kernels above: keys by columns, the cache's f16 layout), an odd
+ * last one alone, run by run: every head's arithmetic is that of kern_attn_block_pieces.
+ * Keys by rows (no cache stores f16 keys so now) are scored head by head. Over f32 rows
+ * the pieces were faster: pairs save conversions only. */
 static void attn_block_f16(const kern_attn_block *b) {
     const int64_t nk = kern_attn_block_keys(b);
     attn_prefetch pf = attn_prefetch_plan(b);
@@ -2129,8 +2157,10 @@ static void attn_block_f16(const kern_attn_block *b) {
             const hl_fp16 *k = b->run[r].k;
             const int64_t n = b->run[r].n;
             if (n <= 0) continue;
-            if (two && b->dk % 8 == 0) {
-                scores2_f16(x0 + j, x1 + j, q0, q1, k, b->ldk, n, b->dk, b->scale, &pf);
+            if (b->k_cols && two) {
+                scores2_cols_f16(x0 + j, x1 + j, q0, q1, k, b->run[r].kld, n, b->dk, b->scale, &pf);
+            } else if (b->k_cols) {
+                dot_cols_f16(x0 + j, q0, k, b->run[r].kld, n, b->dk, b->scale);
             } else {
                 dot_rows_f16(x0 + j, q0, k, b->ldk, n, b->dk, b->scale);
                 if (two) dot_rows_f16(x1 + j, q1, k, b->ldk, n, b->dk, b->scale);
@@ -2199,6 +2229,7 @@ void kern_avx2_fill(kern_table *t) {
     t->axpy_rows = axpy_rows;
     t->to_f16 = to_f16;
     t->dot_rows_f16 = dot_rows_f16;
+    t->dot_cols_f16 = dot_cols_f16;
     t->axpy_rows_f16 = axpy_rows_f16;
     t->axpy_rows_q8_0 = axpy_rows_q8_0;
     t->attn_block_f16 = attn_block_f16;

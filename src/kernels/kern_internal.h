@@ -80,6 +80,9 @@ typedef struct kern_table {
     void (*to_f16)(const float *x, hl_fp16 *dst, int64_t n);
     void (*dot_rows_f16)(float *out, const float *q, const hl_fp16 *k, int64_t ldk, int64_t nk,
                          int64_t d, float scale);
+    /* kern_dot_cols_f16 (keys by columns) */
+    void (*dot_cols_f16)(float *out, const float *q, const hl_fp16 *k, int64_t ld, int64_t nk,
+                         int64_t d, float scale);
     void (*axpy_rows_f16)(float *y, const float *p, const hl_fp16 *v, int64_t ldv, int64_t nk,
                           int64_t d);
     void (*axpy_rows_q8_0)(float *y, const float *p, const void *v, size_t ldv, int64_t nk,

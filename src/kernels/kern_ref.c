@@ -428,6 +428,15 @@ static void dot_rows_f16(float *out, const float *q, const hl_fp16 *k, int64_t l
     for (int64_t j = 0; j < nk; j++) out[j] = scale * dot_f16(d, k + j * ldk, q);
 }
 
+static void dot_cols_f16(float *out, const float *q, const hl_fp16 *k, int64_t ld, int64_t nk,
+                         int64_t d, float scale) {
+    for (int64_t j = 0; j < nk; j++) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < d; i++) acc = fmaf(q[i], hl_fp16_to_fp32(k[i * ld + j]), acc);
+        out[j] = scale * acc;
+    }
+}
+
 static void axpy_rows_f16(float *y, const float *p, const hl_fp16 *v, int64_t ldv, int64_t nk,
                           int64_t d) {
     for (int64_t i = 0; i < d; i++) {
@@ -482,6 +491,7 @@ static const kern_table g_ref = {
     .axpy_rows = axpy_rows,
     .to_f16 = to_f16,
     .dot_rows_f16 = dot_rows_f16,
+    .dot_cols_f16 = dot_cols_f16,
     .axpy_rows_f16 = axpy_rows_f16,
     .axpy_rows_q8_0 = axpy_rows_q8_0,
     .quantize =

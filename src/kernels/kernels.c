@@ -559,7 +559,8 @@ void kern_attn_block_pieces(const kern_table *t, hl_type type, const kern_attn_b
         for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++) {
             const kern_attn_run *u = &b->run[r];
             if (u->n <= 0) continue;
-            if (f16) t->dot_rows_f16(x + j, q, u->k, b->ldk, u->n, b->dk, b->scale);
+            if (f16 && b->k_cols) t->dot_cols_f16(x + j, q, u->k, u->kld, u->n, b->dk, b->scale);
+            else if (f16) t->dot_rows_f16(x + j, q, u->k, b->ldk, u->n, b->dk, b->scale);
             else t->dot_rows(x + j, q, u->k, b->ldk, u->n, b->dk, b->scale);
         }
         const float mx = t->max(x, nk);
@@ -595,6 +596,25 @@ void kern_kv_store_row(hl_type type, const float *x, void *dst, int64_t n) {
     case HL_TYPE_Q8_0: t->quantize[HL_TYPE_Q8_0](x, dst, n); break;
     default: memcpy(dst, x, (size_t)n * sizeof(float)); break;
     }
+}
+
+void kern_kv_store_key(hl_type type, const float *x, void *dst, int64_t n, int64_t stride) {
+    if (stride <= 1 || type != HL_TYPE_F16) {
+        kern_kv_store_row(type, x, dst, n);
+        return;
+    }
+    hl_fp16 *k = dst, tmp[64];
+    const kern_table *t = kern_table_active();
+    for (int64_t i = 0; i < n; i += 64) { /* converted as kern_kv_store_row converts */
+        const int64_t m = n - i < 64 ? n - i : 64;
+        t->to_f16(x + i, tmp, m);
+        for (int64_t e = 0; e < m; e++) k[(i + e) * stride] = tmp[e];
+    }
+}
+
+void kern_dot_cols_f16(float *out, const float *q, const hl_fp16 *k, int64_t ld, int64_t nk,
+                       int64_t d, float scale) {
+    if (nk > 0 && d > 0) kern_table_active()->dot_cols_f16(out, q, k, ld, nk, d, scale);
 }
 
 void kern_dot_rows_kv(hl_type type, float *out, const void *q, const void *k, size_t ldk,

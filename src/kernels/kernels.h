@@ -98,6 +98,14 @@ void kern_dot_rows_kv(hl_type type, float *out, const void *q, const void *k, si
                       int64_t nk, int64_t d, float scale);
 void kern_axpy_rows_kv(hl_type type, float *y, const float *p, const void *v, size_t ldv,
                        int64_t nk, int64_t d);
+/* Keys of a cache that stores f16 keys by columns (kv/layout.h): key j's element i at
+ * k[i * ld + j]. kern_kv_store_key writes n floats as one key whose elements are `stride`
+ * elements apart (1: kern_kv_store_row; more: f16 only, the same rounding).
+ * kern_dot_cols_f16: out[j] = scale * sum_i q[i] k_ij, the sum one fmaf per element in
+ * element order from 0, in every variant (so a score does not depend on nk, j or ld). */
+void kern_kv_store_key(hl_type type, const float *x, void *dst, int64_t n, int64_t stride);
+void kern_dot_cols_f16(float *out, const float *q, const hl_fp16 *k, int64_t ld, int64_t nk,
+                       int64_t d, float scale);
 /* x[i] = exp(x[i] - shift); returns the sum (attention's online softmax). */
 float kern_exp_shift_sum(float *x, int64_t n, float shift);
 /* One step of decode attention's online softmax, for nh query heads that share one KV
@@ -108,13 +116,14 @@ float kern_exp_shift_sum(float *x, int64_t n, float shift);
  * M = max(m[i], max_j x_j), o and s[i] are first scaled by exp(m[i] - M) (when M grew),
  * then s[i] += sum_j exp(x_j - M), o += sum_j exp(x_j - M) v_j, m[i] = M. score: 2 * nk
  * floats of scratch. The result is bit for bit that of the per-head sequence
- * kern_dot_rows_kv (run by run), kern_max, kern_scale, kern_exp_shift_sum,
+ * kern_dot_rows_kv or kern_dot_cols_f16 (run by run), kern_max, kern_scale, kern_exp_shift_sum,
  * kern_axpy_rows_kv (run by run), so a head's output does not depend on nh, nor on where
  * the runs split the keys. perf: two heads share each conversion of a key or value row,
  * and a step costs one call instead of five per head. */
 typedef struct kern_attn_run {
     const void *k, *v;
-    int64_t n; /* rows */
+    int64_t n;   /* keys */
+    int64_t kld; /* keys by columns (k_cols): elements between a key's elements */
 } kern_attn_run;
 enum { KERN_ATTN_RUNS = 2 };
 typedef struct kern_attn_block {
@@ -122,7 +131,8 @@ typedef struct kern_attn_block {
     const float *q;
     int64_t ldq;
     kern_attn_run run[KERN_ATTN_RUNS];
-    int64_t ldk, ldv; /* elements */
+    int64_t ldk, ldv; /* elements; ldk: keys by rows only */
+    bool k_cols;      /* f16 keys by columns (kern_dot_cols_f16), each run's kld apart */
     int64_t dk, dv;
     float scale;
     float *o, *m, *s, *score;

@@ -252,21 +252,46 @@ void *kv_block_v_row(const kv_pool *p, void *data, int32_t layer, int32_t head, 
     return kv_geom_v(&p->geom, data, p->layout.block_tokens, layer, head, row);
 }
 
-/* Runs `fn` over every (layer, head) run of K and V rows [row, row + n) of a block. */
+/* Copies (or zeroes, src NULL) `bytes` at dst from src. */
+static void copy_or_zero(uint8_t *dst, const uint8_t *src, size_t bytes) {
+    if (src) memcpy(dst, src, bytes);
+    else memset(dst, 0, bytes);
+}
+
+/* Keys by columns (layout.h): positions [row, row + n) of one head, tile by tile, each
+ * tile's elements one short run per key element. */
+static void key_cols(const kv_geom *g, int32_t B, int32_t layer, int32_t h, void *dst,
+                     const void *src, int32_t row, int32_t n) {
+    const int32_t dk = g->dims[layer].head_dim_k;
+    for (int32_t r = row, end = row + n; r < end;) {
+        const int32_t w = kv_geom_k_stride(g, B, r), in_tile = w - r % KV_K_TILE;
+        const int32_t m = end - r < in_tile ? end - r : in_tile;
+        uint8_t *d = kv_geom_k(g, dst, B, layer, h, r);
+        const uint8_t *s = src ? kv_geom_k(g, (void *)src, B, layer, h, r) : NULL;
+        for (int32_t e = 0; e < dk; e++)
+            copy_or_zero(d + (size_t)e * (size_t)w * sizeof(uint16_t),
+                         s ? s + (size_t)e * (size_t)w * sizeof(uint16_t) : NULL,
+                         (size_t)m * sizeof(uint16_t));
+        r += m;
+    }
+}
+
+/* Copies (or zeroes, src NULL) K and V of positions [row, row + n) of a block, every layer
+ * and head. */
 static void block_rows(const kv_pool *p, void *dst, const void *src, int32_t row, int32_t n) {
     const kv_geom *g = &p->geom;
     const int32_t B = p->layout.block_tokens;
     for (int32_t layer = 0; layer < g->n_layer; layer++)
         for (int32_t h = 0; h < g->dims[layer].n_head_kv; h++) {
-            uint8_t *dk = kv_geom_k(g, dst, B, layer, h, row);
-            uint8_t *dv = kv_geom_v(g, dst, B, layer, h, row);
-            if (src) {
-                memcpy(dk, kv_geom_k(g, (void *)src, B, layer, h, row), (size_t)n * g->k_row[layer]);
-                memcpy(dv, kv_geom_v(g, (void *)src, B, layer, h, row), (size_t)n * g->v_row[layer]);
-            } else {
-                memset(dk, 0, (size_t)n * g->k_row[layer]);
-                memset(dv, 0, (size_t)n * g->v_row[layer]);
-            }
+            if (kv_geom_k_cols(g))
+                key_cols(g, B, layer, h, dst, src, row, n);
+            else
+                copy_or_zero(kv_geom_k(g, dst, B, layer, h, row),
+                             src ? kv_geom_k(g, (void *)src, B, layer, h, row) : NULL,
+                             (size_t)n * g->k_row[layer]);
+            copy_or_zero(kv_geom_v(g, dst, B, layer, h, row),
+                         src ? kv_geom_v(g, (void *)src, B, layer, h, row) : NULL,
+                         (size_t)n * g->v_row[layer]);
         }
 }
 

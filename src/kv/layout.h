@@ -8,6 +8,14 @@
  *     V: for each layer l: [n_head_kv(l)][B][row_v(l)]
  * so attention reads one head's keys of a buffer contiguously. A row is one head at one
  * position: head_dim elements of the K (or V) element type (f32, f16 or q8_0 blocks).
+ *
+ * f16 keys are stored by columns inside tiles of KV_K_TILE positions: a head's keys at
+ * positions [t, t + w) of a buffer (t a multiple of KV_K_TILE, w = min(KV_K_TILE, B - t))
+ * fill the same bytes their w rows would, element d of position t + j at d * w + j. A
+ * decode step then scores 8 keys per vector lane-wise (each score one chain of fmas over
+ * the head's elements) instead of 8 elements of one key with a horizontal sum per key:
+ * ~30% less time for the scores (bench/README.md, "Keys by columns"). kv_geom_k gives the
+ * address of a key's element 0 and kv_geom_k_stride the distance of its elements.
  * Layers may differ in heads and head sizes (gemma4); a layer with 0 KV heads stores
  * nothing (it reads another layer's cache). B is a parameter of each address, so the same
  * geometry serves blocks of the pool (B = block_tokens) and a contiguous cache of n_ctx
@@ -58,10 +66,27 @@ hl_status kv_geom_init(kv_geom *g, int32_t n_layer, const kv_layer_dims *dims, h
 hl_status kv_geom_copy(kv_geom *dst, const kv_geom *src, hl_err *err);
 void kv_geom_free(kv_geom *g); /* accepts a zeroed geom */
 
+enum { KV_K_TILE = 32 };
+
+/* True when keys are stored by columns (f16 keys). */
+static inline bool kv_geom_k_cols(const kv_geom *g) { return g->k_type == HL_TYPE_F16; }
+
+/* Elements between consecutive elements of the key at `row`: its tile's width for keys by
+ * columns, 1 for rows. Keys of one tile are adjacent (key row + 1 is one element on). */
+static inline int32_t kv_geom_k_stride(const kv_geom *g, int32_t B, int32_t row) {
+    if (!kv_geom_k_cols(g)) return 1;
+    const int32_t t = row - row % KV_K_TILE;
+    return B - t < KV_K_TILE ? B - t : KV_K_TILE;
+}
+
+/* The key of `head` at `row`: its first element (keys by columns) or its row. */
 static inline uint8_t *kv_geom_k(const kv_geom *g, void *base, int32_t B, int32_t layer,
                                  int32_t head, int32_t row) {
-    return (uint8_t *)base + (size_t)B * g->k_off[layer] +
-           ((size_t)head * (size_t)B + (size_t)row) * g->k_row[layer];
+    uint8_t *h = (uint8_t *)base + (size_t)B * g->k_off[layer] +
+                 (size_t)head * (size_t)B * g->k_row[layer];
+    if (!kv_geom_k_cols(g)) return h + (size_t)row * g->k_row[layer];
+    const int32_t t = row - row % KV_K_TILE;
+    return h + (size_t)t * g->k_row[layer] + (size_t)(row - t) * sizeof(uint16_t);
 }
 
 static inline uint8_t *kv_geom_v(const kv_geom *g, void *base, int32_t B, int32_t layer,

@@ -287,8 +287,9 @@ static void kv_store(const model_ctx *c, const op_attn *a, int32_t n_tok) {
         const model_seq_kv *kv = &c->seq_kv[c->tok_seq[t]].slot[c->m->layer_slot[a->layer]];
         const int32_t pos = c->tok_pos[t];
         for (int32_t h = 0; h < a->n_head_kv; h++) {
-            kern_kv_store_row(kv->geom->k_type, c->k + ((int64_t)t * a->n_head_kv + h) * hdk,
-                              kv_k(kv, a->layer, h, pos), hdk);
+            kern_kv_store_key(kv->geom->k_type, c->k + ((int64_t)t * a->n_head_kv + h) * hdk,
+                              kv_k(kv, a->layer, h, pos), hdk,
+                              kv_geom_k_stride(kv->geom, kv->B, pos % kv->B));
             kern_kv_store_row(kv->geom->v_type, c->v + ((int64_t)t * a->n_head_kv + h) * hdv,
                               kv_v(kv, a->layer, h, pos), hdv);
         }
@@ -335,7 +336,8 @@ static void attn_range_keys(int32_t k_begin, int32_t k_end, int32_t r, int32_t *
 
 /* The keys from k0 scored in one step of the online softmax: up to ATTN_BLOCK, before r1,
  * as runs of contiguous rows, one per cache block touched (KERN_ATTN_RUNS at most: the
- * runner's 32-position blocks give two per step). Returns the step's keys (0 from r1 on).
+ * runner's 32-position blocks give two per step); keys by columns, one per tile of
+ * KV_K_TILE positions. Returns the step's keys (0 from r1 on).
  * So the steps, and the bits, are those of one big block whenever a step spans at most two
  * blocks: blocks of 64 positions or more, or of 32 from a block boundary (all but sliding
  * windows). perf: with 2 threads 4-9% less time than a step per 32-position block, with 1
@@ -348,11 +350,14 @@ static int32_t attn_step(const model_seq_kv *kv, int32_t layer, int32_t kvh, int
         const int32_t k = k0 + n;
         int32_t len = r1 - k < ATTN_BLOCK - n ? r1 - k : ATTN_BLOCK - n;
         if (len > kv->B - k % kv->B) len = kv->B - k % kv->B;
+        if (kv_geom_k_cols(kv->geom) && len > KV_K_TILE - k % kv->B % KV_K_TILE)
+            len = KV_K_TILE - k % kv->B % KV_K_TILE;
         if (len <= 0) {
-            run[r] = (kern_attn_run){NULL, NULL, 0};
+            run[r] = (kern_attn_run){NULL, NULL, 0, 0};
             continue;
         }
-        run[r] = (kern_attn_run){kv_k(kv, layer, kvh, k), kv_v(kv, layer, kvh, k), len};
+        run[r] = (kern_attn_run){kv_k(kv, layer, kvh, k), kv_v(kv, layer, kvh, k), len,
+                                 kv_geom_k_stride(kv->geom, kv->B, k % kv->B)};
         n += len;
     }
     return n;
@@ -408,6 +413,7 @@ static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int
         if (fused) {
             const kern_attn_block b = {.nh = nh, .q = q, .ldq = hdk, .run = {run[0], run[1]},
                                        .ldk = (int64_t)(ldk / esz), .ldv = (int64_t)(ldv / esz),
+                                       .k_cols = kv_geom_k_cols(kv->geom),
                                        .dk = hdk, .dv = hdv, .scale = a->scale, .o = out,
                                        .m = run_max, .s = run_sum, .score = score,
                                        .next = {next[0], next[1]}};
@@ -416,8 +422,14 @@ static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int
             for (int32_t i = 0; i < nh; i++) {
                 float *o = out + (int64_t)i * hdv;
                 const void *qi = (const uint8_t *)qk + i * q_stride;
-                for (int r = 0, at = 0; r < KERN_ATTN_RUNS; at += (int)run[r].n, r++)
-                    kern_dot_rows_kv(kt, score + at, qi, run[r].k, ldk, run[r].n, hdk, a->scale);
+                for (int r = 0, at = 0; r < KERN_ATTN_RUNS; at += (int)run[r].n, r++) {
+                    if (kv_geom_k_cols(kv->geom))
+                        kern_dot_cols_f16(score + at, qi, run[r].k, run[r].kld, run[r].n, hdk,
+                                          a->scale);
+                    else
+                        kern_dot_rows_kv(kt, score + at, qi, run[r].k, ldk, run[r].n, hdk,
+                                         a->scale);
+                }
                 if (a->softcap != 0.0f) op_softcap(score, nb, a->softcap);
                 const float block_max = kern_max(score, nb);
                 if (block_max > run_max[i]) {
