@@ -132,7 +132,8 @@ void kv_block_copy_rows(const kv_pool *p, void *dst, const void *src, int32_t ro
 /* Brings a block back to RAM (decompress / read the spill file). */
 hl_status kv_block_make_resident(kv_pool *p, kv_block *b, hl_err *err);
 
-/* Row pointers inside a resident block's data. */
+/* Row pointers inside a resident block's data; for f16 keys (stored by columns,
+ * kv/layout.h) the key's first element, its others kv_geom_k_stride elements apart. */
 void *kv_block_k_row(const kv_pool *p, void *data, int32_t layer, int32_t head, int32_t row);
 void *kv_block_v_row(const kv_pool *p, void *data, int32_t layer, int32_t head, int32_t row);
 

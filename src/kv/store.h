@@ -5,9 +5,9 @@
  *
  * Keys. A full block (B positions) is named by a 128-bit hash chain, as vLLM's prefix
  * caching does: key[0] = XXH3-128(identity), key[k+1] = XXH3-128(key[k] || tokens of
- * block k). The identity (kv_store_identity) covers the model digest, the KV element
- * types, the cache slot kind and the block geometry, so a key names exactly one block's
- * bytes: any process can look a prefix up without the trie that made it.
+ * block k). The identity (runner.c) covers the model digest, the KV element types, the
+ * keys' layout (kv/layout.h), the cache slot kind and the block geometry, so a key names
+ * exactly one block's bytes: any process can look a prefix up without the trie that made it.
  *
  * Record format (the same bytes in a file and in a Redis value): a 64-byte header
  * (magic "HKVB", version, the key, the raw length, the payload length, XXH64 of the

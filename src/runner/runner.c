@@ -158,9 +158,13 @@ static hl_status store_open(runner *r, const runner_config *cfg, hl_err *err) {
     if (!id) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     if (g) {
         const kv_layout *l = kv_pool_layout(r->pool);
-        int len = snprintf(id, cap, "hearth-kv1|model=%s|slot=full|k=%s|v=%s|B=%d|layers=%d",
-                           cfg->kv_model_id, hl_type_name(l->k_type), hl_type_name(l->v_type),
-                           l->block_tokens, g->n_layer);
+        /* kl: the keys' layout (kv/layout.h); f16 keys by rows in builds before the
+         * columns must never be read as columns */
+        int len = snprintf(id, cap,
+                           "hearth-kv1|model=%s|slot=full|k=%s|kl=%s%d|v=%s|B=%d|layers=%d",
+                           cfg->kv_model_id, hl_type_name(l->k_type),
+                           kv_geom_k_cols(g) ? "cols" : "rows", kv_geom_k_cols(g) ? KV_K_TILE : 1,
+                           hl_type_name(l->v_type), l->block_tokens, g->n_layer);
         for (int32_t i = 0; i < g->n_layer && len > 0 && (size_t)len < cap; i++)
             len += snprintf(id + len, cap - (size_t)len, "|%d,%d,%d", g->dims[i].n_head_kv,
                             g->dims[i].head_dim_k, g->dims[i].head_dim_v);
