@@ -2235,22 +2235,20 @@ void kern_avx2_fill(kern_table *t) {
     t->attn_block_f16 = attn_block_f16;
 }
 
-/* The AVX-VNNI and AVX-512 fills keep the file layouts of the types they have their own
- * tiles for (their gemm8 entries are cleared, so kern_packed_type leaves those weights
- * as they are): the X8 kernels are AVX2 and were measured only on an AVX2 machine. */
+/* The AVX-VNNI and AVX-512 fills add their own tiles for the file layouts; weights that
+ * repack (kern_packed_type: Q4_0, Q8_0 and Q4_K with rows in eights) still go through the
+ * AVX2 X8 kernels, which measured faster on Zen 5 (AVX-512 with VNNI, 2 threads, 4
+ * alternated rounds): prefill 512 Q4_0 147-160 tok/s against the AVX-512 tile's 93-98 and
+ * the AVX-VNNI tile's 74-80, Q4_K_M 144-179 against 141-144, Q8_0 112-126 against 109-116
+ * and 73-91; decode Q4_0 50-57 against 39-43, the others within noise (bench/README.md). */
 void kern_avx_vnni_fill(kern_table *t) {
     t->name = "avx2-vnni";
-    t->gemm8[HL_TYPE_Q4_0_X8] = NULL;
-    t->gemm8[HL_TYPE_Q8_0_X8] = NULL;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_vnni;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_vnni;
 }
 
 void kern_avx512_fill(kern_table *t) {
     t->name = "avx512";
-    t->gemm8[HL_TYPE_Q4_0_X8] = NULL;
-    t->gemm8[HL_TYPE_Q8_0_X8] = NULL;
-    t->gemm8[HL_TYPE_Q4_K_X8] = NULL;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;
