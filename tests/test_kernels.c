@@ -893,6 +893,63 @@ TEST(kernels_matmul_many_equals_separate) {
     hl_pool_destroy(pool);
 }
 
+/* The X8 kernels of every SIMD table this CPU runs (AVX2; AVX-VNNI and AVX-512 VNNI have
+ * their own) against the reference, 1 to KERN_GEMM8_TOKS tokens per call, with the block
+ * scales and sums kern_matmul hands them: whichever table is active, each encoding is
+ * checked. */
+static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_t rb,
+                            int64_t n_rows, int64_t n_cols, const float *x, int64_t max_tok) {
+    kern_table tabs[3];
+    int n_tabs = 0;
+    if (!kern_cpu_has_avx2()) return;
+    tabs[n_tabs] = *kern_table_ref();
+    kern_avx2_fill(&tabs[n_tabs++]);
+    if (kern_cpu_has_avx_vnni()) {
+        tabs[n_tabs] = tabs[0];
+        kern_avx_vnni_fill(&tabs[n_tabs++]);
+    }
+    if (kern_cpu_has_avx512()) {
+        tabs[n_tabs] = tabs[n_tabs - 1];
+        kern_avx512_fill(&tabs[n_tabs++]);
+    }
+    const int64_t nt_max = max_tok < KERN_GEMM8_TOKS ? max_tok : KERN_GEMM8_TOKS;
+    const size_t xb = hl_row_size(vdt, n_cols);
+    const int64_t nb = n_cols / QK8_0;
+    uint8_t *xq = malloc(xb * (size_t)nt_max);
+    float *ad = malloc(sizeof(float) * (size_t)(nt_max * nb));
+    int32_t *as = malloc(sizeof(int32_t) * (size_t)(nt_max * nb));
+    for (int64_t t = 0; t < nt_max; t++) {
+        hl_quantize_row(vdt, x + t * n_cols, xq + t * xb, n_cols);
+        for (int64_t i = 0; vdt == HL_TYPE_Q8_0 && i < nb; i++) {
+            const block_q8_0 *b = (const block_q8_0 *)(xq + t * xb) + i;
+            int32_t sum = 0;
+            for (int k = 0; k < QK8_0; k++) sum += b->qs[k];
+            ad[t * nb + i] = hl_fp16_to_fp32(b->d);
+            as[t * nb + i] = 8 * sum;
+        }
+    }
+    const kern_gemm8_fn ref = kern_table_ref()->gemm8[packed];
+    for (int v = 0; v < n_tabs; v++) {
+        for (int64_t g = 0; g < n_rows / 8; g++) {
+            const uint8_t *w = p + (size_t)g * 8 * rb;
+            for (int nt = 1; nt <= nt_max; nt++) {
+                float got[KERN_GEMM8_TOKS * 8], want[8];
+                tabs[v].gemm8[packed](n_cols, w, xq, xb, ad, as, nt, got, 8);
+                for (int t = 0; t < nt; t++) {
+                    ref(n_cols, w, xq + t * xb, 0, NULL, NULL, 1, want, 0);
+                    for (int r = 0; r < 8; r++)
+                        CHECK_MSG(got[t * 8 + r] == want[r], "%s %s nt=%d tok %d row %lld",
+                                  tabs[v].name, hl_type_name(packed), nt, t,
+                                  (long long)(8 * g + r));
+                }
+            }
+        }
+    }
+    free(as);
+    free(ad);
+    free(xq);
+}
+
 /* Q4_0, Q8_0 and Q4_K weights repacked to their X8 layouts (8 rows interleaved, computed 8
  * rows to a register): every token count gives the reference's bits, the results track
  * the file layout's dot within rounding, and the extremes (all nibbles 0 or 15 against
@@ -934,6 +991,7 @@ static void check_x8(hl_pool *pool, hl_type file, const uint8_t *w, int64_t n_ro
         }
         free(scratch);
     }
+    check_x8_tables(packed, vdt, p, rb, n_rows, n_cols, x, max_tok);
     free(xq);
     free(out);
     free(tmp);

@@ -386,6 +386,23 @@ static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stri
     }
 }
 
+/* The X8 kernels with vpdpbusd: AVX-VNNI (VEX) and AVX-512 VNNI (EVEX, 256-bit), for
+ * kern_avx_vnni_fill and kern_avx512_fill. */
+#define X8V_TARGET "avx2,fma,f16c,avxvnni"
+#define X8V_DPBUSD _mm256_dpbusd_avx_epi32
+#define X8V(name) name##_avxvnni
+#include "kern_x8_vnni.inc"
+#undef X8V_TARGET
+#undef X8V_DPBUSD
+#undef X8V
+#define X8V_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+#define X8V_DPBUSD _mm256_dpbusd_epi32
+#define X8V(name) name##_avx512vnni
+#include "kern_x8_vnni.inc"
+#undef X8V_TARGET
+#undef X8V_DPBUSD
+#undef X8V
+
 /* MXFP4: the nibbles index the doubled E2M1 table with one byte shuffle, then the
  * signed products use the sign trick of dot_i8x32; the integer block sum is exact, so
  * per block this is the reference's arithmetic with the float sums in 8 lanes. */
@@ -2243,12 +2260,18 @@ void kern_avx2_fill(kern_table *t) {
  * and 73-91; decode Q4_0 50-57 against 39-43, the others within noise (bench/README.md). */
 void kern_avx_vnni_fill(kern_table *t) {
     t->name = "avx2-vnni";
+    t->gemm8[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8_avxvnni;
+    t->gemm8[HL_TYPE_Q8_0_X8] = gemm8_q8_0_x8_avxvnni;
+    t->gemm8[HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8_avxvnni;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_vnni;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_vnni;
 }
 
 void kern_avx512_fill(kern_table *t) {
     t->name = "avx512";
+    t->gemm8[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8_avx512vnni;
+    t->gemm8[HL_TYPE_Q8_0_X8] = gemm8_q8_0_x8_avx512vnni;
+    t->gemm8[HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8_avx512vnni;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;
