@@ -894,7 +894,7 @@ TEST(kernels_matmul_many_equals_separate) {
 }
 
 /* The X8 kernels of every SIMD table this CPU runs (AVX2; AVX-VNNI and AVX-512 VNNI have
- * their own) against the reference, 1 to KERN_GEMM8_TOKS tokens per call, with the block
+ * their own, AVX-512 also for 16 rows per call) against the reference, 1 to KERN_GEMM8_TOKS tokens per call, with the block
  * scales and sums kern_matmul hands them: whichever table is active, each encoding is
  * checked. */
 static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_t rb,
@@ -930,17 +930,22 @@ static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_
     }
     const kern_gemm8_fn ref = kern_table_ref()->gemm8[packed];
     for (int v = 0; v < n_tabs; v++) {
-        for (int64_t g = 0; g < n_rows / 8; g++) {
-            const uint8_t *w = p + (size_t)g * 8 * rb;
-            for (int nt = 1; nt <= nt_max; nt++) {
-                float got[KERN_GEMM8_TOKS * 8], want[8];
-                tabs[v].gemm8[packed](n_cols, w, xq, xb, ad, as, nt, got, 8);
-                for (int t = 0; t < nt; t++) {
-                    ref(n_cols, w, xq + t * xb, 0, NULL, NULL, 1, want, 0);
-                    for (int r = 0; r < 8; r++)
-                        CHECK_MSG(got[t * 8 + r] == want[r], "%s %s nt=%d tok %d row %lld",
-                                  tabs[v].name, hl_type_name(packed), nt, t,
-                                  (long long)(8 * g + r));
+        for (int rows = 8; rows <= 16; rows += 8) { /* gemm8, then gemm16 where a table has it */
+            const kern_gemm8_fn fn = rows == 8 ? tabs[v].gemm8[packed] : tabs[v].gemm16[packed];
+            for (int64_t g = 0; fn && g + rows / 8 <= n_rows / 8; g++) {
+                const uint8_t *w = p + (size_t)g * 8 * rb;
+                for (int nt = 1; nt <= nt_max; nt++) {
+                    float got[KERN_GEMM8_TOKS * 16], want[16];
+                    fn(n_cols, w, xq, xb, ad, as, nt, got, (size_t)rows);
+                    for (int t = 0; t < nt; t++) {
+                        ref(n_cols, w, xq + t * xb, 0, NULL, NULL, 1, want, 0);
+                        if (rows == 16)
+                            ref(n_cols, w + 8 * rb, xq + t * xb, 0, NULL, NULL, 1, want + 8, 0);
+                        for (int r = 0; r < rows; r++)
+                            CHECK_MSG(got[t * rows + r] == want[r],
+                                      "%s %s, %d rows, nt=%d tok %d row %lld", tabs[v].name,
+                                      hl_type_name(packed), rows, nt, t, (long long)(8 * g + r));
+                    }
                 }
             }
         }

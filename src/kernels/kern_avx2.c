@@ -403,6 +403,199 @@ static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stri
 #undef X8V_DPBUSD
 #undef X8V
 
+/* Two X8 groups (16 rows) per call in zmm, AVX-512 VNNI: lanes 0-7 are the rows of group
+ * g, lanes 8-15 those of g + 1 (the group after it, gs bytes on), so each activation
+ * broadcast, vpdpbusd, and scale step serves 16 rows where the ymm kernels above serve 8
+ * (on Zen 5 a zmm vpdpbusd issues as fast as a ymm one: 2 per cycle). Per row the integer
+ * sums and float steps are those of the ymm kernels, lane by lane, so the bits are too. */
+#define X16_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+#define X16_FN static __attribute__((target(X16_TARGET)))
+#define X16_INLINE static inline __attribute__((always_inline, target(X16_TARGET)))
+
+X16_INLINE __m512i x16_load(const void *a, size_t gs) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load256(a)),
+                              load256((const uint8_t *)a + gs), 1);
+}
+/* 8 f16 scales of each group */
+X16_INLINE __m512 x16_scales(const void *a, size_t gs) {
+    const __m128i lo = _mm_loadu_si128((const __m128i *)a);
+    const __m128i hi = _mm_loadu_si128((const __m128i *)((const uint8_t *)a + gs));
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+X16_INLINE void q4_0_x16_tokens(int64_t n, const block_q4_0_x8 *x, const uint8_t *vec,
+                                size_t stride, const float *ad, const int32_t *as, int nt,
+                                float *out, size_t out_stride) {
+    const int64_t nb = n / QK4_0;
+    const size_t gs = (size_t)nb * sizeof *x;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[KERN_GEMM8_TOKS];
+    UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const int8_t *y[KERN_GEMM8_TOKS];
+        __m512i slo[KERN_GEMM8_TOKS], shi[KERN_GEMM8_TOKS];
+        UNROLL for (int t = 0; t < nt; t++) {
+            y[t] = ((const block_q8_0 *)(vec + (size_t)t * stride) + i)->qs;
+            slo[t] = _mm512_set1_epi32(-as[(int64_t)t * nb + i]);
+            shi[t] = _mm512_setzero_si512();
+        }
+        UNROLL for (int c = 0; c < 4; c++) {
+            const __m512i v = x16_load(x[i].qs[c], gs);
+            const __m512i lo = _mm512_and_si512(v, low4);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+            UNROLL for (int t = 0; t < nt; t++) {
+                int32_t yl, yh;
+                memcpy(&yl, y[t] + 4 * c, 4);
+                memcpy(&yh, y[t] + 16 + 4 * c, 4);
+                slo[t] = _mm512_dpbusd_epi32(slo[t], lo, _mm512_set1_epi32(yl));
+                shi[t] = _mm512_dpbusd_epi32(shi[t], hi, _mm512_set1_epi32(yh));
+            }
+        }
+        const __m512 dx = x16_scales(x[i].d, gs);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const __m512 dd = _mm512_mul_ps(dx, _mm512_set1_ps(ad[(int64_t)t * nb + i]));
+            acc[t] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(_mm512_add_epi32(slo[t], shi[t])),
+                                     acc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
+X16_FN void gemm16_q4_0_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
+                                      const float *ad, const int32_t *as, int nt, float *out,
+                                      size_t out_stride) {
+    switch (nt) {
+    case 1: q4_0_x16_tokens(n, w, vec, stride, ad, as, 1, out, out_stride); break;
+    case 2: q4_0_x16_tokens(n, w, vec, stride, ad, as, 2, out, out_stride); break;
+    case 3: q4_0_x16_tokens(n, w, vec, stride, ad, as, 3, out, out_stride); break;
+    default: q4_0_x16_tokens(n, w, vec, stride, ad, as, 4, out, out_stride); break;
+    }
+}
+
+/* Q8_0: AVX-512 has no vpsignb; y takes w's sign by a masked negation (where w is 0, |w|
+ * is too, so what y becomes there does not count), the same bytes as the sign trick. */
+X16_INLINE void q8_0_x16_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t *vec,
+                                size_t stride, const float *ad, int nt, float *out,
+                                size_t out_stride) {
+    const int64_t nb = n / QK8_0;
+    const size_t gs = (size_t)nb * sizeof *x;
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 acc[KERN_GEMM8_TOKS];
+    UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const int8_t *y[KERN_GEMM8_TOKS];
+        __m512i s[2][KERN_GEMM8_TOKS];
+        UNROLL for (int t = 0; t < nt; t++) {
+            y[t] = ((const block_q8_0 *)(vec + (size_t)t * stride) + i)->qs;
+            s[0][t] = s[1][t] = zero;
+        }
+        UNROLL for (int st = 0; st < 8; st++) {
+            const __m512i wv = x16_load(x[i].qs[st], gs);
+            const __m512i aw = _mm512_abs_epi8(wv);
+            const __mmask64 neg = _mm512_movepi8_mask(wv);
+            UNROLL for (int t = 0; t < nt; t++) {
+                int32_t y4;
+                memcpy(&y4, y[t] + 4 * st, 4);
+                const __m512i yv = _mm512_set1_epi32(y4);
+                const __m512i sy = _mm512_mask_sub_epi8(yv, neg, zero, yv);
+                s[st & 1][t] = _mm512_dpbusd_epi32(s[st & 1][t], aw, sy);
+            }
+        }
+        const __m512 dx = x16_scales(x[i].d, gs);
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(ad[(int64_t)t * nb + i])),
+                                     _mm512_cvtepi32_ps(_mm512_add_epi32(s[0][t], s[1][t])),
+                                     acc[t]);
+    }
+    UNROLL for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
+X16_FN void gemm16_q8_0_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
+                                      const float *ad, const int32_t *as, int nt, float *out,
+                                      size_t out_stride) {
+    (void)as;
+    switch (nt) {
+    case 1: q8_0_x16_tokens(n, w, vec, stride, ad, 1, out, out_stride); break;
+    case 2: q8_0_x16_tokens(n, w, vec, stride, ad, 2, out, out_stride); break;
+    case 3: q8_0_x16_tokens(n, w, vec, stride, ad, 3, out, out_stride); break;
+    default: q8_0_x16_tokens(n, w, vec, stride, ad, 4, out, out_stride); break;
+    }
+}
+
+/* Q4_K: the sub-block sums of 16 rows in zmm; each group's super-block ends as in the
+ * ymm kernel (q4_K_x8_finish, its mins). */
+X16_INLINE void q4_K_x16_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t *vec,
+                                size_t stride, int nt, float *out, size_t out_stride) {
+    const size_t gs = (size_t)(n / QK_K) * sizeof *x;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m256 acc[2][KERN_GEMM8_TOKS], accm[2][KERN_GEMM8_TOKS];
+    UNROLL for (int t = 0; t < nt; t++) acc[0][t] = acc[1][t] = accm[0][t] = accm[1][t] =
+        _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q4_K_x8 *x1 = (const block_q4_K_x8 *)((const uint8_t *)&x[i] + gs);
+        const block_q8_K *y[KERN_GEMM8_TOKS];
+        UNROLL for (int t = 0; t < nt; t++) y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+        _Alignas(32) uint8_t sc[2][64], mn[2][64];
+        q4_K_x8_scales(&x[i], sc[0], mn[0]);
+        q4_K_x8_scales(x1, sc[1], mn[1]);
+        __m512i sumi[KERN_GEMM8_TOKS];
+        UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 1") for (int j = 0; j < 4; j++) {
+            __m512i a_lo[KERN_GEMM8_TOKS], a_hi[KERN_GEMM8_TOKS];
+            UNROLL for (int t = 0; t < nt; t++) a_lo[t] = a_hi[t] = _mm512_setzero_si512();
+            UNROLL for (int st = 0; st < 8; st++) {
+                const __m512i v = x16_load(x[i].qs[j][st], gs);
+                const __m512i lo = _mm512_and_si512(v, low4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                UNROLL for (int t = 0; t < nt; t++) {
+                    int32_t yl, yh;
+                    memcpy(&yl, y[t]->qs + 64 * j + 4 * st, 4);
+                    memcpy(&yh, y[t]->qs + 64 * j + 32 + 4 * st, 4);
+                    a_lo[t] = _mm512_dpbusd_epi32(a_lo[t], lo, _mm512_set1_epi32(yl));
+                    a_hi[t] = _mm512_dpbusd_epi32(a_hi[t], hi, _mm512_set1_epi32(yh));
+                }
+            }
+            const __m512i s0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
+                _mm_loadl_epi64((const __m128i *)(sc[0] + 16 * j)),
+                _mm_loadl_epi64((const __m128i *)(sc[1] + 16 * j))));
+            const __m512i s1 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
+                _mm_loadl_epi64((const __m128i *)(sc[0] + 16 * j + 8)),
+                _mm_loadl_epi64((const __m128i *)(sc[1] + 16 * j + 8))));
+            UNROLL for (int t = 0; t < nt; t++)
+                sumi[t] = _mm512_add_epi32(sumi[t],
+                                           _mm512_add_epi32(_mm512_mullo_epi32(a_lo[t], s0),
+                                                            _mm512_mullo_epi32(a_hi[t], s1)));
+        }
+        UNROLL for (int t = 0; t < nt; t++) {
+            q4_K_x8_finish(&x[i], y[t], mn[0], _mm512_castsi512_si256(sumi[t]), &acc[0][t],
+                           &accm[0][t]);
+            q4_K_x8_finish(x1, y[t], mn[1], _mm512_extracti64x4_epi64(sumi[t], 1), &acc[1][t],
+                           &accm[1][t]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++) {
+        _mm256_storeu_ps(out + (size_t)t * out_stride, _mm256_sub_ps(acc[0][t], accm[0][t]));
+        _mm256_storeu_ps(out + (size_t)t * out_stride + 8, _mm256_sub_ps(acc[1][t], accm[1][t]));
+    }
+}
+
+X16_FN void gemm16_q4_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
+                                      const float *ad, const int32_t *as, int nt, float *out,
+                                      size_t out_stride) {
+    (void)ad;
+    (void)as;
+    switch (nt) {
+    case 1: q4_K_x16_tokens(n, w, vec, stride, 1, out, out_stride); break;
+    case 2: q4_K_x16_tokens(n, w, vec, stride, 2, out, out_stride); break;
+    case 3: q4_K_x16_tokens(n, w, vec, stride, 3, out, out_stride); break;
+    default: q4_K_x16_tokens(n, w, vec, stride, 4, out, out_stride); break;
+    }
+}
+
+#undef X16_TARGET
+#undef X16_FN
+#undef X16_INLINE
+
 /* MXFP4: the nibbles index the doubled E2M1 table with one byte shuffle, then the
  * signed products use the sign trick of dot_i8x32; the integer block sum is exact, so
  * per block this is the reference's arithmetic with the float sums in 8 lanes. */
@@ -2272,6 +2465,9 @@ void kern_avx512_fill(kern_table *t) {
     t->gemm8[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8_avx512vnni;
     t->gemm8[HL_TYPE_Q8_0_X8] = gemm8_q8_0_x8_avx512vnni;
     t->gemm8[HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8_avx512vnni;
+    t->gemm16[HL_TYPE_Q4_0_X8] = gemm16_q4_0_x8_avx512vnni;
+    t->gemm16[HL_TYPE_Q8_0_X8] = gemm16_q8_0_x8_avx512vnni;
+    t->gemm16[HL_TYPE_Q4_K_X8] = gemm16_q4_K_x8_avx512vnni;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;

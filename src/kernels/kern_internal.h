@@ -57,6 +57,9 @@ typedef struct kern_table {
     kern_vec_dot4_fn vec_dot4[HL_TYPE_COUNT]; /* by weight type, optional */
     kern_vec_dot_tile_fn vec_dot_tile[HL_TYPE_COUNT]; /* by weight type, optional */
     kern_gemm8_fn gemm8[HL_TYPE_COUNT]; /* by packed weight type (types.h: internal) */
+    /* optional: two consecutive groups (16 rows, out[t*out_stride + r] for r < 16) in one
+     * call, with gemm8's arithmetic per row; w is the first group, the second follows it */
+    kern_gemm8_fn gemm16[HL_TYPE_COUNT];
     kern_quantize_fn quantize[HL_TYPE_COUNT]; /* by vec_dot_type */
     /* small f32 ops */
     float (*sum_squares)(const float *x, int64_t n);

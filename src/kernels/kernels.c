@@ -143,6 +143,7 @@ typedef struct matmul_job {
     kern_vec_dot4_fn dot4; /* NULL if the variant has none for this type */
     kern_vec_dot_tile_fn tile; /* NULL if the variant has none for this type */
     kern_gemm8_fn gemm8;       /* packed weight types only (then dot, dot4, tile are NULL) */
+    kern_gemm8_fn gemm16;      /* optional: two groups per call */
     kern_quantize_fn quantize;
     const uint8_t *w;
     size_t w_row_bytes;
@@ -207,13 +208,22 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
     const int64_t nb = j->n_cols / QK8_0;
     for (int64_t t0 = tb0; t0 < tb1; t0 += KERN_TOK_TILE) {
         const int64_t t1 = t0 + KERN_TOK_TILE < tb1 ? t0 + KERN_TOK_TILE : tb1;
-        for (int64_t r = r0; r < r1; r += KERN_GEMM8_ROWS)
+        for (int64_t r = r0; r < r1;) {
+            /* perf: 16 rows only for matmuls of more than 8 tokens (prefill): streamed from
+             * DRAM for a few tokens, 8 rows at a time ran faster (Zen 5: Q4_K_M decode 62-65
+             * tok/s against 41-43, a forward pass of 4 sequences 917-935 against 681-748;
+             * bench/README.md) */
+            const bool two = j->gemm16 && j->n_tok > 2 * KERN_GEMM8_TOKS &&
+                             r + 2 * KERN_GEMM8_ROWS <= r1;
+            const kern_gemm8_fn fn = two ? j->gemm16 : j->gemm8;
             for (int64_t t = t0; t < t1; t += KERN_GEMM8_TOKS)
-                j->gemm8(j->n_cols, j->w + (size_t)r * j->w_row_bytes,
-                         j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes,
-                         j->ad ? j->ad + t * nb : NULL, j->as ? j->as + t * nb : NULL,
-                         (int)(t1 - t < KERN_GEMM8_TOKS ? t1 - t : KERN_GEMM8_TOKS),
-                         j->out + t * j->n_rows + r, (size_t)j->n_rows);
+                fn(j->n_cols, j->w + (size_t)r * j->w_row_bytes,
+                   j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes,
+                   j->ad ? j->ad + t * nb : NULL, j->as ? j->as + t * nb : NULL,
+                   (int)(t1 - t < KERN_GEMM8_TOKS ? t1 - t : KERN_GEMM8_TOKS),
+                   j->out + t * j->n_rows + r, (size_t)j->n_rows);
+            r += two ? 2 * KERN_GEMM8_ROWS : KERN_GEMM8_ROWS;
+        }
     }
 }
 
@@ -305,6 +315,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         /* a variant without one (kern_avx512_fill) never makes such weights, but takes
          * them: the reference's */
         .gemm8 = tab->gemm8[it->type] ? tab->gemm8[it->type] : kern_table_ref()->gemm8[it->type],
+        .gemm16 = tab->gemm16[it->type],
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
         .w_row_bytes = hl_row_size(it->type, n_cols),
