@@ -522,10 +522,7 @@ TEST(kernels_max_and_scale_match_ref) {
  * the same bits as one run, wherever the split falls; all within rounding of the
  * reference table; and two steps in a row (the first naming the second for prefetch)
  * give the softmax attention of all their keys. */
-TEST(kernels_attn_block_equals_per_head_pieces) {
-    kern_table simd = *kern_table_ref();
-    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
-    kern_avx2_fill(&simd);
+static void check_attn_block(const kern_table simd) {
     CHECK(simd.attn_block_f16 != NULL);
     enum { MAXH = 9, MAXK = 67, LD = 131, WAYS = 5 };
     /* 64 and 128: the kernel's unrolled head sizes; the others its generic loop */
@@ -630,6 +627,17 @@ TEST(kernels_attn_block_equals_per_head_pieces) {
                 n_cases++;
             }
     CHECK_EQ_INT(n_cases, 200);
+}
+
+TEST(kernels_attn_block_equals_per_head_pieces) {
+    if (!kern_cpu_has_avx2()) SKIP("CPU has no avx2+fma+f16c");
+    kern_table simd = *kern_table_ref();
+    kern_avx2_fill(&simd);
+    check_attn_block(simd);
+    if (!kern_cpu_has_avx512()) SKIP("CPU has no AVX-512: its attention kernel was not tested");
+    kern_avx512_fill(&simd); /* the zmm kernel against the AVX2 pieces */
+    CHECK_STR(simd.name, "avx512");
+    check_attn_block(simd);
 }
 
 /* SIMD activation quantizers must produce the reference bytes exactly. */

@@ -2389,6 +2389,129 @@ static void attn_block_f16(const kern_attn_block *b) {
     }
 }
 
+/* ---- decode attention in zmm (AVX-512, kern_avx512_fill) ---------------------------- */
+
+/* attn_block_f16 with 16 keys per score vector and 16 outputs per value vector: lane by
+ * lane the same fma chains (a score over the head from element 0, then the scale; an
+ * output over the keys in order), so the bits of the ymm kernel and of the pieces. Key
+ * counts under 16 and head sizes under 16 take the ymm code. */
+#define ATTN512_FN static __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+#define ATTN512_INLINE                                                                      \
+    static inline __attribute__((always_inline,                                            \
+                                 target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+
+ATTN512_INLINE __m512 load_f16x16(const hl_fp16 *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+/* ng (1 or 2) groups of 16 keys, two heads; cols_pass's prefetch cadence. */
+ATTN512_INLINE void cols_pass16(float *out0, float *out1, const float *q0, const float *q1,
+                                const hl_fp16 *k, int64_t ld, int64_t d, int ng, float scale,
+                                attn_prefetch *pf) {
+    __m512 a[2], b[2];
+    UNROLL for (int g = 0; g < ng; g++) a[g] = b[g] = _mm512_setzero_ps();
+    for (int64_t i0 = 0; i0 < d; i0 += 8) {
+        if (pf) attn_prefetch_step(pf);
+        const int64_t i1 = i0 + 8 < d ? i0 + 8 : d;
+        for (int64_t i = i0; i < i1; i++) {
+            const hl_fp16 *r = k + i * ld;
+            const __m512 x = _mm512_set1_ps(q0[i]), y = _mm512_set1_ps(q1[i]);
+            UNROLL for (int g = 0; g < ng; g++) {
+                const __m512 kv = load_f16x16(r + 16 * g);
+                a[g] = _mm512_fmadd_ps(kv, x, a[g]);
+                b[g] = _mm512_fmadd_ps(kv, y, b[g]);
+            }
+        }
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    UNROLL for (int g = 0; g < ng; g++) {
+        _mm512_storeu_ps(out0 + 16 * g, _mm512_mul_ps(a[g], vs));
+        _mm512_storeu_ps(out1 + 16 * g, _mm512_mul_ps(b[g], vs));
+    }
+}
+
+ATTN512_INLINE void scores2_cols16(float *out0, float *out1, const float *q0, const float *q1,
+                                   const hl_fp16 *k, int64_t ld, int64_t nk, int64_t d,
+                                   float scale, attn_prefetch *pf) {
+    int64_t j = 0;
+    for (; j + 32 <= nk; j += 32)
+        cols_pass16(out0 + j, out1 + j, q0, q1, k + j, ld, d, 2, scale, pf);
+    if (j + 16 <= nk) {
+        cols_pass16(out0 + j, out1 + j, q0, q1, k + j, ld, d, 1, scale, pf);
+        j += 16;
+    }
+    if (j < nk) scores_cols(out0 + j, out1 + j, q0, q1, k + j, ld, nk - j, d, scale, true, pf);
+}
+
+/* nc (4 or 1) chunks of 16 outputs per head. */
+ATTN512_INLINE void axpy2_chunks16(float *y0, float *y1, const float *p0, const float *p1,
+                                   const hl_fp16 *v, int64_t ldv, int64_t nk, int nc) {
+    __m512 a[4], b[4];
+    UNROLL for (int r = 0; r < nc; r++) {
+        a[r] = _mm512_loadu_ps(y0 + 16 * r);
+        b[r] = _mm512_loadu_ps(y1 + 16 * r);
+    }
+    for (int64_t j = 0; j < nk; j++) {
+        const __m512 pa = _mm512_set1_ps(p0[j]), pb = _mm512_set1_ps(p1[j]);
+        UNROLL for (int r = 0; r < nc; r++) {
+            const __m512 x = load_f16x16(v + j * ldv + 16 * r);
+            a[r] = _mm512_fmadd_ps(pa, x, a[r]);
+            b[r] = _mm512_fmadd_ps(pb, x, b[r]);
+        }
+    }
+    UNROLL for (int r = 0; r < nc; r++) {
+        _mm512_storeu_ps(y0 + 16 * r, a[r]);
+        _mm512_storeu_ps(y1 + 16 * r, b[r]);
+    }
+}
+
+ATTN512_INLINE void axpy2_rows16(float *y0, float *y1, const float *p0, const float *p1,
+                                 const hl_fp16 *v, int64_t ldv, int64_t nk, int64_t d) {
+    int64_t i = 0;
+    for (; i + 64 <= d; i += 64) axpy2_chunks16(y0 + i, y1 + i, p0, p1, v + i, ldv, nk, 4);
+    for (; i + 16 <= d; i += 16) axpy2_chunks16(y0 + i, y1 + i, p0, p1, v + i, ldv, nk, 1);
+    if (i < d) axpy2_rows_f16(y0 + i, y1 + i, p0, p1, v + i, ldv, nk, d - i);
+}
+
+/* attn_block_f16's walk; only the pairs' kernels differ. */
+ATTN512_FN void attn_block_f16_avx512(const kern_attn_block *b) {
+    if (!b->k_cols) {
+        attn_block_f16(b);
+        return;
+    }
+    const int64_t nk = kern_attn_block_keys(b);
+    attn_prefetch pf = attn_prefetch_plan(b);
+    for (int32_t i = 0; i < b->nh; i += 2) {
+        const bool two = i + 1 < b->nh;
+        const float *q0 = b->q + i * b->ldq, *q1 = q0 + b->ldq;
+        float *x0 = b->score, *x1 = b->score + nk;
+        float *o0 = b->o + i * b->dv, *o1 = o0 + b->dv;
+        int64_t j = 0;
+        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++) {
+            const int64_t n = b->run[r].n;
+            if (n <= 0) continue;
+            if (two)
+                scores2_cols16(x0 + j, x1 + j, q0, q1, b->run[r].k, b->run[r].kld, n, b->dk,
+                               b->scale, &pf);
+            else
+                dot_cols_f16(x0 + j, q0, b->run[r].k, b->run[r].kld, n, b->dk, b->scale);
+        }
+        softmax_step(x0, nk, &b->m[i], &b->s[i], o0, b->dv);
+        if (two) softmax_step(x1, nk, &b->m[i + 1], &b->s[i + 1], o1, b->dv);
+        j = 0;
+        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++) {
+            const int64_t n = b->run[r].n;
+            if (n <= 0) continue;
+            if (two) axpy2_rows16(o0, o1, x0 + j, x1 + j, b->run[r].v, b->ldv, n, b->dv);
+            else axpy_rows_f16(o0, x0 + j, b->run[r].v, b->ldv, n, b->dv);
+        }
+    }
+}
+
+#undef ATTN512_FN
+#undef ATTN512_INLINE
+
+
 void kern_avx2_fill(kern_table *t) {
     t->name = "avx2";
     t->vec_dot[HL_TYPE_F32] = dot_f32;
@@ -2475,4 +2598,5 @@ void kern_avx512_fill(kern_table *t) {
     t->vec_dot[HL_TYPE_Q4_K] = dot_q4_K_avx512;
     t->vec_dot[HL_TYPE_Q6_K] = dot_q6_K_avx512;
     t->vec_dot[HL_TYPE_Q4_0] = dot_q4_0_avx512;
+    t->attn_block_f16 = attn_block_f16_avx512;
 }
