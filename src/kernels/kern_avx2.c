@@ -2276,28 +2276,33 @@ static void scores2_cols_f16(float *out0, float *out1, const float *q0, const fl
 }
 
 /* Value sums of two heads over the same f16 rows, each row chunk converted once for both:
- * nc (4 or 1) chunks of 8 outputs per head in registers (with 4: 8 fma chains), one fma
- * per key and element in key order, so each output has axpy_rows_f16's bits. */
-ROWS_INLINE void axpy2_chunks_f16(float *y0, float *y1, const float *p0, const float *p1,
-                                  const hl_fp16 *v, int64_t ldv, int64_t nk, int nc) {
-    __m256 a[4], b[4];
-    UNROLL for (int r = 0; r < nc; r++) {
-        a[r] = _mm256_loadu_ps(y0 + 8 * r);
-        b[r] = _mm256_loadu_ps(y1 + 8 * r);
+ * nc (4 or 1) chunks of W outputs per head in registers (with 4: 8 fma chains), one fma
+ * per key and element in key order, so each output has axpy_rows_f16's bits. One body for
+ * ymm (W = 8) and zmm (W = 16, below). */
+#define AXPY2_CHUNKS(NAME, QUAL, VEC, W, LOADU, STOREU, SET1, LOAD_F16, FMADD)                    \
+    QUAL void NAME(float *y0, float *y1, const float *p0, const float *p1, const hl_fp16 *v,     \
+                   int64_t ldv, int64_t nk, int nc) {                                             \
+        VEC a[4], b[4];                                                                           \
+        UNROLL for (int r = 0; r < nc; r++) {                                                     \
+            a[r] = LOADU(y0 + W * r);                                                             \
+            b[r] = LOADU(y1 + W * r);                                                             \
+        }                                                                                         \
+        for (int64_t j = 0; j < nk; j++) {                                                        \
+            const VEC pa = SET1(p0[j]), pb = SET1(p1[j]);                                         \
+            UNROLL for (int r = 0; r < nc; r++) {                                                 \
+                const VEC x = LOAD_F16(v + j * ldv + W * r);                                      \
+                a[r] = FMADD(pa, x, a[r]);                                                        \
+                b[r] = FMADD(pb, x, b[r]);                                                        \
+            }                                                                                     \
+        }                                                                                         \
+        UNROLL for (int r = 0; r < nc; r++) {                                                     \
+            STOREU(y0 + W * r, a[r]);                                                             \
+            STOREU(y1 + W * r, b[r]);                                                             \
+        }                                                                                         \
     }
-    for (int64_t j = 0; j < nk; j++) {
-        const __m256 pa = _mm256_set1_ps(p0[j]), pb = _mm256_set1_ps(p1[j]);
-        UNROLL for (int r = 0; r < nc; r++) {
-            const __m256 x = load_f16x8(v + j * ldv + 8 * r);
-            a[r] = _mm256_fmadd_ps(pa, x, a[r]);
-            b[r] = _mm256_fmadd_ps(pb, x, b[r]);
-        }
-    }
-    UNROLL for (int r = 0; r < nc; r++) {
-        _mm256_storeu_ps(y0 + 8 * r, a[r]);
-        _mm256_storeu_ps(y1 + 8 * r, b[r]);
-    }
-}
+
+AXPY2_CHUNKS(axpy2_chunks_f16, ROWS_INLINE, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps,
+             _mm256_set1_ps, load_f16x8, _mm256_fmadd_ps)
 
 static void axpy2_rows_f16(float *y0, float *y1, const float *p0, const float *p1,
                            const hl_fp16 *v, int64_t ldv, int64_t nk, int64_t d) {
@@ -2350,11 +2355,20 @@ static attn_prefetch attn_prefetch_plan(const kern_attn_block *b) {
     return pf;
 }
 
-/* Heads in pairs (the pair kernels above: keys by columns, the cache's f16 layout), an odd
- * last one alone, run by run: every head's arithmetic is that of kern_attn_block_pieces.
- * Keys by rows (no cache stores f16 keys so now) are scored head by head. Over f32 rows
- * the pieces were faster: pairs save conversions only. */
-static void attn_block_f16(const kern_attn_block *b) {
+/* The two kernels a head pair runs: both heads' scores over a run of keys by columns,
+ * then both heads' value sums over its rows (the ymm ones above, the zmm ones below). */
+typedef void (*attn_scores2_fn)(float *out0, float *out1, const float *q0, const float *q1,
+                                const hl_fp16 *k, int64_t ld, int64_t nk, int64_t d,
+                                float scale, attn_prefetch *pf);
+typedef void (*attn_values2_fn)(float *y0, float *y1, const float *p0, const float *p1,
+                                const hl_fp16 *v, int64_t ldv, int64_t nk, int64_t d);
+
+/* Heads in pairs (keys by columns, the cache's f16 layout), an odd last one alone, run by
+ * run: every head's arithmetic is that of kern_attn_block_pieces. Keys by rows (no cache
+ * stores f16 keys so now) are scored head by head. Over f32 rows the pieces were faster:
+ * pairs save conversions only. Inlined with constant kernels, the calls are direct. */
+ROWS_INLINE void attn_block_walk(const kern_attn_block *b, attn_scores2_fn scores2,
+                                 attn_values2_fn values2) {
     const int64_t nk = kern_attn_block_keys(b);
     attn_prefetch pf = attn_prefetch_plan(b);
     for (int32_t i = 0; i < b->nh; i += 2) {
@@ -2368,7 +2382,7 @@ static void attn_block_f16(const kern_attn_block *b) {
             const int64_t n = b->run[r].n;
             if (n <= 0) continue;
             if (b->k_cols && two) {
-                scores2_cols_f16(x0 + j, x1 + j, q0, q1, k, b->run[r].kld, n, b->dk, b->scale, &pf);
+                scores2(x0 + j, x1 + j, q0, q1, k, b->run[r].kld, n, b->dk, b->scale, &pf);
             } else if (b->k_cols) {
                 dot_cols_f16(x0 + j, q0, k, b->run[r].kld, n, b->dk, b->scale);
             } else {
@@ -2383,10 +2397,14 @@ static void attn_block_f16(const kern_attn_block *b) {
             const hl_fp16 *v = b->run[r].v;
             const int64_t n = b->run[r].n;
             if (n <= 0) continue;
-            if (two) axpy2_rows_f16(o0, o1, x0 + j, x1 + j, v, b->ldv, n, b->dv);
+            if (two) values2(o0, o1, x0 + j, x1 + j, v, b->ldv, n, b->dv);
             else axpy_rows_f16(o0, x0 + j, v, b->ldv, n, b->dv);
         }
     }
+}
+
+static void attn_block_f16(const kern_attn_block *b) {
+    attn_block_walk(b, scores2_cols_f16, axpy2_rows_f16);
 }
 
 /* ---- decode attention in zmm (AVX-512, kern_avx512_fill) ---------------------------- */
@@ -2443,27 +2461,8 @@ ATTN512_INLINE void scores2_cols16(float *out0, float *out1, const float *q0, co
     if (j < nk) scores_cols(out0 + j, out1 + j, q0, q1, k + j, ld, nk - j, d, scale, true, pf);
 }
 
-/* nc (4 or 1) chunks of 16 outputs per head. */
-ATTN512_INLINE void axpy2_chunks16(float *y0, float *y1, const float *p0, const float *p1,
-                                   const hl_fp16 *v, int64_t ldv, int64_t nk, int nc) {
-    __m512 a[4], b[4];
-    UNROLL for (int r = 0; r < nc; r++) {
-        a[r] = _mm512_loadu_ps(y0 + 16 * r);
-        b[r] = _mm512_loadu_ps(y1 + 16 * r);
-    }
-    for (int64_t j = 0; j < nk; j++) {
-        const __m512 pa = _mm512_set1_ps(p0[j]), pb = _mm512_set1_ps(p1[j]);
-        UNROLL for (int r = 0; r < nc; r++) {
-            const __m512 x = load_f16x16(v + j * ldv + 16 * r);
-            a[r] = _mm512_fmadd_ps(pa, x, a[r]);
-            b[r] = _mm512_fmadd_ps(pb, x, b[r]);
-        }
-    }
-    UNROLL for (int r = 0; r < nc; r++) {
-        _mm512_storeu_ps(y0 + 16 * r, a[r]);
-        _mm512_storeu_ps(y1 + 16 * r, b[r]);
-    }
-}
+AXPY2_CHUNKS(axpy2_chunks16, ATTN512_INLINE, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps,
+             _mm512_set1_ps, load_f16x16, _mm512_fmadd_ps)
 
 ATTN512_INLINE void axpy2_rows16(float *y0, float *y1, const float *p0, const float *p1,
                                  const hl_fp16 *v, int64_t ldv, int64_t nk, int64_t d) {
@@ -2473,39 +2472,8 @@ ATTN512_INLINE void axpy2_rows16(float *y0, float *y1, const float *p0, const fl
     if (i < d) axpy2_rows_f16(y0 + i, y1 + i, p0, p1, v + i, ldv, nk, d - i);
 }
 
-/* attn_block_f16's walk; only the pairs' kernels differ. */
 ATTN512_FN void attn_block_f16_avx512(const kern_attn_block *b) {
-    if (!b->k_cols) {
-        attn_block_f16(b);
-        return;
-    }
-    const int64_t nk = kern_attn_block_keys(b);
-    attn_prefetch pf = attn_prefetch_plan(b);
-    for (int32_t i = 0; i < b->nh; i += 2) {
-        const bool two = i + 1 < b->nh;
-        const float *q0 = b->q + i * b->ldq, *q1 = q0 + b->ldq;
-        float *x0 = b->score, *x1 = b->score + nk;
-        float *o0 = b->o + i * b->dv, *o1 = o0 + b->dv;
-        int64_t j = 0;
-        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++) {
-            const int64_t n = b->run[r].n;
-            if (n <= 0) continue;
-            if (two)
-                scores2_cols16(x0 + j, x1 + j, q0, q1, b->run[r].k, b->run[r].kld, n, b->dk,
-                               b->scale, &pf);
-            else
-                dot_cols_f16(x0 + j, q0, b->run[r].k, b->run[r].kld, n, b->dk, b->scale);
-        }
-        softmax_step(x0, nk, &b->m[i], &b->s[i], o0, b->dv);
-        if (two) softmax_step(x1, nk, &b->m[i + 1], &b->s[i + 1], o1, b->dv);
-        j = 0;
-        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++) {
-            const int64_t n = b->run[r].n;
-            if (n <= 0) continue;
-            if (two) axpy2_rows16(o0, o1, x0 + j, x1 + j, b->run[r].v, b->ldv, n, b->dv);
-            else axpy_rows_f16(o0, x0 + j, b->run[r].v, b->ldv, n, b->dv);
-        }
-    }
+    attn_block_walk(b, scores2_cols16, axpy2_rows16);
 }
 
 #undef ATTN512_FN
