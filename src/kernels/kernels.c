@@ -2,13 +2,14 @@
  * kernels.c - kernel selection (kern_init) and matmul.
  *
  * kern_init() picks the AVX2 table when the CPU has avx2+fma+f16c, unless
- * HEARTH_CPU=ref, plus the AVX-VNNI and AVX-512 prefill tiles when the CPU has them
- * (HEARTH_CPU=avx2 or avx2-vnni caps the choice). kern_matmul() quantizes the activations once into the caller's
- * scratch, then the pool's threads claim chunks of rows x tokens (many_job). Within a
+ * HEARTH_CPU=ref, plus the AVX-VNNI and AVX-512 tiles and vpdpbusd X8 kernels when the
+ * CPU has them (HEARTH_CPU=avx2 or avx2-vnni caps the choice). kern_matmul() quantizes the
+ * activations once into the caller's scratch, then the pool's threads claim chunks of rows x tokens (many_job). Within a
  * chunk the rows are walked once per tile of KERN_TOK_TILE tokens, so a weight row
  * comes from L2 once per tile and from L1 for the other tokens of the tile. Weights in
  * a packed layout (kern_repack: 8 rows interleaved) go through the table's gemm8
- * kernels a group of 8 rows at a time instead (matmul_groups); their activations carry
+ * kernels a group of 8 rows at a time instead (matmul_groups; AVX-512 prefill takes two
+ * groups per call, gemm16); their activations carry
  * per-block side tables (aux_bytes) in the same scratch.
  */
 #define _POSIX_C_SOURCE 200809L
