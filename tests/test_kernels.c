@@ -902,9 +902,9 @@ TEST(kernels_matmul_many_equals_separate) {
 }
 
 /* The X8 kernels of every SIMD table this CPU runs (AVX2; AVX-VNNI and AVX-512 VNNI have
- * their own, AVX-512 also for 16 rows per call) against the reference, 1 to KERN_GEMM8_TOKS tokens per call, with the block
- * scales and sums kern_matmul hands them: whichever table is active, each encoding is
- * checked. */
+ * their own, AVX-512 also for 16 rows per call) against the reference, 1 to
+ * KERN_GEMM8_TOKS tokens per call, with the block scales and sums kern_matmul hands them:
+ * whichever table is active, each encoding is checked. */
 static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_t rb,
                             int64_t n_rows, int64_t n_cols, const float *x, int64_t max_tok) {
     kern_table tabs[3];

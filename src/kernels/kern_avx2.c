@@ -386,6 +386,9 @@ static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stri
     }
 }
 
+/* The target of every AVX-512 VNNI kernel below (tiles, X8 and X16 kernels). */
+#define TARGET_AVX512_VNNI "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+
 /* The X8 kernels with vpdpbusd: AVX-VNNI (VEX) and AVX-512 VNNI (EVEX, 256-bit), for
  * kern_avx_vnni_fill and kern_avx512_fill. */
 #define X8V_TARGET "avx2,fma,f16c,avxvnni"
@@ -395,7 +398,7 @@ static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stri
 #undef X8V_TARGET
 #undef X8V_DPBUSD
 #undef X8V
-#define X8V_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+#define X8V_TARGET TARGET_AVX512_VNNI
 #define X8V_DPBUSD _mm256_dpbusd_epi32
 #define X8V(name) name##_avx512vnni
 #include "kern_x8_vnni.inc"
@@ -408,9 +411,8 @@ static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stri
  * broadcast, vpdpbusd, and scale step serves 16 rows where the ymm kernels above serve 8
  * (on Zen 5 a zmm vpdpbusd issues as fast as a ymm one: 2 per cycle). Per row the integer
  * sums and float steps are those of the ymm kernels, lane by lane, so the bits are too. */
-#define X16_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
-#define X16_FN static __attribute__((target(X16_TARGET)))
-#define X16_INLINE static inline __attribute__((always_inline, target(X16_TARGET)))
+#define X16_FN static __attribute__((target(TARGET_AVX512_VNNI)))
+#define X16_INLINE static inline __attribute__((always_inline, target(TARGET_AVX512_VNNI)))
 
 X16_INLINE __m512i x16_load(const void *a, size_t gs) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(load256(a)),
@@ -534,7 +536,8 @@ X16_INLINE void q4_K_x16_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t
     for (int64_t i = 0; i < n / QK_K; i++) {
         const block_q4_K_x8 *x1 = (const block_q4_K_x8 *)((const uint8_t *)&x[i] + gs);
         const block_q8_K *y[KERN_GEMM8_TOKS];
-        UNROLL for (int t = 0; t < nt; t++) y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+        UNROLL for (int t = 0; t < nt; t++)
+            y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
         _Alignas(32) uint8_t sc[2][64], mn[2][64];
         q4_K_x8_scales(&x[i], sc[0], mn[0]);
         q4_K_x8_scales(x1, sc[1], mn[1]);
@@ -592,7 +595,6 @@ X16_FN void gemm16_q4_K_x8_avx512vnni(int64_t n, const void *w, const void *vec,
     }
 }
 
-#undef X16_TARGET
 #undef X16_FN
 #undef X16_INLINE
 
@@ -1200,8 +1202,7 @@ static void tile_q4_K(int64_t n, const void *w, size_t w_stride, const void *vec
  * two 256-bit halves of the int32 sums before the float step gives exactly the int32
  * lanes of the AVX2 code (integer sums), so the float arithmetic and the results are
  * identical to tile_q4_K and dot_q4_K. */
-#define AVX512_FN                                                                                  \
-    static __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define AVX512_FN static __attribute__((target(TARGET_AVX512_VNNI)))
 AVX512_FN void tile_q4_K_avx512(int64_t n, const void *w, size_t w_stride, const void *vec,
                                 size_t stride, const float *vscale, float *out,
                                 size_t out_stride) {
@@ -2479,7 +2480,6 @@ ATTN512_FN void attn_block_f16_avx512(const kern_attn_block *b) {
 #undef ATTN512_FN
 #undef ATTN512_INLINE
 
-
 void kern_avx2_fill(kern_table *t) {
     t->name = "avx2";
     t->vec_dot[HL_TYPE_F32] = dot_f32;
@@ -2536,12 +2536,13 @@ void kern_avx2_fill(kern_table *t) {
     t->attn_block_f16 = attn_block_f16;
 }
 
-/* The AVX-VNNI and AVX-512 fills add their own tiles for the file layouts; weights that
- * repack (kern_packed_type: Q4_0, Q8_0 and Q4_K with rows in eights) still go through the
- * AVX2 X8 kernels, which measured faster on Zen 5 (AVX-512 with VNNI, 2 threads, 4
- * alternated rounds): prefill 512 Q4_0 147-160 tok/s against the AVX-512 tile's 93-98 and
- * the AVX-VNNI tile's 74-80, Q4_K_M 144-179 against 141-144, Q8_0 112-126 against 109-116
- * and 73-91; decode Q4_0 50-57 against 39-43, the others within noise (bench/README.md). */
+/* The AVX-VNNI and AVX-512 fills add their own tiles for the file layouts, yet weights
+ * that repack (kern_packed_type: Q4_0, Q8_0 and Q4_K with rows in eights) keep their X8
+ * layouts, whose kernels (here with vpdpbusd; AVX-512 also 16 rows per call) measured
+ * faster on Zen 5 than those tiles: with the AVX2 X8 kernels already, prefill 512 Q4_0
+ * 147-160 tok/s against the AVX-512 tile's 93-98 and the AVX-VNNI tile's 74-80, Q4_K_M
+ * 144-179 against 141-144, Q8_0 112-126 against 109-116 and 73-91; decode Q4_0 50-57
+ * against 39-43, the others within noise (bench/README.md). */
 void kern_avx_vnni_fill(kern_table *t) {
     t->name = "avx2-vnni";
     t->gemm8[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8_avxvnni;

@@ -113,13 +113,13 @@ bool kern_cpu_has_avx2(void);
 void kern_avx2_fill(kern_table *t);
 /* True if this CPU also has AVX-VNNI (vpdpbusd on ymm, CPUID.(7,1):EAX[4]). */
 bool kern_cpu_has_avx_vnni(void);
-/* Overrides t's Q8_0/Q4_0 tiles with AVX-VNNI ones, after kern_avx2_fill(). Results are
- * bit-identical to the AVX2 tiles. Call only if kern_cpu_has_avx_vnni(). */
+/* Overrides t's Q8_0/Q4_0 tiles and X8 kernels with AVX-VNNI ones, after kern_avx2_fill().
+ * Results are bit-identical to the AVX2 ones. Call only if kern_cpu_has_avx_vnni(). */
 void kern_avx_vnni_fill(kern_table *t);
 /* True if this CPU runs the AVX-512 tiles (avx512f/bw/vl/vnni, OS-enabled). */
 bool kern_cpu_has_avx512(void);
-/* Overrides t's Q8_0/Q4_0/Q4_K/Q6_K tiles with AVX-512 ones (bit-identical to the AVX2
- * tiles). Call only if kern_cpu_has_avx512(). */
+/* Overrides t's Q8_0/Q4_0/Q4_K/Q6_K tiles, X8 kernels (with gemm16) and f16 attention block
+ * with AVX-512 ones (bit-identical to the AVX2 ones). Call only if kern_cpu_has_avx512(). */
 void kern_avx512_fill(kern_table *t);
 
 #endif

@@ -4,8 +4,8 @@
  * kern_init() picks the AVX2 table when the CPU has avx2+fma+f16c, unless
  * HEARTH_CPU=ref, plus the AVX-VNNI and AVX-512 tiles and vpdpbusd X8 kernels when the
  * CPU has them (HEARTH_CPU=avx2 or avx2-vnni caps the choice). kern_matmul() quantizes the
- * activations once into the caller's scratch, then the pool's threads claim chunks of rows x tokens (many_job). Within a
- * chunk the rows are walked once per tile of KERN_TOK_TILE tokens, so a weight row
+ * activations once into the caller's scratch, then the pool's threads claim chunks of
+ * rows x tokens (many_job). Within a chunk the rows are walked once per tile of KERN_TOK_TILE tokens, so a weight row
  * comes from L2 once per tile and from L1 for the other tokens of the tile. Weights in
  * a packed layout (kern_repack: 8 rows interleaved) go through the table's gemm8
  * kernels a group of 8 rows at a time instead (matmul_groups; AVX-512 prefill takes two
@@ -313,9 +313,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         .dot = tab->vec_dot[it->type],
         .dot4 = tab->vec_dot4[it->type],
         .tile = tab->vec_dot_tile[it->type],
-        /* a variant without one (kern_avx512_fill) never makes such weights, but takes
-         * them: the reference's */
-        .gemm8 = tab->gemm8[it->type] ? tab->gemm8[it->type] : kern_table_ref()->gemm8[it->type],
+        .gemm8 = tab->gemm8[it->type], /* every table has one per packed type */
         .gemm16 = tab->gemm16[it->type],
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
