@@ -938,17 +938,20 @@ static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_
     }
     const kern_gemm8_fn ref = kern_table_ref()->gemm8[packed];
     for (int v = 0; v < n_tabs; v++) {
-        for (int rows = 8; rows <= 16; rows += 8) { /* gemm8, then gemm16 where a table has it */
-            const kern_gemm8_fn fn = rows == 8 ? tabs[v].gemm8[packed] : tabs[v].gemm16[packed];
+        /* gemm8, then gemm16 and gemm32 where a table has them */
+        for (int rows = 8; rows <= 32; rows *= 2) {
+            const kern_gemm8_fn fn = rows == 8    ? tabs[v].gemm8[packed]
+                                     : rows == 16 ? tabs[v].gemm16[packed]
+                                                  : tabs[v].gemm32[packed];
             for (int64_t g = 0; fn && g + rows / 8 <= n_rows / 8; g++) {
                 const uint8_t *w = p + (size_t)g * 8 * rb;
                 for (int nt = 1; nt <= nt_max; nt++) {
-                    float got[KERN_GEMM8_TOKS * 16], want[16];
+                    float got[KERN_GEMM8_TOKS * 32], want[32];
                     fn(n_cols, w, xq, xb, ad, as, nt, got, (size_t)rows);
                     for (int t = 0; t < nt; t++) {
-                        ref(n_cols, w, xq + t * xb, 0, NULL, NULL, 1, want, 0);
-                        if (rows == 16)
-                            ref(n_cols, w + 8 * rb, xq + t * xb, 0, NULL, NULL, 1, want + 8, 0);
+                        for (int k = 0; k < rows / 8; k++)
+                            ref(n_cols, w + (size_t)k * 8 * rb, xq + t * xb, 0, NULL, NULL, 1,
+                                want + 8 * k, 0);
                         for (int r = 0; r < rows; r++)
                             CHECK_MSG(got[t * rows + r] == want[r],
                                       "%s %s, %d rows, nt=%d tok %d row %lld", tabs[v].name,
@@ -1012,7 +1015,9 @@ static void check_x8(hl_pool *pool, hl_type file, const uint8_t *w, int64_t n_ro
 }
 
 TEST(kernels_x8_layouts_equal_ref_for_every_token_count) {
-    enum { ROWS = 72, COLS = 512, TOK = 19 };
+    /* 520 rows: the matmul's prefill chunks are then 48 and 40 rows, so it calls 32-, 16-
+     * and 8-row kernels */
+    enum { ROWS = 520, COLS = 512, TOK = 19 };
     hl_pool *pool = NULL;
     hl_err err;
     CHECK_OK(hl_pool_create(2, &pool, &err), &err);

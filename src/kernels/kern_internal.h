@@ -60,6 +60,7 @@ typedef struct kern_table {
     /* optional: two consecutive groups (16 rows, out[t*out_stride + r] for r < 16) in one
      * call, with gemm8's arithmetic per row; w is the first group, the second follows it */
     kern_gemm8_fn gemm16[HL_TYPE_COUNT];
+    kern_gemm8_fn gemm32[HL_TYPE_COUNT]; /* optional: the same with four groups, 32 rows */
     kern_quantize_fn quantize[HL_TYPE_COUNT]; /* by vec_dot_type */
     /* small f32 ops */
     float (*sum_squares)(const float *x, int64_t n);

@@ -9,7 +9,7 @@
  * comes from L2 once per tile and from L1 for the other tokens of the tile. Weights in
  * a packed layout (kern_repack: 8 rows interleaved) go through the table's gemm8
  * kernels a group of 8 rows at a time instead (matmul_groups; AVX-512 prefill takes two
- * groups per call, gemm16); their activations carry
+ * groups per call, gemm16, or four, gemm32, where a type has it); their activations carry
  * per-block side tables (aux_bytes) in the same scratch.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -145,6 +145,7 @@ typedef struct matmul_job {
     kern_vec_dot_tile_fn tile; /* NULL if the variant has none for this type */
     kern_gemm8_fn gemm8;       /* packed weight types only (then dot, dot4, tile are NULL) */
     kern_gemm8_fn gemm16;      /* optional: two groups per call */
+    kern_gemm8_fn gemm32;      /* optional: four groups per call */
     kern_quantize_fn quantize;
     const uint8_t *w;
     size_t w_row_bytes;
@@ -203,27 +204,29 @@ static void matmul_row(const matmul_job *j, int64_t r, int64_t t0, int64_t t1) {
         j->out[t * j->n_rows + r] = j->dot(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes);
 }
 
-/* Packed rows [r0, r1) (multiples of 8) x tokens [tb0, tb1): a group of 8 rows at a time,
- * over KERN_TOK_TILE tokens (the group stays in L1) in calls of up to KERN_GEMM8_TOKS. */
+/* Packed rows [r0, r1) (multiples of 8) x tokens [tb0, tb1): one, two or four groups of 8
+ * rows at a time, over KERN_TOK_TILE tokens (the groups stay in L1) in calls of up to
+ * KERN_GEMM8_TOKS. */
 static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t tb0, int64_t tb1) {
     const int64_t nb = j->n_cols / QK8_0;
+    /* perf: 16 or 32 rows only for matmuls of more than 8 tokens (prefill): streamed from
+     * DRAM for a few tokens, 8 rows at a time ran faster (Zen 5: Q4_K_M decode 62-65 tok/s
+     * against 41-43, a forward pass of 4 sequences 917-935 against 681-748; bench/README) */
+    const bool wide = j->n_tok > 2 * KERN_GEMM8_TOKS;
     for (int64_t t0 = tb0; t0 < tb1; t0 += KERN_TOK_TILE) {
         const int64_t t1 = t0 + KERN_TOK_TILE < tb1 ? t0 + KERN_TOK_TILE : tb1;
         for (int64_t r = r0; r < r1;) {
-            /* perf: 16 rows only for matmuls of more than 8 tokens (prefill): streamed from
-             * DRAM for a few tokens, 8 rows at a time ran faster (Zen 5: Q4_K_M decode 62-65
-             * tok/s against 41-43, a forward pass of 4 sequences 917-935 against 681-748;
-             * bench/README.md) */
-            const bool two = j->gemm16 && j->n_tok > 2 * KERN_GEMM8_TOKS &&
-                             r + 2 * KERN_GEMM8_ROWS <= r1;
-            const kern_gemm8_fn fn = two ? j->gemm16 : j->gemm8;
+            const int groups = wide && j->gemm32 && r + 4 * KERN_GEMM8_ROWS <= r1   ? 4
+                               : wide && j->gemm16 && r + 2 * KERN_GEMM8_ROWS <= r1 ? 2
+                                                                                    : 1;
+            const kern_gemm8_fn fn = groups == 4 ? j->gemm32 : groups == 2 ? j->gemm16 : j->gemm8;
             for (int64_t t = t0; t < t1; t += KERN_GEMM8_TOKS)
                 fn(j->n_cols, j->w + (size_t)r * j->w_row_bytes,
                    j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes,
                    j->ad ? j->ad + t * nb : NULL, j->as ? j->as + t * nb : NULL,
                    (int)(t1 - t < KERN_GEMM8_TOKS ? t1 - t : KERN_GEMM8_TOKS),
                    j->out + t * j->n_rows + r, (size_t)j->n_rows);
-            r += two ? 2 * KERN_GEMM8_ROWS : KERN_GEMM8_ROWS;
+            r += groups * KERN_GEMM8_ROWS;
         }
     }
 }
@@ -315,6 +318,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         .tile = tab->vec_dot_tile[it->type],
         .gemm8 = tab->gemm8[it->type], /* every table has one per packed type */
         .gemm16 = tab->gemm16[it->type],
+        .gemm32 = tab->gemm32[it->type],
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
         .w_row_bytes = hl_row_size(it->type, n_cols),
