@@ -2399,10 +2399,10 @@ static inline void softmax_step(float *x, int64_t nk, float *m, float *s, float 
     *s += exp_nonpos_shift_sum(x, nk, *m); /* every x <= *m now (or NaN) */
 }
 
-/* The prefetch of the next step's keys and values, spread over this step's head pairs'
- * score passes (a share every 8 elements of a pass): per_step 0 when there is no next
+/* The prefetch of the next step's keys and values, spread over this step's score passes
+ * (of heads_per_pass heads each; a share every 8 elements of a pass): per_step 0 when there is no next
  * step, or keys by rows (no pair kernel walks them). */
-static attn_prefetch attn_prefetch_plan(const kern_attn_block *b) {
+static attn_prefetch attn_prefetch_plan(const kern_attn_block *b, int32_t heads_per_pass) {
     attn_prefetch pf = {0};
     if (!b->k_cols) return pf;
     int64_t k_lines = 0, v_lines = 0, groups = 0;
@@ -2417,7 +2417,8 @@ static attn_prefetch attn_prefetch_plan(const kern_attn_block *b) {
         k_lines += pf.k_lines[r];
         v_lines += pf.v_lines[r];
     }
-    const int64_t steps = (b->nh / 2) * groups, most = k_lines > v_lines ? k_lines : v_lines;
+    const int64_t steps = (b->nh / heads_per_pass) * groups;
+    const int64_t most = k_lines > v_lines ? k_lines : v_lines;
     pf.per_step = steps > 0 ? (most + steps - 1) / steps : 0;
     return pf;
 }
@@ -2437,7 +2438,7 @@ typedef void (*attn_values2_fn)(float *y0, float *y1, const float *p0, const flo
 ROWS_INLINE void attn_block_walk(const kern_attn_block *b, attn_scores2_fn scores2,
                                  attn_values2_fn values2) {
     const int64_t nk = kern_attn_block_keys(b);
-    attn_prefetch pf = attn_prefetch_plan(b);
+    attn_prefetch pf = attn_prefetch_plan(b, 2);
     for (int32_t i = 0; i < b->nh; i += 2) {
         const bool two = i + 1 < b->nh;
         const float *q0 = b->q + i * b->ldq, *q1 = q0 + b->ldq;
@@ -2539,8 +2540,120 @@ ATTN512_INLINE void axpy2_rows16(float *y0, float *y1, const float *p0, const fl
     if (i < d) axpy2_rows_f16(y0 + i, y1 + i, p0, p1, v + i, ldv, nk, d - i);
 }
 
+/* Four heads at a time: each key column and value row converted once for four heads
+ * instead of two, and four fma chains per conversion; lane by lane the chains of the pair
+ * kernels above, so the same bits. ng (1 or 2) groups of 16 keys. */
+ATTN512_INLINE void cols_pass16x4(float *const out[4], const float *const q[4], const hl_fp16 *k,
+                                  int64_t ld, int64_t d, int ng, float scale, attn_prefetch *pf) {
+    __m512 a[4][2];
+    UNROLL for (int h = 0; h < 4; h++) UNROLL for (int g = 0; g < ng; g++) a[h][g] =
+        _mm512_setzero_ps();
+    for (int64_t i0 = 0; i0 < d; i0 += 8) {
+        attn_prefetch_step(pf);
+        const int64_t i1 = i0 + 8 < d ? i0 + 8 : d;
+        for (int64_t i = i0; i < i1; i++) {
+            const hl_fp16 *r = k + i * ld;
+            __m512 kv[2];
+            UNROLL for (int g = 0; g < ng; g++) kv[g] = load_f16x16(r + 16 * g);
+            UNROLL for (int h = 0; h < 4; h++) {
+                const __m512 x = _mm512_set1_ps(q[h][i]);
+                UNROLL for (int g = 0; g < ng; g++) a[h][g] = _mm512_fmadd_ps(kv[g], x, a[h][g]);
+            }
+        }
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    UNROLL for (int h = 0; h < 4; h++) UNROLL for (int g = 0; g < ng; g++)
+        _mm512_storeu_ps(out[h] + 16 * g, _mm512_mul_ps(a[h][g], vs));
+}
+
+/* Four heads' scores of nk keys from key j0 into x[h] + j0; under 16 keys left, the pair
+ * kernel twice (the prefetch advances with the first pair only, as the plan counts). */
+ATTN512_INLINE void scores4_cols16(float *const x[4], int64_t j0, const float *const q[4],
+                                   const hl_fp16 *k, int64_t ld, int64_t nk, int64_t d,
+                                   float scale, attn_prefetch *pf) {
+    int64_t j = 0;
+    for (; j + 16 <= nk; j += j + 32 <= nk ? 32 : 16) {
+        float *const out[4] = {x[0] + j0 + j, x[1] + j0 + j, x[2] + j0 + j, x[3] + j0 + j};
+        cols_pass16x4(out, q, k + j, ld, d, j + 32 <= nk ? 2 : 1, scale, pf);
+    }
+    if (j < nk) {
+        scores_cols(x[0] + j0 + j, x[1] + j0 + j, q[0], q[1], k + j, ld, nk - j, d, scale, true,
+                    pf);
+        scores_cols(x[2] + j0 + j, x[3] + j0 + j, q[2], q[3], k + j, ld, nk - j, d, scale, true,
+                    NULL);
+    }
+}
+
+/* Four heads' value sums: nc (4 or 1) chunks of 16 outputs per head in registers. */
+ATTN512_INLINE void axpy4_chunks16(float *const y[4], int64_t i, const float *const p[4],
+                                   int64_t j0, const hl_fp16 *v, int64_t ldv, int64_t nk, int nc) {
+    __m512 a[4][4];
+    UNROLL for (int h = 0; h < 4; h++) UNROLL for (int r = 0; r < nc; r++) a[h][r] =
+        _mm512_loadu_ps(y[h] + i + 16 * r);
+    for (int64_t j = 0; j < nk; j++) {
+        __m512 ph[4];
+        UNROLL for (int h = 0; h < 4; h++) ph[h] = _mm512_set1_ps(p[h][j0 + j]);
+        UNROLL for (int r = 0; r < nc; r++) {
+            const __m512 x = load_f16x16(v + j * ldv + i + 16 * r);
+            UNROLL for (int h = 0; h < 4; h++) a[h][r] = _mm512_fmadd_ps(ph[h], x, a[h][r]);
+        }
+    }
+    UNROLL for (int h = 0; h < 4; h++) UNROLL for (int r = 0; r < nc; r++)
+        _mm512_storeu_ps(y[h] + i + 16 * r, a[h][r]);
+}
+
+ATTN512_INLINE void axpy4_rows16(float *const y[4], const float *const p[4], int64_t j0,
+                                 const hl_fp16 *v, int64_t ldv, int64_t nk, int64_t d) {
+    int64_t i = 0;
+    for (; i + 64 <= d; i += 64) axpy4_chunks16(y, i, p, j0, v, ldv, nk, 4);
+    for (; i + 16 <= d; i += 16) axpy4_chunks16(y, i, p, j0, v, ldv, nk, 1);
+    if (i < d) {
+        axpy2_rows_f16(y[0] + i, y[1] + i, p[0] + j0, p[1] + j0, v + i, ldv, nk, d - i);
+        axpy2_rows_f16(y[2] + i, y[3] + i, p[2] + j0, p[3] + j0, v + i, ldv, nk, d - i);
+    }
+}
+
+/* Keys by columns: heads four at a time, the rest (nh % 4) in pairs by attn_block_walk,
+ * which then prefetches nothing (the quads' plan has covered the next step). perf: Zen 5,
+ * bench_attn at 4096 positions: see bench/README.md. */
 ATTN512_FN void attn_block_f16_avx512(const kern_attn_block *b) {
-    attn_block_walk(b, scores2_cols16, axpy2_rows16);
+    if (!b->k_cols || b->nh < 4) {
+        attn_block_walk(b, scores2_cols16, axpy2_rows16);
+        return;
+    }
+    const int64_t nk = kern_attn_block_keys(b);
+    attn_prefetch pf = attn_prefetch_plan(b, 4);
+    int32_t i = 0;
+    for (; i + 4 <= b->nh; i += 4) {
+        const float *q[4];
+        float *x[4], *o[4];
+        for (int h = 0; h < 4; h++) {
+            q[h] = b->q + (i + h) * b->ldq;
+            x[h] = b->score + h * nk;
+            o[h] = b->o + (i + h) * b->dv;
+        }
+        int64_t j = 0;
+        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
+            if (b->run[r].n > 0)
+                scores4_cols16(x, j, q, b->run[r].k, b->run[r].kld, b->run[r].n, b->dk,
+                               b->scale, &pf);
+        for (int h = 0; h < 4; h++) softmax_step(x[h], nk, &b->m[i + h], &b->s[i + h], o[h], b->dv);
+        j = 0;
+        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
+            if (b->run[r].n > 0)
+                axpy4_rows16(o, (const float *const *)x, j, b->run[r].v, b->ldv, b->run[r].n,
+                             b->dv);
+    }
+    if (i < b->nh) {
+        kern_attn_block rest = *b;
+        rest.nh -= i;
+        rest.q += i * b->ldq;
+        rest.o += i * b->dv;
+        rest.m += i;
+        rest.s += i;
+        rest.next[0].n = rest.next[1].n = 0;
+        attn_block_walk(&rest, scores2_cols16, axpy2_rows16);
+    }
 }
 
 #undef ATTN512_FN
