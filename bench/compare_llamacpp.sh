@@ -72,7 +72,7 @@ print(max(float(r["avg_ts"]) for r in rows) if rows else "nan")
 for r in rows:
     print(r.get("flash_attn", "?"), r["avg_ts"])'
 }
-lb() { lb_rows "$@" | head -n 1; }
+lb() { lb_rows "$@" | sed -n 1p; } # sed reads to the end: no broken pipe for python
 
 # Decode at depth: the best of the LLAMA_FA settings, and with several, each one on its own
 # (the summary also gives the ratio against each setting's median).
