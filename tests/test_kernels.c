@@ -966,15 +966,17 @@ static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_
     free(xq);
 }
 
-/* Q4_0, Q8_0 and Q4_K weights repacked to their X8 layouts (8 rows interleaved, computed 8
- * rows to a register): every token count gives the reference's bits, the results track
- * the file layout's dot within rounding, and the extremes (all nibbles 0 or 15 against
- * activations of one sign at full scale) do not overflow the int16 step sums. */
+/* Q4_0, Q8_0, Q4_K and Q6_K weights repacked to their X8 layouts (8 rows interleaved,
+ * computed 8 rows to a register): every token count gives the reference's bits, the
+ * results track the file layout's dot within rounding, and the extremes (all quants 0 or
+ * at their largest against activations of one sign at full scale) do not overflow the
+ * int16 step sums. */
 static void check_x8(hl_pool *pool, hl_type file, const uint8_t *w, int64_t n_rows,
                      int64_t n_cols, const float *x, int64_t max_tok) {
     const hl_type packed = file == HL_TYPE_Q4_0   ? HL_TYPE_Q4_0_X8
                            : file == HL_TYPE_Q8_0 ? HL_TYPE_Q8_0_X8
-                                                  : HL_TYPE_Q4_K_X8;
+                           : file == HL_TYPE_Q4_K ? HL_TYPE_Q4_K_X8
+                                                  : HL_TYPE_Q6_K_X8;
     const hl_type vdt = hl_type_traits_get(file)->vec_dot_type;
     const size_t rb = hl_row_size(file, n_cols);
     uint8_t *p = malloc(rb * (size_t)n_rows), *tmp = malloc(8 * rb);
@@ -1021,15 +1023,15 @@ TEST(kernels_x8_layouts_equal_ref_for_every_token_count) {
     hl_pool *pool = NULL;
     hl_err err;
     CHECK_OK(hl_pool_create(2, &pool, &err), &err);
-    const hl_type files[3] = {HL_TYPE_Q4_0, HL_TYPE_Q8_0, HL_TYPE_Q4_K};
+    const hl_type files[4] = {HL_TYPE_Q4_0, HL_TYPE_Q8_0, HL_TYPE_Q4_K, HL_TYPE_Q6_K};
     float *x = malloc(sizeof(float) * TOK * COLS);
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < 4; f++) {
         const size_t rb = hl_row_size(files[f], COLS);
         uint8_t *w = malloc(rb * ROWS);
         for (int r = 0; r < ROWS; r++) random_weights(files[f], w + r * rb, COLS);
         for (int i = 0; i < TOK * COLS; i++) x[i] = frand();
         check_x8(pool, files[f], w, ROWS, COLS, x, TOK);
-        /* extremes: nibbles all 15 or all 0 (Q4_K scales and mins as random), activations
+        /* extremes: quants all 15 (Q6_K: 63) or all 0 (K scales and mins as random), activations
          * all +1 or all -1 (Q8_K: -128 for the largest negative) */
         for (int r = 0; r < ROWS; r++) {
             const int64_t nb = COLS / hl_type_traits_get(files[f])->block_size;
@@ -1042,9 +1044,13 @@ TEST(kernels_x8_layouts_equal_ref_for_every_token_count) {
                     block_q8_0 *blk = (block_q8_0 *)(w + r * rb) + b;
                     blk->d = hl_fp32_to_fp16(0.01f);
                     memset(blk->qs, r % 2 ? 0x7f : 0x81, sizeof blk->qs); /* +-127 */
-                } else {
+                } else if (files[f] == HL_TYPE_Q4_K) {
                     block_q4_K *blk = (block_q4_K *)(w + r * rb) + b;
                     memset(blk->qs, r % 2 ? 0xff : 0x00, sizeof blk->qs);
+                } else {
+                    block_q6_K *blk = (block_q6_K *)(w + r * rb) + b;
+                    memset(blk->ql, r % 2 ? 0xff : 0x00, sizeof blk->ql);
+                    memset(blk->qh, r % 2 ? 0xff : 0x00, sizeof blk->qh);
                 }
             }
         }
@@ -1062,7 +1068,8 @@ TEST(kernels_x8_layouts_equal_ref_for_every_token_count) {
 TEST(kernels_every_simd_table_repacks) {
     kern_table t = *kern_table_ref();
     kern_avx2_fill(&t);
-    const hl_type packed[] = {HL_TYPE_Q4_0_X8, HL_TYPE_Q4_K_X8, HL_TYPE_Q8_0_X8};
+    const hl_type packed[] = {HL_TYPE_Q4_0_X8, HL_TYPE_Q4_K_X8, HL_TYPE_Q8_0_X8,
+                              HL_TYPE_Q6_K_X8};
     for (int v = 0; v < 3; v++) {
         if (v == 1) kern_avx_vnni_fill(&t);
         if (v == 2) kern_avx512_fill(&t);
@@ -1084,10 +1091,13 @@ TEST(kernels_q4_0_x8_many_and_packing_rules) {
     CHECK(kern_packed_type(HL_TYPE_Q4_0, 12) == HL_TYPE_Q4_0);   /* slices not of 8 rows */
     CHECK(getenv("HEARTH_REPACK") || !kern_table_active()->gemm8[HL_TYPE_Q8_0_X8] ||
           kern_packed_type(HL_TYPE_Q8_0, 64) == HL_TYPE_Q8_0_X8);
-    CHECK(kern_packed_type(HL_TYPE_Q6_K, 64) == HL_TYPE_Q6_K);   /* no packed layout (yet) */
+    CHECK(getenv("HEARTH_REPACK") || !kern_table_active()->gemm8[HL_TYPE_Q6_K_X8] ||
+          kern_packed_type(HL_TYPE_Q6_K, 64) == HL_TYPE_Q6_K_X8);
+    CHECK(kern_packed_type(HL_TYPE_Q5_K, 64) == HL_TYPE_Q5_K);   /* no packed layout (yet) */
     CHECK(hl_type_traits_get(HL_TYPE_Q4_0_X8)->internal);
     CHECK(hl_type_traits_get(HL_TYPE_Q4_K_X8)->internal);
     CHECK(hl_type_traits_get(HL_TYPE_Q8_0_X8)->internal);
+    CHECK(hl_type_traits_get(HL_TYPE_Q6_K_X8)->internal);
     hl_type parsed;
     CHECK(!hl_type_from_name("q4_0_x8", &parsed)); /* not a type a user can ask for */
     const size_t rb = hl_row_size(HL_TYPE_Q4_0, COLS);

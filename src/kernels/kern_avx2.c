@@ -406,6 +406,27 @@ static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stri
 #undef X8V_DPBUSD
 #undef X8V
 
+/* Q6_K_X8 in ymm in two ways of taking int8 dots: AVX2 (maddubs, then madd into int32)
+ * and AVX-VNNI (vpdpbusd); AVX-512 has its own (gemm8_q6_K_x8_avx512, below). */
+static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
+    const __m256i pairs = _mm256_maddubs_epi16(u, s);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+#define X8Q_TARGET "avx2,fma,f16c"
+#define X8Q_DPBUSD dpbusd_avx2
+#define X8Q(name) name##_avx2
+#include "kern_x8_q6k.inc"
+#undef X8Q_TARGET
+#undef X8Q_DPBUSD
+#undef X8Q
+#define X8Q_TARGET "avx2,fma,f16c,avxvnni"
+#define X8Q_DPBUSD _mm256_dpbusd_avx_epi32
+#define X8Q(name) name##_avxvnni
+#include "kern_x8_q6k.inc"
+#undef X8Q_TARGET
+#undef X8Q_DPBUSD
+#undef X8Q
+
 /* Two X8 groups (16 rows) per call in zmm, AVX-512 VNNI: lanes 0-7 are the rows of group
  * g, lanes 8-15 those of g + 1 (the group after it, gs bytes on), so each activation
  * broadcast, vpdpbusd, and scale step serves 16 rows where the ymm kernels above serve 8
@@ -658,6 +679,162 @@ X16_FN void gemm16_q4_K_x8_avx512vnni(int64_t n, const void *w, const void *vec,
     case 2: q4_K_x16_tokens(n, w, vec, stride, 2, out, out_stride); break;
     case 3: q4_K_x16_tokens(n, w, vec, stride, 3, out, out_stride); break;
     default: q4_K_x16_tokens(n, w, vec, stride, 4, out, out_stride); break;
+    }
+}
+
+/* Q6_K: per step st the 32 bytes of ql (two nibble planes) and qh of 16 rows make the
+ * quants of four groups at once; q = low nibble | two bits of qh at bits 4-5, one
+ * vpternlogd (bits 4-5 from the shifted qh, the rest from the masked nibble). Each group's
+ * sum starts at -32 * bsum and is multiplied by its 16 rows' scales, as in the ymm kernel. */
+X16_INLINE __m512i q6_K_x16_quant(__m512i lo, __m512i hs, __m512i m30) {
+    return _mm512_ternarylogic_epi32(m30, hs, lo, 0xca); /* m30 ? hs : lo */
+}
+
+X16_INLINE void q6_K_x16_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec,
+                                size_t stride, int nt, float *out, size_t out_stride) {
+    const size_t gs = (size_t)(n / QK_K) * sizeof *x;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[KERN_GEMM8_TOKS];
+    UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q6_K_x8 *x1 = (const block_q6_K_x8 *)((const uint8_t *)&x[i] + gs);
+        const block_q8_K *y[KERN_GEMM8_TOKS];
+        _Alignas(64) int32_t bias[KERN_GEMM8_TOKS][QK_K / 16];
+        __m512i sumi[KERN_GEMM8_TOKS];
+        UNROLL for (int t = 0; t < nt; t++) {
+            y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            const __m512i bs = _mm512_cvtepi16_epi32(load256(y[t]->bsums));
+            _mm512_store_si512(bias[t], _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                         _mm512_slli_epi32(bs, 5)));
+            sumi[t] = _mm512_setzero_si512();
+        }
+        _Pragma("GCC unroll 1") for (int hh = 0; hh < 4; hh++) {
+            const int h = hh >> 1, half = hh & 1;
+            __m512i s[4][KERN_GEMM8_TOKS];
+            UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++)
+                s[g][t] = _mm512_set1_epi32(bias[t][8 * h + 2 * g + half]);
+            UNROLL for (int k = 0; k < 4; k++) {
+                const int st = 4 * half + k;
+                const __m512i l0 = x16_load(q6_K_x8_ql(&x[i], 2 * h, st), gs);
+                const __m512i l1 = x16_load(q6_K_x8_ql(&x[i], 2 * h + 1, st), gs);
+                const __m512i hb = x16_load(q6_K_x8_qh(&x[i], h, st), gs);
+                __m512i q[4];
+                q[0] = q6_K_x16_quant(_mm512_and_si512(l0, m4), _mm512_slli_epi16(hb, 4), m30);
+                q[1] = q6_K_x16_quant(_mm512_and_si512(l1, m4), _mm512_slli_epi16(hb, 2), m30);
+                q[2] = q6_K_x16_quant(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), hb, m30);
+                q[3] = q6_K_x16_quant(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                      _mm512_srli_epi16(hb, 2), m30);
+                UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++) {
+                    int32_t y4;
+                    memcpy(&y4, y[t]->qs + 128 * h + 32 * g + 4 * st, 4);
+                    s[g][t] = _mm512_dpbusd_epi32(s[g][t], q[g], _mm512_set1_epi32(y4));
+                }
+            }
+            UNROLL for (int g = 0; g < 4; g++) {
+                const int grp = 8 * h + 2 * g + half;
+                const __m512i sc = _mm512_cvtepi8_epi32(
+                    _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)x[i].scales[grp]),
+                                       _mm_loadl_epi64((const __m128i *)x1->scales[grp])));
+                UNROLL for (int t = 0; t < nt; t++)
+                    sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s[g][t], sc));
+            }
+        }
+        const __m512 d = x16_scales(x[i].d, gs);
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(y[t]->d), d),
+                                                         _mm512_cvtepi32_ps(sumi[t])));
+    }
+    UNROLL for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
+/* Q6_K_X8 for one group of 8 rows in zmm, for decode: lanes 0-7 take step st, lanes 8-15
+ * step st + 1 (the 64 contiguous bytes of ql[j][st..st + 1]), so the weights stream from
+ * one place as in the ymm kernel (the 16-row kernel reads two groups gs apart: from DRAM,
+ * slower) with half its instructions. The two halves are the same rows and group, so
+ * each starts at half the bias and takes the same scales; their sum at the end of the
+ * super-block is the ymm kernel's exact integer sum, so the bits are its bits. */
+X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec,
+                                size_t stride, int nt, float *out, size_t out_stride) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m256 acc[KERN_GEMM8_TOKS];
+    UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[KERN_GEMM8_TOKS];
+        _Alignas(64) int32_t bias[KERN_GEMM8_TOKS][QK_K / 16];
+        __m512i sumi[KERN_GEMM8_TOKS];
+        UNROLL for (int t = 0; t < nt; t++) {
+            y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            const __m512i bs = _mm512_cvtepi16_epi32(load256(y[t]->bsums));
+            _mm512_store_si512(bias[t], _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                         _mm512_slli_epi32(bs, 4)));
+            sumi[t] = _mm512_setzero_si512();
+        }
+        UNROLL for (int hh = 0; hh < 4; hh++) {
+            const int h = hh >> 1, half = hh & 1;
+            __m512i s[4][KERN_GEMM8_TOKS];
+            UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++)
+                s[g][t] = _mm512_set1_epi32(bias[t][8 * h + 2 * g + half]);
+            UNROLL for (int p = 0; p < 2; p++) {
+                const int st = 4 * half + 2 * p;
+                const __m512i l0 = _mm512_loadu_si512(q6_K_x8_ql(&x[i], 2 * h, st));
+                const __m512i l1 = _mm512_loadu_si512(q6_K_x8_ql(&x[i], 2 * h + 1, st));
+                const __m512i hb = _mm512_loadu_si512(q6_K_x8_qh(&x[i], h, st));
+                __m512i q[4];
+                q[0] = q6_K_x16_quant(_mm512_and_si512(l0, m4), _mm512_slli_epi16(hb, 4), m30);
+                q[1] = q6_K_x16_quant(_mm512_and_si512(l1, m4), _mm512_slli_epi16(hb, 2), m30);
+                q[2] = q6_K_x16_quant(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), hb, m30);
+                q[3] = q6_K_x16_quant(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                      _mm512_srli_epi16(hb, 2), m30);
+                UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++) {
+                    const __m128i y8 = _mm_loadl_epi64(
+                        (const __m128i *)(y[t]->qs + 128 * h + 32 * g + 4 * st));
+                    s[g][t] = _mm512_dpbusd_epi32(
+                        s[g][t], q[g], _mm512_permutexvar_epi32(pair, _mm512_castsi128_si512(y8)));
+                }
+            }
+            UNROLL for (int g = 0; g < 4; g++) {
+                const __m128i sc8 =
+                    _mm_loadl_epi64((const __m128i *)x[i].scales[8 * h + 2 * g + half]);
+                const __m512i sc = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(sc8, sc8));
+                UNROLL for (int t = 0; t < nt; t++)
+                    sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s[g][t], sc));
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
+        UNROLL for (int t = 0; t < nt; t++) {
+            const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(sumi[t]),
+                                                  _mm512_extracti64x4_epi64(sumi[t], 1));
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(y[t]->d), d),
+                                                         _mm256_cvtepi32_ps(isum)));
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++) _mm256_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+}
+
+X16_FN void gemm8_q6_K_x8_avx512(int64_t n, const void *w, const void *vec, size_t stride,
+                                  const float *ad, const int32_t *as, int nt, float *out,
+                                  size_t out_stride) {
+    (void)ad;
+    (void)as;
+    switch (nt) {
+    case 1: q6_K_x8_step_pairs(n, w, vec, stride, 1, out, out_stride); break;
+    case 2: q6_K_x8_step_pairs(n, w, vec, stride, 2, out, out_stride); break;
+    case 3: q6_K_x8_step_pairs(n, w, vec, stride, 3, out, out_stride); break;
+    default: q6_K_x8_step_pairs(n, w, vec, stride, 4, out, out_stride); break;
+    }
+}
+
+X16_FN void gemm16_q6_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
+                                      const float *ad, const int32_t *as, int nt, float *out,
+                                      size_t out_stride) {
+    (void)ad;
+    (void)as;
+    switch (nt) {
+    case 1: q6_K_x16_tokens(n, w, vec, stride, 1, out, out_stride); break;
+    case 2: q6_K_x16_tokens(n, w, vec, stride, 2, out, out_stride); break;
+    case 3: q6_K_x16_tokens(n, w, vec, stride, 3, out, out_stride); break;
+    default: q6_K_x16_tokens(n, w, vec, stride, 4, out, out_stride); break;
     }
 }
 
@@ -2696,6 +2873,7 @@ void kern_avx2_fill(kern_table *t) {
     t->gemm8[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8;
     t->gemm8[HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8;
     t->gemm8[HL_TYPE_Q8_0_X8] = gemm8_q8_0_x8;
+    t->gemm8[HL_TYPE_Q6_K_X8] = gemm8_q6_K_x8_avx2;
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
     t->quantize[HL_TYPE_Q8_K] = quantize_q8_K;
     t->sum_squares = sum_squares;
@@ -2716,7 +2894,7 @@ void kern_avx2_fill(kern_table *t) {
 }
 
 /* The AVX-VNNI and AVX-512 fills add their own tiles for the file layouts, yet weights
- * that repack (kern_packed_type: Q4_0, Q8_0 and Q4_K with rows in eights) keep their X8
+ * that repack (kern_packed_type: Q4_0, Q8_0, Q4_K and Q6_K with rows in eights) keep their X8
  * layouts, whose kernels (here with vpdpbusd; AVX-512 also 16 rows per call) measured
  * faster on Zen 5 than those tiles: with the AVX2 X8 kernels already, prefill 512 Q4_0
  * 147-160 tok/s against the AVX-512 tile's 93-98 and the AVX-VNNI tile's 74-80, Q4_K_M
@@ -2727,6 +2905,7 @@ void kern_avx_vnni_fill(kern_table *t) {
     t->gemm8[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8_avxvnni;
     t->gemm8[HL_TYPE_Q8_0_X8] = gemm8_q8_0_x8_avxvnni;
     t->gemm8[HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8_avxvnni;
+    t->gemm8[HL_TYPE_Q6_K_X8] = gemm8_q6_K_x8_avxvnni;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_vnni;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_vnni;
 }
@@ -2736,10 +2915,12 @@ void kern_avx512_fill(kern_table *t) {
     t->gemm8[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8_avx512vnni;
     t->gemm8[HL_TYPE_Q8_0_X8] = gemm8_q8_0_x8_avx512vnni;
     t->gemm8[HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8_avx512vnni;
+    t->gemm8[HL_TYPE_Q6_K_X8] = gemm8_q6_K_x8_avx512;
     t->gemm16[HL_TYPE_Q4_0_X8] = gemm16_q4_0_x8_avx512vnni;
     t->gemm32[HL_TYPE_Q4_0_X8] = gemm32_q4_0_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q8_0_X8] = gemm16_q8_0_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q4_K_X8] = gemm16_q4_K_x8_avx512vnni;
+    t->gemm16[HL_TYPE_Q6_K_X8] = gemm16_q6_K_x8_avx512vnni;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;

@@ -152,6 +152,36 @@ static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stri
     }
 }
 
+/* Q6_K_X8: per super-block the exact integer sum of scale * (q - 32) * y over the 16
+ * groups, then sum += (y.d * d) * isum, as dot_q6_K. */
+static void gemm8_q6_K_x8(int64_t n, const void *w, const void *vec, size_t stride,
+                          const float *ad, const int32_t *as, int nt, float *out,
+                          size_t out_stride) {
+    (void)ad;
+    (void)as;
+    const block_q6_K_x8 *x = w;
+    for (int t = 0; t < nt; t++) {
+        const block_q8_K *y = (const block_q8_K *)((const uint8_t *)vec + (size_t)t * stride);
+        for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+            float sum = 0;
+            for (int64_t i = 0; i < n / QK_K; i++) {
+                int32_t sums[QK_K / 16] = {0};
+                for (int e = 0; e < QK_K; e++) {
+                    const int h = e / 128, g = e % 128 / 32, l = e % 32;
+                    const uint8_t lo = q6_K_x8_ql(&x[i], 2 * h + g % 2, l / 4)[4 * r + l % 4];
+                    const int hi = q6_K_x8_qh(&x[i], h, l / 4)[4 * r + l % 4] >> (2 * g) & 3;
+                    const int q = (g < 2 ? lo & 0x0f : lo >> 4) | hi << 4;
+                    sums[e / 16] += (q - 32) * y[i].qs[e];
+                }
+                int32_t isum = 0;
+                for (int g = 0; g < QK_K / 16; g++) isum += x[i].scales[g][r] * sums[g];
+                sum += y[i].d * FP16(x[i].d[r]) * (float)isum;
+            }
+            out[(size_t)t * out_stride + r] = sum;
+        }
+    }
+}
+
 /* as ggml: integer sums of doubled E2M1 values times the Q8_0 quants, scaled by the
  * halved E8M0 scale */
 static float dot_mxfp4(int64_t n, const void *row, const void *vec) {
@@ -480,7 +510,8 @@ static const kern_table g_ref = {
         },
     .gemm8 = {[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8,
               [HL_TYPE_Q8_0_X8] = gemm8_q8_0_x8,
-              [HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8},
+              [HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8,
+              [HL_TYPE_Q6_K_X8] = gemm8_q6_K_x8},
     .sum_squares = sum_squares,
     .exp_shift_sum = exp_shift_sum,
     .max = max_f32,

@@ -287,6 +287,21 @@ static void pack_q4_K_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) 
     }
 }
 
+static void pack_q6_K_x8(const uint8_t *rows, size_t row, int64_t i, void *dst) {
+    block_q6_K_x8 *b = dst;
+    for (int r = 0; r < KERN_GEMM8_ROWS; r++) {
+        const block_q6_K *x = (const block_q6_K *)(rows + r * row) + i;
+        b->d[r] = x->d;
+        for (int g = 0; g < QK_K / 16; g++) b->scales[g][r] = x->scales[g];
+        for (int st = 0; st < 8; st++) {
+            for (int j = 0; j < 4; j++)
+                memcpy((uint8_t *)q6_K_x8_ql(b, j, st) + 4 * r, x->ql + 32 * j + 4 * st, 4);
+            for (int h = 0; h < 2; h++)
+                memcpy((uint8_t *)q6_K_x8_qh(b, h, st) + 4 * r, x->qh + 32 * h + 4 * st, 4);
+        }
+    }
+}
+
 /* The packed layouts (types.h: internal): each file type's, how a block of 8 rows is
  * written, and whether its kernel takes 8 * sum(y) per activation block (kern_gemm8_fn's
  * as) besides the float scales. */
@@ -300,6 +315,7 @@ static const packed_layout g_layouts[] = {
     {HL_TYPE_Q4_0, HL_TYPE_Q4_0_X8, pack_q4_0_x8, true},
     {HL_TYPE_Q8_0, HL_TYPE_Q8_0_X8, pack_q8_0_x8, false},
     {HL_TYPE_Q4_K, HL_TYPE_Q4_K_X8, pack_q4_K_x8, false},
+    {HL_TYPE_Q6_K, HL_TYPE_Q6_K_X8, pack_q6_K_x8, false},
 };
 
 /* The layout whose file or packed type is t, or NULL. */

@@ -42,8 +42,8 @@ void kern_matmul(hl_pool *pool, hl_type type, const void *w, int64_t n_rows, int
 
 /* Weight layouts of hearth's own (types.h: internal), for faster matmuls.
  * kern_packed_type() names the layout the active kernels run a weight of `type` fastest
- * in, or returns `type`: today Q4_0 and Q4_K become Q4_0_X8 and Q4_K_X8 (8 rows
- * interleaved, types.h) when the rows its
+ * in, or returns `type`: today Q4_0, Q8_0, Q4_K and Q6_K become their X8 layouts (8
+ * rows interleaved, types.h) when the rows its
  * users take at a time (all of them, or one expert's or head's slice) are a multiple of 8.
  * HEARTH_REPACK=0 (or off) keeps every weight as the file has it.
  * kern_repack() rewrites n_rows x n_cols of the file type in place into `packed`, which

@@ -46,6 +46,8 @@ static hl_type_traits g_traits[HL_TYPE_COUNT] = {
                          HL_TYPE_Q8_0, true},
     [HL_TYPE_Q4_K_X8] = {"q4_K_x8", QK_K, sizeof(block_q4_K), true, false, false, true,
                          HL_TYPE_Q8_K, true},
+    [HL_TYPE_Q6_K_X8] = {"q6_K_x8", QK_K, sizeof(block_q6_K), true, false, false, true,
+                         HL_TYPE_Q8_K, true},
 };
 #undef D
 #undef Q

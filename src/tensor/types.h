@@ -45,7 +45,8 @@ typedef enum hl_type {
     HL_TYPE_Q4_0_X8 = 40,
     HL_TYPE_Q4_K_X8 = 41,
     HL_TYPE_Q8_0_X8 = 42,
-    HL_TYPE_COUNT = 43 /* upper bound on ids we know of, for tables */
+    HL_TYPE_Q6_K_X8 = 43,
+    HL_TYPE_COUNT = 44 /* upper bound on ids we know of, for tables */
 } hl_type;
 
 #define QK4_0 32
@@ -95,6 +96,25 @@ typedef struct {
     uint8_t scales[K_SCALE_SIZE][8];
     uint8_t qs[4][8][32];
 } block_q4_K_x8;
+/* Q6_K_X8: the same for Q6_K super-blocks. scales[g][r] is row r's scale of group g (16
+ * elements). Step s (0-7) of ql plane j (0-3) holds bytes 32j + 4s .. +3 of each row's ql
+ * (row r at 4r), step s of qh plane h (0-1) bytes 32h + 4s .. +3 of its qh: element
+ * 128h + 32g + l (g < 4, l < 32) is the low (g < 2) or high nibble of ql plane 2h + g % 2,
+ * step l / 4, byte 4r + l % 4, with bits 2g, 2g + 1 of qh plane h there above it, minus
+ * 32, as in Q6_K. The steps lie in the order the kernels read them (q6_K_x8_ql, _qh): per
+ * h and pair of steps, 64 bytes of plane 2h, of plane 2h + 1, then of qh plane h, so a
+ * super-block streams front to back. */
+typedef struct {
+    hl_fp16 d[8];
+    int8_t scales[QK_K / 16][8];
+    uint8_t q[8][3][64]; /* [4h + s / 2][plane 2h, 2h + 1, qh h][32 * (s % 2) + 4r + byte] */
+} block_q6_K_x8;
+static inline const uint8_t *q6_K_x8_ql(const block_q6_K_x8 *b, int j, int s) {
+    return b->q[4 * (j / 2) + s / 2][j % 2] + 32 * (s % 2);
+}
+static inline const uint8_t *q6_K_x8_qh(const block_q6_K_x8 *b, int h, int s) {
+    return b->q[4 * h + s / 2][2] + 32 * (s % 2);
+}
 
 _Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "q4_1 layout");
@@ -112,6 +132,7 @@ _Static_assert(sizeof(block_mxfp4) == 17, "mxfp4 layout");
 _Static_assert(sizeof(block_q4_0_x8) == 8 * sizeof(block_q4_0), "q4_0_x8 layout");
 _Static_assert(sizeof(block_q4_K_x8) == 8 * sizeof(block_q4_K), "q4_K_x8 layout");
 _Static_assert(sizeof(block_q8_0_x8) == 8 * sizeof(block_q8_0), "q8_0_x8 layout");
+_Static_assert(sizeof(block_q6_K_x8) == 8 * sizeof(block_q6_K), "q6_K_x8 layout");
 
 /* E2M1 code -> 2 * value: 0, .5, 1, 1.5, 2, 3, 4, 6 and their negatives, doubled */
 extern const int8_t hl_kvalues_mxfp4[16];
