@@ -986,7 +986,10 @@ static void check_x8(hl_pool *pool, hl_type file, const uint8_t *w, int64_t n_ro
     float *out = malloc((size_t)(max_tok * n_rows) * sizeof *out);
     void *xq = row_alloc(vdt, n_cols);
     float want[8];
-    for (int64_t nt = 1; nt <= max_tok; nt++) {
+    /* the active table runs the matmul, where it takes this layout (HEARTH_CPU=avx2 keeps
+     * Q6_K's file layout) */
+    const int64_t nt_active = kern_table_active()->gemm8[packed] ? max_tok : 0;
+    for (int64_t nt = 1; nt <= nt_active; nt++) {
         void *scratch = malloc(kern_matmul_scratch_size(packed, n_cols, nt));
         kern_matmul(pool, packed, p, n_rows, n_cols, x, nt, out, scratch);
         for (int64_t tk = 0; tk < nt; tk++) {
@@ -1073,9 +1076,12 @@ TEST(kernels_every_simd_table_repacks) {
     for (int v = 0; v < 3; v++) {
         if (v == 1) kern_avx_vnni_fill(&t);
         if (v == 2) kern_avx512_fill(&t);
+        /* Q6_K_X8 only with vpdpbusd: the AVX2 table keeps Q6_K's file layout (with the
+         * reference's X8 kernel it would repack Q6_K and run it in plain C) */
         for (size_t i = 0; i < sizeof packed / sizeof *packed; i++)
-            CHECK_MSG(t.gemm8[packed[i]] != NULL, "%s: no %s kernel", t.name,
-                      hl_type_name(packed[i]));
+            CHECK_MSG((t.gemm8[packed[i]] != NULL) == (v > 0 || packed[i] != HL_TYPE_Q6_K_X8),
+                      "%s: %s kernel %s", t.name, hl_type_name(packed[i]),
+                      t.gemm8[packed[i]] ? "present" : "missing");
     }
 }
 

@@ -408,26 +408,85 @@ static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stri
 #undef X8V
 #undef X8V_NO_Q4_K
 
-/* Q6_K_X8 in ymm in two ways of taking int8 dots: AVX2 (maddubs, then madd into int32)
- * and AVX-VNNI (vpdpbusd); AVX-512 has its own (gemm8_q6_K_x8_avx512, below). */
-static inline __m256i dpbusd_avx2(__m256i acc, __m256i u, __m256i s) {
-    const __m256i pairs = _mm256_maddubs_epi16(u, s);
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+/* Q6_K_X8 in ymm with AVX-VNNI (AVX-512 has its own, gemm8_q6_K_x8_avx512 below; plain
+ * AVX2 keeps Q6_K's file layout: with maddubs and madd in place of vpdpbusd, the X8 kernel
+ * streamed Q6_K at 19-24 GB/s in decode against the file layout's 33-38, and prefill
+ * gained nothing; bench/README). Per group of 16 elements and token, the sum starts at
+ * -32 * bsum (the bias of Q6_K's quants, from the Q8_K activations' group sums), takes 4
+ * dots of 4 elements per row, and is multiplied by the rows' scales of the group: per
+ * super-block the exact integer sum of the reference (kern_ref.c), then
+ * sum += (y.d * d) * isum. */
+#define Q6V_TARGET "avx2,fma,f16c,avxvnni"
+
+static inline __attribute__((always_inline, target(Q6V_TARGET))) void
+q6_K_x8_tokens_avxvnni(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec, size_t stride,
+                       int nt, float *out, size_t out_stride) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[KERN_GEMM8_TOKS];
+    UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const block_q8_K *y[KERN_GEMM8_TOKS];
+        __m256i sumi[KERN_GEMM8_TOKS];
+        UNROLL for (int t = 0; t < nt; t++) {
+            y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
+            sumi[t] = _mm256_setzero_si256();
+        }
+        /* g constant per unrolled copy: which nibble, which two bits of qh; half before g,
+         * so a super-block is read front to back (from DRAM, out of order ran slower) */
+        _Pragma("GCC unroll 1") for (int h = 0; h < 2; h++) {
+            UNROLL for (int half = 0; half < 2; half++) {
+                UNROLL for (int g = 0; g < 4; g++) {
+                    const int grp = 8 * h + 2 * g + half;
+                    __m256i s[KERN_GEMM8_TOKS];
+                    UNROLL for (int t = 0; t < nt; t++)
+                        s[t] = _mm256_set1_epi32(-32 * y[t]->bsums[grp]);
+                    UNROLL for (int k = 0; k < 4; k++) {
+                        const int st = 4 * half + k;
+                        const __m256i l = load256(q6_K_x8_ql(&x[i], 2 * h + g % 2, st));
+                        const __m256i hb = load256(q6_K_x8_qh(&x[i], h, st));
+                        const __m256i lo = g < 2 ? _mm256_and_si256(l, m4)
+                                                 : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+                        const __m256i hi =
+                            g == 0   ? _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)
+                            : g == 1 ? _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)
+                            : g == 2 ? _mm256_and_si256(hb, m30)
+                                     : _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30);
+                        const __m256i q = _mm256_or_si256(lo, hi);
+                        UNROLL for (int t = 0; t < nt; t++) {
+                            int32_t y4;
+                            memcpy(&y4, y[t]->qs + 128 * h + 32 * g + 4 * st, 4);
+                            s[t] = _mm256_dpbusd_avx_epi32(s[t], q, _mm256_set1_epi32(y4));
+                        }
+                    }
+                    const __m256i sc =
+                        _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)x[i].scales[grp]));
+                    UNROLL for (int t = 0; t < nt; t++)
+                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_mullo_epi32(s[t], sc));
+                }
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(y[t]->d), d),
+                                                         _mm256_cvtepi32_ps(sumi[t])));
+    }
+    UNROLL for (int t = 0; t < nt; t++) _mm256_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
-#define X8Q_TARGET "avx2,fma,f16c"
-#define X8Q_DPBUSD dpbusd_avx2
-#define X8Q(name) name##_avx2
-#include "kern_x8_q6k.inc"
-#undef X8Q_TARGET
-#undef X8Q_DPBUSD
-#undef X8Q
-#define X8Q_TARGET "avx2,fma,f16c,avxvnni"
-#define X8Q_DPBUSD _mm256_dpbusd_avx_epi32
-#define X8Q(name) name##_avxvnni
-#include "kern_x8_q6k.inc"
-#undef X8Q_TARGET
-#undef X8Q_DPBUSD
-#undef X8Q
+
+static __attribute__((target(Q6V_TARGET))) void
+gemm8_q6_K_x8_avxvnni(int64_t n, const void *w, const void *vec, size_t stride, const float *ad,
+                      const int32_t *as, int nt, float *out, size_t out_stride) {
+    (void)ad;
+    (void)as;
+    switch (nt) { /* constant token counts: the loops unroll, the sums stay in registers */
+    case 1: q6_K_x8_tokens_avxvnni(n, w, vec, stride, 1, out, out_stride); break;
+    case 2: q6_K_x8_tokens_avxvnni(n, w, vec, stride, 2, out, out_stride); break;
+    case 3: q6_K_x8_tokens_avxvnni(n, w, vec, stride, 3, out, out_stride); break;
+    default: q6_K_x8_tokens_avxvnni(n, w, vec, stride, 4, out, out_stride); break;
+    }
+}
+
+#undef Q6V_TARGET
 
 /* Two X8 groups (16 rows) per call in zmm, AVX-512 VNNI: lanes 0-7 are the rows of group
  * g, lanes 8-15 those of g + 1 (the group after it, gs bytes on), so each activation
@@ -2944,7 +3003,7 @@ void kern_avx2_fill(kern_table *t) {
     t->gemm8[HL_TYPE_Q4_0_X8] = gemm8_q4_0_x8;
     t->gemm8[HL_TYPE_Q4_K_X8] = gemm8_q4_K_x8;
     t->gemm8[HL_TYPE_Q8_0_X8] = gemm8_q8_0_x8;
-    t->gemm8[HL_TYPE_Q6_K_X8] = gemm8_q6_K_x8_avx2;
+    t->gemm8[HL_TYPE_Q6_K_X8] = NULL; /* Q6_K stays in its file layout: faster here */
     t->quantize[HL_TYPE_Q8_0] = quantize_q8_0;
     t->quantize[HL_TYPE_Q8_K] = quantize_q8_K;
     t->sum_squares = sum_squares;
