@@ -139,6 +139,23 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
  * them, and adds them up later (Q4_K_X8 at 4 tokens: 55 -> 83 GMAC/s per core on Zen 3);
  * the sum's bits are the same. */
 #define KEEP_IN_REG(v) __asm__("" : "+x"(v))
+/* A kern_gemm8_fn over an inline kernel of 1-4 tokens: the switch makes the token count a
+ * constant, so the kernel's loops unroll and its sums stay in registers. The kernel takes
+ * the arguments given (those of the kern_gemm8_fn before nt it uses), nt, out and
+ * out_stride. */
+#define GEMM8_BY_TOKENS(ATTR, NAME, KERNEL, ...)                                                \
+    ATTR void NAME(int64_t n, const void *w, const void *vec, size_t stride, const float *ad,  \
+                   const int32_t *as, int nt, float *out, size_t out_stride) {                 \
+        (void)ad;                                                                             \
+        (void)as;                                                                             \
+        switch (nt) {                                                                         \
+        case 1: KERNEL(__VA_ARGS__, 1, out, out_stride); break;                               \
+        case 2: KERNEL(__VA_ARGS__, 2, out, out_stride); break;                               \
+        case 3: KERNEL(__VA_ARGS__, 3, out, out_stride); break;                               \
+        default: KERNEL(__VA_ARGS__, 4, out, out_stride); break;                              \
+        }                                                                                     \
+    }
+_Static_assert(KERN_GEMM8_TOKS == 4, "GEMM8_BY_TOKENS covers 1-4 tokens");
 
 ROWS_INLINE void q4_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
                            float *out) {
@@ -219,16 +236,7 @@ ROWS_INLINE void q4_0_x8_tokens(int64_t n, const block_q4_0_x8 *x, const uint8_t
     UNROLL for (int t = 0; t < nt; t++) _mm256_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-static void gemm8_q4_0_x8(int64_t n, const void *w, const void *vec, size_t stride,
-                          const float *ad, const int32_t *as, int nt, float *out,
-                          size_t out_stride) {
-    switch (nt) { /* constant token counts: the loops unroll, the sums stay in registers */
-    case 1: q4_0_x8_tokens(n, w, vec, stride, ad, as, 1, out, out_stride); break;
-    case 2: q4_0_x8_tokens(n, w, vec, stride, ad, as, 2, out, out_stride); break;
-    case 3: q4_0_x8_tokens(n, w, vec, stride, ad, as, 3, out, out_stride); break;
-    default: q4_0_x8_tokens(n, w, vec, stride, ad, as, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(static, gemm8_q4_0_x8, q4_0_x8_tokens, n, w, vec, stride, ad, as)
 
 /* Q8_0_X8 (types.h): signed weights, so each step takes the sign trick (maddubs of |w|
  * and y with w's sign), whose int16 pairs (up to 2 * 127 * 128) cannot add up across
@@ -268,17 +276,7 @@ ROWS_INLINE void q8_0_x8_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t
     UNROLL for (int t = 0; t < nt; t++) _mm256_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-static void gemm8_q8_0_x8(int64_t n, const void *w, const void *vec, size_t stride,
-                          const float *ad, const int32_t *as, int nt, float *out,
-                          size_t out_stride) {
-    (void)as;
-    switch (nt) { /* constant token counts: the loops unroll, the sums stay in registers */
-    case 1: q8_0_x8_tokens(n, w, vec, stride, ad, 1, out, out_stride); break;
-    case 2: q8_0_x8_tokens(n, w, vec, stride, ad, 2, out, out_stride); break;
-    case 3: q8_0_x8_tokens(n, w, vec, stride, ad, 3, out, out_stride); break;
-    default: q8_0_x8_tokens(n, w, vec, stride, ad, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(static, gemm8_q8_0_x8, q8_0_x8_tokens, n, w, vec, stride, ad)
 
 /* Q4_K_X8 (types.h): the 8 rows' scales and mins of a super-block come out of the
  * transposed scale bytes with a few vector ops (ggml's get_scale_min_k4 for all rows at
@@ -373,18 +371,7 @@ ROWS_INLINE void q4_K_x8_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t
         _mm256_storeu_ps(out + (size_t)t * out_stride, _mm256_sub_ps(acc[t], accm[t]));
 }
 
-static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stride,
-                          const float *ad, const int32_t *as, int nt, float *out,
-                          size_t out_stride) {
-    (void)ad;
-    (void)as;
-    switch (nt) { /* constant token counts: the sums stay in registers */
-    case 1: q4_K_x8_tokens(n, w, vec, stride, 1, out, out_stride); break;
-    case 2: q4_K_x8_tokens(n, w, vec, stride, 2, out, out_stride); break;
-    case 3: q4_K_x8_tokens(n, w, vec, stride, 3, out, out_stride); break;
-    default: q4_K_x8_tokens(n, w, vec, stride, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(static, gemm8_q4_K_x8, q4_K_x8_tokens, n, w, vec, stride)
 
 /* The target of every AVX-512 VNNI kernel below (tiles, X8 and X16 kernels). */
 #define TARGET_AVX512_VNNI "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
@@ -473,18 +460,8 @@ q6_K_x8_tokens_avxvnni(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec, si
     UNROLL for (int t = 0; t < nt; t++) _mm256_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-static __attribute__((target(Q6V_TARGET))) void
-gemm8_q6_K_x8_avxvnni(int64_t n, const void *w, const void *vec, size_t stride, const float *ad,
-                      const int32_t *as, int nt, float *out, size_t out_stride) {
-    (void)ad;
-    (void)as;
-    switch (nt) { /* constant token counts: the loops unroll, the sums stay in registers */
-    case 1: q6_K_x8_tokens_avxvnni(n, w, vec, stride, 1, out, out_stride); break;
-    case 2: q6_K_x8_tokens_avxvnni(n, w, vec, stride, 2, out, out_stride); break;
-    case 3: q6_K_x8_tokens_avxvnni(n, w, vec, stride, 3, out, out_stride); break;
-    default: q6_K_x8_tokens_avxvnni(n, w, vec, stride, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(static __attribute__((target(Q6V_TARGET))), gemm8_q6_K_x8_avxvnni,
+                q6_K_x8_tokens_avxvnni, n, w, vec, stride)
 
 #undef Q6V_TARGET
 
@@ -545,16 +522,7 @@ X16_INLINE void q4_0_x16_tokens(int64_t n, const block_q4_0_x8 *x, const uint8_t
     UNROLL for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-X16_FN void gemm16_q4_0_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    switch (nt) {
-    case 1: q4_0_x16_tokens(n, w, vec, stride, ad, as, 1, out, out_stride); break;
-    case 2: q4_0_x16_tokens(n, w, vec, stride, ad, as, 2, out, out_stride); break;
-    case 3: q4_0_x16_tokens(n, w, vec, stride, ad, as, 3, out, out_stride); break;
-    default: q4_0_x16_tokens(n, w, vec, stride, ad, as, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(X16_FN, gemm16_q4_0_x8_avx512vnni, q4_0_x16_tokens, n, w, vec, stride, ad, as)
 
 /* Four X8 groups (32 rows) per call: each activation broadcast serves two vpdpbusd, so
  * the loads per vpdpbusd fall from 1.5 to under 1 (with two load ports for vectors, the
@@ -611,16 +579,7 @@ X16_INLINE void q4_0_x32_tokens(int64_t n, const block_q4_0_x8 *x, const uint8_t
     }
 }
 
-X16_FN void gemm32_q4_0_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    switch (nt) {
-    case 1: q4_0_x32_tokens(n, w, vec, stride, ad, as, 1, out, out_stride); break;
-    case 2: q4_0_x32_tokens(n, w, vec, stride, ad, as, 2, out, out_stride); break;
-    case 3: q4_0_x32_tokens(n, w, vec, stride, ad, as, 3, out, out_stride); break;
-    default: q4_0_x32_tokens(n, w, vec, stride, ad, as, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(X16_FN, gemm32_q4_0_x8_avx512vnni, q4_0_x32_tokens, n, w, vec, stride, ad, as)
 
 /* Q8_0: AVX-512 has no vpsignb; y takes w's sign by a masked negation (where w is 0, |w|
  * is too, so what y becomes there does not count), the same bytes as the sign trick. */
@@ -660,17 +619,7 @@ X16_INLINE void q8_0_x16_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t
     UNROLL for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-X16_FN void gemm16_q8_0_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    (void)as;
-    switch (nt) {
-    case 1: q8_0_x16_tokens(n, w, vec, stride, ad, 1, out, out_stride); break;
-    case 2: q8_0_x16_tokens(n, w, vec, stride, ad, 2, out, out_stride); break;
-    case 3: q8_0_x16_tokens(n, w, vec, stride, ad, 3, out, out_stride); break;
-    default: q8_0_x16_tokens(n, w, vec, stride, ad, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(X16_FN, gemm16_q8_0_x8_avx512vnni, q8_0_x16_tokens, n, w, vec, stride, ad)
 
 /* Q4_K: the sub-block sums of 16 rows in zmm; each group's super-block ends as in the
  * ymm kernel (q4_K_x8_finish, its mins). */
@@ -730,18 +679,7 @@ X16_INLINE void q4_K_x16_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t
     }
 }
 
-X16_FN void gemm16_q4_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    (void)ad;
-    (void)as;
-    switch (nt) {
-    case 1: q4_K_x16_tokens(n, w, vec, stride, 1, out, out_stride); break;
-    case 2: q4_K_x16_tokens(n, w, vec, stride, 2, out, out_stride); break;
-    case 3: q4_K_x16_tokens(n, w, vec, stride, 3, out, out_stride); break;
-    default: q4_K_x16_tokens(n, w, vec, stride, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(X16_FN, gemm16_q4_K_x8_avx512vnni, q4_K_x16_tokens, n, w, vec, stride)
 
 /* Q4_K_X8 for one group of 8 rows in zmm, for decode: lanes 0-7 take step st, lanes 8-15
  * step st + 1 (64 contiguous bytes), as gemm8_q6_K_x8_avx512; the halves' integer sums
@@ -799,18 +737,7 @@ X16_INLINE void q4_K_x8_step_pairs(int64_t n, const block_q4_K_x8 *x, const uint
         _mm256_storeu_ps(out + (size_t)t * out_stride, _mm256_sub_ps(acc[t], accm[t]));
 }
 
-X16_FN void gemm8_q4_K_x8_avx512(int64_t n, const void *w, const void *vec, size_t stride,
-                                 const float *ad, const int32_t *as, int nt, float *out,
-                                 size_t out_stride) {
-    (void)ad;
-    (void)as;
-    switch (nt) {
-    case 1: q4_K_x8_step_pairs(n, w, vec, stride, 1, out, out_stride); break;
-    case 2: q4_K_x8_step_pairs(n, w, vec, stride, 2, out, out_stride); break;
-    case 3: q4_K_x8_step_pairs(n, w, vec, stride, 3, out, out_stride); break;
-    default: q4_K_x8_step_pairs(n, w, vec, stride, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(X16_FN, gemm8_q4_K_x8_avx512, q4_K_x8_step_pairs, n, w, vec, stride)
 
 /* Q6_K: per step st the 32 bytes of ql (two nibble planes) and qh of 16 rows make the
  * quants of four groups at once; q = low nibble | two bits of qh at bits 4-5, one
@@ -819,11 +746,24 @@ X16_FN void gemm8_q4_K_x8_avx512(int64_t n, const void *w, const void *vec, size
 X16_INLINE __m512i q6_K_x16_quant(__m512i lo, __m512i hs, __m512i m30) {
     return _mm512_ternarylogic_epi32(m30, hs, lo, 0xca); /* m30 ? hs : lo */
 }
+/* The quants of groups g = 0..3 out of the bytes of ql planes 2h, 2h + 1 and qh plane h */
+X16_INLINE void q6_K_x16_quants(__m512i l0, __m512i l1, __m512i hb, __m512i q[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    q[0] = q6_K_x16_quant(_mm512_and_si512(l0, m4), _mm512_slli_epi16(hb, 4), m30);
+    q[1] = q6_K_x16_quant(_mm512_and_si512(l1, m4), _mm512_slli_epi16(hb, 2), m30);
+    q[2] = q6_K_x16_quant(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), hb, m30);
+    q[3] = q6_K_x16_quant(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                          _mm512_srli_epi16(hb, 2), m30);
+}
+/* Each group's bias, -32 * bsum, in `parts` equal parts (the lanes that sum one row) */
+X16_INLINE void q6_K_x16_bias(const block_q8_K *y, int parts, int32_t bias[QK_K / 16]) {
+    const __m512i bs = _mm512_cvtepi16_epi32(load256(y->bsums));
+    _mm512_store_si512(bias, _mm512_mullo_epi32(bs, _mm512_set1_epi32(-32 / parts)));
+}
 
 X16_INLINE void q6_K_x16_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec,
                                 size_t stride, int nt, float *out, size_t out_stride) {
     const size_t gs = (size_t)(n / QK_K) * sizeof *x;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     __m512 acc[KERN_GEMM8_TOKS];
     UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -833,9 +773,7 @@ X16_INLINE void q6_K_x16_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t
         __m512i sumi[KERN_GEMM8_TOKS];
         UNROLL for (int t = 0; t < nt; t++) {
             y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
-            const __m512i bs = _mm512_cvtepi16_epi32(load256(y[t]->bsums));
-            _mm512_store_si512(bias[t], _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                         _mm512_slli_epi32(bs, 5)));
+            q6_K_x16_bias(y[t], 1, bias[t]);
             sumi[t] = _mm512_setzero_si512();
         }
         _Pragma("GCC unroll 1") for (int hh = 0; hh < 4; hh++) {
@@ -849,11 +787,7 @@ X16_INLINE void q6_K_x16_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t
                 const __m512i l1 = x16_load(q6_K_x8_ql(&x[i], 2 * h + 1, st), gs);
                 const __m512i hb = x16_load(q6_K_x8_qh(&x[i], h, st), gs);
                 __m512i q[4];
-                q[0] = q6_K_x16_quant(_mm512_and_si512(l0, m4), _mm512_slli_epi16(hb, 4), m30);
-                q[1] = q6_K_x16_quant(_mm512_and_si512(l1, m4), _mm512_slli_epi16(hb, 2), m30);
-                q[2] = q6_K_x16_quant(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), hb, m30);
-                q[3] = q6_K_x16_quant(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
-                                      _mm512_srli_epi16(hb, 2), m30);
+                q6_K_x16_quants(l0, l1, hb, q);
                 UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++) {
                     int32_t y4;
                     memcpy(&y4, y[t]->qs + 128 * h + 32 * g + 4 * st, 4);
@@ -885,7 +819,6 @@ X16_INLINE void q6_K_x16_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t
  * super-block is the ymm kernel's exact integer sum, so the bits are its bits. */
 X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec,
                                 size_t stride, int nt, float *out, size_t out_stride) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     __m256 acc[KERN_GEMM8_TOKS];
     UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
@@ -895,9 +828,7 @@ X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint
         __m512i sumi[KERN_GEMM8_TOKS];
         UNROLL for (int t = 0; t < nt; t++) {
             y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
-            const __m512i bs = _mm512_cvtepi16_epi32(load256(y[t]->bsums));
-            _mm512_store_si512(bias[t], _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                         _mm512_slli_epi32(bs, 4)));
+            q6_K_x16_bias(y[t], 2, bias[t]);
             sumi[t] = _mm512_setzero_si512();
         }
         UNROLL for (int hh = 0; hh < 4; hh++) {
@@ -911,11 +842,7 @@ X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint
                 const __m512i l1 = _mm512_loadu_si512(q6_K_x8_ql(&x[i], 2 * h + 1, st));
                 const __m512i hb = _mm512_loadu_si512(q6_K_x8_qh(&x[i], h, st));
                 __m512i q[4];
-                q[0] = q6_K_x16_quant(_mm512_and_si512(l0, m4), _mm512_slli_epi16(hb, 4), m30);
-                q[1] = q6_K_x16_quant(_mm512_and_si512(l1, m4), _mm512_slli_epi16(hb, 2), m30);
-                q[2] = q6_K_x16_quant(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), hb, m30);
-                q[3] = q6_K_x16_quant(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
-                                      _mm512_srli_epi16(hb, 2), m30);
+                q6_K_x16_quants(l0, l1, hb, q);
                 UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++) {
                     const __m128i y8 = _mm_loadl_epi64(
                         (const __m128i *)(y[t]->qs + 128 * h + 32 * g + 4 * st));
@@ -942,31 +869,9 @@ X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint
     UNROLL for (int t = 0; t < nt; t++) _mm256_storeu_ps(out + (size_t)t * out_stride, acc[t]);
 }
 
-X16_FN void gemm8_q6_K_x8_avx512(int64_t n, const void *w, const void *vec, size_t stride,
-                                  const float *ad, const int32_t *as, int nt, float *out,
-                                  size_t out_stride) {
-    (void)ad;
-    (void)as;
-    switch (nt) {
-    case 1: q6_K_x8_step_pairs(n, w, vec, stride, 1, out, out_stride); break;
-    case 2: q6_K_x8_step_pairs(n, w, vec, stride, 2, out, out_stride); break;
-    case 3: q6_K_x8_step_pairs(n, w, vec, stride, 3, out, out_stride); break;
-    default: q6_K_x8_step_pairs(n, w, vec, stride, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(X16_FN, gemm8_q6_K_x8_avx512, q6_K_x8_step_pairs, n, w, vec, stride)
 
-X16_FN void gemm16_q6_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    (void)ad;
-    (void)as;
-    switch (nt) {
-    case 1: q6_K_x16_tokens(n, w, vec, stride, 1, out, out_stride); break;
-    case 2: q6_K_x16_tokens(n, w, vec, stride, 2, out, out_stride); break;
-    case 3: q6_K_x16_tokens(n, w, vec, stride, 3, out, out_stride); break;
-    default: q6_K_x16_tokens(n, w, vec, stride, 4, out, out_stride); break;
-    }
-}
+GEMM8_BY_TOKENS(X16_FN, gemm16_q6_K_x8_avx512vnni, q6_K_x16_tokens, n, w, vec, stride)
 
 #undef X16_FN
 #undef X16_INLINE
