@@ -681,6 +681,17 @@ X16_INLINE void q4_K_x16_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t
 
 GEMM8_BY_TOKENS(X16_FN, gemm16_q4_K_x8_avx512vnni, q4_K_x16_tokens, n, w, vec, stride)
 
+/* The step-pair kernels below: the activation's 4 bytes of step st in lanes 0-7, those of
+ * st + 1 in lanes 8-15 (y: their 8 bytes), and a row's sum as the sum of its two lanes. */
+X16_INLINE __m512i x8_step_pair_bcast(const int8_t *y) {
+    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_epi32(
+        pair, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)y)));
+}
+X16_INLINE __m256i x8_step_pair_sum(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
 /* Q4_K_X8 for one group of 8 rows in zmm, for decode: lanes 0-7 take step st, lanes 8-15
  * step st + 1 (64 contiguous bytes), as gemm8_q6_K_x8_avx512; the halves' integer sums
  * add up to the ymm kernel's, so the bits are its bits. perf (Zen 5): in cache 1.3-1.5x
@@ -689,7 +700,6 @@ GEMM8_BY_TOKENS(X16_FN, gemm16_q4_K_x8_avx512vnni, q4_K_x16_tokens, n, w, vec, s
 X16_INLINE void q4_K_x8_step_pairs(int64_t n, const block_q4_K_x8 *x, const uint8_t *vec,
                                    size_t stride, int nt, float *out, size_t out_stride) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     __m256 acc[KERN_GEMM8_TOKS], accm[KERN_GEMM8_TOKS];
     UNROLL for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -708,14 +718,9 @@ X16_INLINE void q4_K_x8_step_pairs(int64_t n, const block_q4_K_x8 *x, const uint
                 const __m512i lo = _mm512_and_si512(v, low4);
                 const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
                 UNROLL for (int t = 0; t < nt; t++) {
-                    const __m128i yl =
-                        _mm_loadl_epi64((const __m128i *)(y[t]->qs + 64 * j + 8 * p));
-                    const __m128i yh =
-                        _mm_loadl_epi64((const __m128i *)(y[t]->qs + 64 * j + 32 + 8 * p));
-                    a_lo[t] = _mm512_dpbusd_epi32(
-                        a_lo[t], lo, _mm512_permutexvar_epi32(pair, _mm512_castsi128_si512(yl)));
-                    a_hi[t] = _mm512_dpbusd_epi32(
-                        a_hi[t], hi, _mm512_permutexvar_epi32(pair, _mm512_castsi128_si512(yh)));
+                    const int8_t *yq = y[t]->qs + 64 * j + 8 * p;
+                    a_lo[t] = _mm512_dpbusd_epi32(a_lo[t], lo, x8_step_pair_bcast(yq));
+                    a_hi[t] = _mm512_dpbusd_epi32(a_hi[t], hi, x8_step_pair_bcast(yq + 32));
                 }
             }
             const __m128i s0 = _mm_loadl_epi64((const __m128i *)(sc + 16 * j));
@@ -728,10 +733,7 @@ X16_INLINE void q4_K_x8_step_pairs(int64_t n, const block_q4_K_x8 *x, const uint
                                                             _mm512_mullo_epi32(a_hi[t], sc1)));
         }
         UNROLL for (int t = 0; t < nt; t++)
-            q4_K_x8_finish(&x[i], y[t], mn,
-                           _mm256_add_epi32(_mm512_castsi512_si256(sumi[t]),
-                                            _mm512_extracti64x4_epi64(sumi[t], 1)),
-                           &acc[t], &accm[t]);
+            q4_K_x8_finish(&x[i], y[t], mn, x8_step_pair_sum(sumi[t]), &acc[t], &accm[t]);
     }
     UNROLL for (int t = 0; t < nt; t++)
         _mm256_storeu_ps(out + (size_t)t * out_stride, _mm256_sub_ps(acc[t], accm[t]));
@@ -812,14 +814,13 @@ X16_INLINE void q6_K_x16_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t
 }
 
 /* Q6_K_X8 for one group of 8 rows in zmm, for decode: lanes 0-7 take step st, lanes 8-15
- * step st + 1 (the 64 contiguous bytes of ql[j][st..st + 1]), so the weights stream from
+ * step st + 1 (a plane's 64 contiguous bytes of both steps), so the weights stream from
  * one place as in the ymm kernel (the 16-row kernel reads two groups gs apart: from DRAM,
  * slower) with half its instructions. The two halves are the same rows and group, so
  * each starts at half the bias and takes the same scales; their sum at the end of the
  * super-block is the ymm kernel's exact integer sum, so the bits are its bits. */
 X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec,
-                                size_t stride, int nt, float *out, size_t out_stride) {
-    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+                                   size_t stride, int nt, float *out, size_t out_stride) {
     __m256 acc[KERN_GEMM8_TOKS];
     UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -843,12 +844,9 @@ X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint
                 const __m512i hb = _mm512_loadu_si512(q6_K_x8_qh(&x[i], h, st));
                 __m512i q[4];
                 q6_K_x16_quants(l0, l1, hb, q);
-                UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++) {
-                    const __m128i y8 = _mm_loadl_epi64(
-                        (const __m128i *)(y[t]->qs + 128 * h + 32 * g + 4 * st));
+                UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++)
                     s[g][t] = _mm512_dpbusd_epi32(
-                        s[g][t], q[g], _mm512_permutexvar_epi32(pair, _mm512_castsi128_si512(y8)));
-                }
+                        s[g][t], q[g], x8_step_pair_bcast(y[t]->qs + 128 * h + 32 * g + 4 * st));
             }
             UNROLL for (int g = 0; g < 4; g++) {
                 const __m128i sc8 =
@@ -860,8 +858,7 @@ X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint
         }
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
         UNROLL for (int t = 0; t < nt; t++) {
-            const __m256i isum = _mm256_add_epi32(_mm512_castsi512_si256(sumi[t]),
-                                                  _mm512_extracti64x4_epi64(sumi[t], 1));
+            const __m256i isum = x8_step_pair_sum(sumi[t]);
             acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(y[t]->d), d),
                                                          _mm256_cvtepi32_ps(isum)));
         }
@@ -2928,8 +2925,8 @@ void kern_avx2_fill(kern_table *t) {
     t->attn_block_f16 = attn_block_f16;
 }
 
-/* The AVX-VNNI and AVX-512 fills add their own tiles for the file layouts, yet weights
- * that repack (kern_packed_type: Q4_0, Q8_0, Q4_K and Q6_K with rows in eights) keep their X8
+/* The AVX-VNNI and AVX-512 fills add their own tiles for the file layouts, yet weights that
+ * repack (kern_packed_type: Q4_0, Q8_0, Q4_K and Q6_K with rows in eights) keep their X8
  * layouts, whose kernels (here with vpdpbusd; AVX-512 also 16 rows per call) measured
  * faster on Zen 5 than those tiles: with the AVX2 X8 kernels already, prefill 512 Q4_0
  * 147-160 tok/s against the AVX-512 tile's 93-98 and the AVX-VNNI tile's 74-80, Q4_K_M

@@ -37,13 +37,13 @@ typedef void (*kern_vec_dot_tile_fn)(int64_t n, const void *w, size_t w_stride, 
                                      size_t stride, const float *vscale, float *out,
                                      size_t out_stride);
 /* Matmul over an interleaved layout of 8 rows (types.h: Q4_0_X8, Q8_0_X8, Q4_K_X8,
- * Q6_K_X8): one group of 8 rows (w) times nt (1..KERN_GEMM8_TOKS) activation rows `stride` bytes apart,
- * into out[t*out_stride + r], r < 8. For Q8_0 activations ad / as hold, per block (token
- * t, block i at [t * n/32 + i]), its scale as a float and 8 times the sum of its quants
- * (NULL for the others). Per (row, token): per block or super-block an exact integer sum,
- * then one fmaf into the row's float sum, in block order, as kern_ref.c spells out per
- * type; every variant does exactly this, so results equal the reference bit for bit and
- * do not depend on nt. */
+ * Q6_K_X8): one group of 8 rows (w) times nt (1..KERN_GEMM8_TOKS) activation rows `stride`
+ * bytes apart, into out[t*out_stride + r], r < 8. For Q8_0 activations ad / as hold, per
+ * block (token t, block i at [t * n/32 + i]), its scale as a float and 8 times the sum of
+ * its quants (NULL for the others). Per (row, token): per block or super-block an exact
+ * integer sum, then one multiply-add into the row's float sum, in block order, as kern_ref.c spells
+ * out per type; every variant does exactly this, so results equal the reference bit for bit
+ * and do not depend on nt. */
 enum { KERN_GEMM8_ROWS = 8, KERN_GEMM8_TOKS = 4 };
 typedef void (*kern_gemm8_fn)(int64_t n, const void *w, const void *vec, size_t stride,
                               const float *ad, const int32_t *as, int nt, float *out,
