@@ -8,7 +8,7 @@
  *
  *   bench_model [--type Q8_0,Q4_K_M] [--threads 2] [--runs 5] [--model FILE.gguf]
  *               [--prefill 512] [--decode 128] [--decode-at 0] [--dir build/bench]
- *               [--kv-type f16] [--layers 22] [--moe]
+ *               [--kv-type f16] [--layers 22] [--moe] [--batch 1,2,4,8]
  * --decode-at N decodes after N positions of context (filled untimed before each decode
  * run) instead of from empty: what a long conversation costs, where the KV cache is read
  * for every token as well as the weights. --kv-type: the cache's element type (f32, f16,
@@ -20,6 +20,11 @@
  * the proportions of Qwen3-30B-A3B's FFN), DIR/synth-moe-TYPE-LN.gguf. For any model with
  * experts ({arch}.expert_count), the bytes per decoded token count only the
  * expert_used_count experts a token reads of each layer's expert tensors.
+ * --batch N1,N2,...: batched decode instead: one forward pass (model_eval_batch) of N
+ * single-token sequences, each with BATCH_CTX cached positions, what a decode step of the
+ * server costs with N clients; the levels take turns within each run (N1, N2, ..., N1,
+ * ...) so a shared machine's load changes all of them alike. Prints ms per step, the
+ * aggregate tokens/s and the time per token relative to N = 1.
  * Environment: HEARTH_BENCH_TYPES, HEARTH_BENCH_THREADS, HEARTH_BENCH_RUNS.
  *
  * The model file is generated with hearth's GGUF writer and quantizer into
@@ -53,6 +58,7 @@
 #include "model_synth.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
+#include "kv/block.h"
 #include "kv/layout.h"
 #include "model/model.h"
 #include "quant/quantize.h"
@@ -371,6 +377,65 @@ static hl_status measure(const char *path, int threads, int runs, int n_prefill,
     return s;
 }
 
+/* ---- batched decode (--batch) ---------------------------------------------------------- */
+
+enum { BATCH_MAX = 16, BATCH_CTX = 64, BATCH_STEPS = 16, BATCH_BLOCK = 32 };
+
+/* ms per forward pass of n[k] single-token sequences, median over runs x BATCH_STEPS. */
+static hl_status measure_batch(const char *path, int threads, int runs, const int *n, int n_levels,
+                               double *ms_out, hl_err *err) {
+    model *m = NULL;
+    model_ctx *c = NULL;
+    kv_pool *pool = NULL;
+    kv_table t[BATCH_MAX];
+    int32_t tok[BATCH_MAX];
+    float *logits = NULL;
+    double *ms = calloc((size_t)n_levels * (size_t)runs * BATCH_STEPS, sizeof *ms);
+    int n_tables = 0;
+    hl_status s = ms ? HL_OK : hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    if (s == HL_OK) s = model_load(path, NULL, &m, err);
+    if (s == HL_OK) s = model_ctx_create(m, threads, BATCH_MAX, &c, err);
+    if (s == HL_OK) {
+        const model_hparams *hp = model_get_hparams(m);
+        kv_pool_config pc = {.layout = {hp->n_layer, hp->n_head_kv, hp->head_dim_k,
+                                        hp->head_dim_v, BATCH_BLOCK, NULL, g_kv_type, g_kv_type},
+                             .budget_bytes = (size_t)1 << 30};
+        s = kv_pool_create(&pc, &pool, err);
+        logits = s == HL_OK ? malloc(sizeof(float) * BATCH_MAX * (size_t)hp->n_vocab) : NULL;
+        if (s == HL_OK && !logits) s = hl_fail(err, HL_ERR_NOMEM, "out of memory");
+    }
+    for (; s == HL_OK && n_tables < BATCH_MAX; n_tables++) {
+        kv_table_init(&t[n_tables], pool);
+        s = kv_table_reserve(&t[n_tables], BATCH_CTX + 1, err);
+        kv_table_commit(&t[n_tables], BATCH_CTX); /* the rows' values do not change the time */
+        tok[n_tables] = 3 + (int32_t)(rng_next() % (N_VOCAB - 3));
+    }
+    model_batch_entry e[BATCH_MAX];
+    for (int i = 0; s == HL_OK && i < BATCH_MAX; i++)
+        e[i] = (model_batch_entry){.kv = {.blocks = t[i].data, .n_blocks = t[i].n_blocks,
+                                          .block_tokens = BATCH_BLOCK, .len = t[i].len,
+                                          .geom = kv_pool_geom(pool)},
+                                   .tokens = &tok[i], .n_tokens = 1, .want_logits = true};
+    if (s == HL_OK) s = model_eval_batch(c, e, BATCH_MAX, logits, err); /* warm */
+    for (int run = 0; s == HL_OK && run < runs; run++)
+        for (int k = 0; s == HL_OK && k < n_levels; k++)
+            for (int step = 0; s == HL_OK && step < BATCH_STEPS; step++) {
+                const double t0 = now_s(CLOCK_MONOTONIC);
+                s = model_eval_batch(c, e, n[k], logits, err);
+                ms[((size_t)k * runs + run) * BATCH_STEPS + step] =
+                    (now_s(CLOCK_MONOTONIC) - t0) * 1e3;
+            }
+    for (int k = 0; s == HL_OK && k < n_levels; k++)
+        ms_out[k] = median(ms + (size_t)k * runs * BATCH_STEPS, runs * BATCH_STEPS);
+    for (int i = 0; i < n_tables; i++) kv_table_free(&t[i]);
+    kv_pool_destroy(pool);
+    model_ctx_free(c);
+    model_free(m);
+    free(logits);
+    free(ms);
+    return s;
+}
+
 static const char *arg_or_env(int argc, char **argv, const char *flag, const char *env,
                               const char *dflt) {
     for (int i = 1; i + 1 < argc; i++)
@@ -390,6 +455,18 @@ int main(int argc, char **argv) {
     const char *dir = arg_or_env(argc, argv, "--dir", "HEARTH_BENCH_DIR", "build/bench");
     const char *model_arg = arg_or_env(argc, argv, "--model", "HEARTH_BENCH_MODEL", NULL);
     for (int i = 1; i < argc; i++) g_moe |= strcmp(argv[i], "--moe") == 0;
+    const char *batch_arg = arg_or_env(argc, argv, "--batch", "HEARTH_BENCH_BATCH", NULL);
+    int batch_n[BATCH_MAX], n_levels = 0;
+    for (const char *p = batch_arg; p && *p && n_levels < BATCH_MAX;) {
+        char *end;
+        const long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > BATCH_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "bench_model: bad --batch (a list of 1..%d)\n", BATCH_MAX);
+            return 2;
+        }
+        batch_n[n_levels++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
     g_layers = atoi(arg_or_env(argc, argv, "--layers", "HEARTH_BENCH_LAYERS",
                                g_moe ? "8" : "22"));
     if (!kv_type_parse(arg_or_env(argc, argv, "--kv-type", "HEARTH_BENCH_KV_TYPE", "f16"),
@@ -467,6 +544,22 @@ int main(int argc, char **argv) {
                 }
                 fprintf(stderr, "generated in %.1f s\n", now_s(CLOCK_MONOTONIC) - t0);
             }
+        }
+        if (n_levels > 0) {
+            double ms[BATCH_MAX];
+            if (measure_batch(path, threads, runs, batch_n, n_levels, ms, &err) != HL_OK) {
+                fprintf(stderr, "bench_model: %s: %s\n", path, err.msg);
+                rc = 1;
+                break;
+            }
+            for (int k = 0; k < n_levels; k++)
+                printf("%-8s batch %2d x 1 token at %d: %7.2f ms/step, %7.2f tok/s aggregate, "
+                       "%.2f of one sequence's time per token\n",
+                       model_arg ? "model" : quant_ftype_name(ft), batch_n[k], BATCH_CTX, ms[k],
+                       batch_n[k] * 1e3 / ms[k], ms[k] / batch_n[k] / ms[0] * batch_n[0]);
+            fflush(stdout);
+            if (model_arg) break;
+            continue;
         }
         result r = {0};
         double wbytes = 0, kvbytes = 0, exp_active = 0, exp_all = 0;
