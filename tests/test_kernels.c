@@ -140,7 +140,8 @@ TEST(kernels_vec_dot_close_to_float_dot) {
 
 TEST(kernels_variant_selection) {
     CHECK_STR(kern_choose_variant("ref"), "ref");
-    const char *best = kern_cpu_has_avx512()     ? "avx512"
+    const char *best = kern_cpu_has_amx()        ? "amx"
+                       : kern_cpu_has_avx512()   ? "avx512"
                        : kern_cpu_has_avx_vnni() ? "avx2-vnni"
                        : kern_cpu_has_avx2()     ? "avx2"
                                                  : "ref";
@@ -149,6 +150,11 @@ TEST(kernels_variant_selection) {
     CHECK_STR(kern_choose_variant("avx2"), kern_cpu_has_avx2() ? "avx2" : "ref");
     CHECK(!kern_cpu_has_avx_vnni() || kern_cpu_has_avx2());
     CHECK(!kern_cpu_has_avx512() || kern_cpu_has_avx2());
+    CHECK(!kern_cpu_has_amx() || kern_cpu_has_avx512());
+    CHECK_STR(kern_choose_variant("avx512"), kern_cpu_has_avx512()  ? "avx512"
+                                             : kern_cpu_has_avx_vnni() ? "avx2-vnni"
+                                             : kern_cpu_has_avx2()     ? "avx2"
+                                                                       : "ref");
     const char *env = getenv("HEARTH_CPU");
     CHECK_STR(kern_variant(), kern_choose_variant(env));
     for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++)
@@ -901,13 +907,61 @@ TEST(kernels_matmul_many_equals_separate) {
     hl_pool_destroy(pool);
 }
 
+/* The tables' gemm_many kernels (AMX: 16 rows x any number of tokens) against the
+ * reference, every token count up to max_tok (tile tails included), for every pair of
+ * groups. */
+static void check_x8_many(const kern_table *tabs, int n_tabs, hl_type packed, hl_type vdt,
+                          const uint8_t *p, size_t rb, int64_t n_rows, int64_t n_cols,
+                          const float *x, int64_t max_tok) {
+    const size_t xb = hl_row_size(vdt, n_cols);
+    const int64_t nb = n_cols / QK8_0;
+    uint8_t *xq = malloc(xb * (size_t)max_tok);
+    float *ad = malloc(sizeof(float) * (size_t)(max_tok * nb));
+    int32_t *as = malloc(sizeof(int32_t) * (size_t)(max_tok * nb));
+    float *got = malloc(sizeof(float) * 16 * (size_t)max_tok);
+    for (int64_t t = 0; t < max_tok; t++) {
+        hl_quantize_row(vdt, x + t * n_cols, xq + t * xb, n_cols);
+        for (int64_t i = 0; vdt == HL_TYPE_Q8_0 && i < nb; i++) {
+            const block_q8_0 *b = (const block_q8_0 *)(xq + t * xb) + i;
+            int32_t sum = 0;
+            for (int k = 0; k < QK8_0; k++) sum += b->qs[k];
+            ad[t * nb + i] = hl_fp16_to_fp32(b->d);
+            as[t * nb + i] = 8 * sum;
+        }
+    }
+    const kern_gemm8_fn ref = kern_table_ref()->gemm8[packed];
+    for (int v = 0; v < n_tabs; v++) {
+        const kern_gemm8_fn fn = tabs[v].gemm_many[packed];
+        for (int64_t g = 0; fn && g + 2 <= n_rows / 8; g += 2) {
+            const uint8_t *w = p + (size_t)g * 8 * rb;
+            for (int nt = 1; nt <= max_tok; nt++) {
+                fn(n_cols, w, xq, xb, ad, as, nt, got, 16);
+                for (int t = 0; t < nt; t++) {
+                    float want[16];
+                    for (int k = 0; k < 2; k++)
+                        ref(n_cols, w + (size_t)k * 8 * rb, xq + t * xb, 0, NULL, NULL, 1,
+                            want + 8 * k, 0);
+                    for (int r = 0; r < 16; r++)
+                        CHECK_MSG(got[t * 16 + r] == want[r], "%s %s many, nt=%d tok %d row %lld",
+                                  tabs[v].name, hl_type_name(packed), nt, t,
+                                  (long long)(8 * g + r));
+                }
+            }
+        }
+    }
+    free(got);
+    free(as);
+    free(ad);
+    free(xq);
+}
+
 /* The X8 kernels of every SIMD table this CPU runs (AVX2; AVX-VNNI and AVX-512 VNNI have
  * their own, AVX-512 also for 16 rows per call) against the reference, 1 to
  * KERN_GEMM8_TOKS tokens per call, with the block scales and sums kern_matmul hands them:
  * whichever table is active, each encoding is checked. */
 static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_t rb,
                             int64_t n_rows, int64_t n_cols, const float *x, int64_t max_tok) {
-    kern_table tabs[3];
+    kern_table tabs[4];
     int n_tabs = 0;
     if (!kern_cpu_has_avx2()) return;
     tabs[n_tabs] = *kern_table_ref();
@@ -920,6 +974,11 @@ static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_
         tabs[n_tabs] = tabs[n_tabs - 1];
         kern_avx512_fill(&tabs[n_tabs++]);
     }
+    if (kern_cpu_has_amx()) {
+        tabs[n_tabs] = tabs[n_tabs - 1];
+        kern_amx_fill(&tabs[n_tabs++]);
+    }
+    check_x8_many(tabs, n_tabs, packed, vdt, p, rb, n_rows, n_cols, x, max_tok);
     const int64_t nt_max = max_tok < KERN_GEMM8_TOKS ? max_tok : KERN_GEMM8_TOKS;
     const size_t xb = hl_row_size(vdt, n_cols);
     const int64_t nb = n_cols / QK8_0;
@@ -1062,6 +1121,29 @@ TEST(kernels_x8_layouts_equal_ref_for_every_token_count) {
         free(w);
     }
     free(x);
+    hl_pool_destroy(pool);
+}
+
+/* Long rows and more tokens than a tile: the AMX kernels unpack a row group's blocks in
+ * chunks of 64 (then of 3 or 8: an odd count ends the pairs of tile multiplies early) and
+ * take 16 tokens per tile multiply (35: two full tiles and a tail of 3). */
+TEST(kernels_x8_long_rows_many_tokens) {
+    enum { ROWS = 32, TOK = 35 };
+    hl_pool *pool = NULL;
+    hl_err err;
+    CHECK_OK(hl_pool_create(2, &pool, &err), &err);
+    const hl_type files[4] = {HL_TYPE_Q4_0, HL_TYPE_Q8_0, HL_TYPE_Q4_K, HL_TYPE_Q6_K};
+    for (int f = 0; f < 4; f++) {
+        const int64_t cols = hl_type_traits_get(files[f])->block_size == 32 ? 67 * 32 : 9 * 256;
+        const size_t rb = hl_row_size(files[f], cols);
+        uint8_t *w = malloc(rb * ROWS);
+        float *x = malloc(sizeof(float) * TOK * (size_t)cols);
+        for (int r = 0; r < ROWS; r++) random_weights(files[f], w + r * rb, cols);
+        for (int64_t i = 0; i < TOK * cols; i++) x[i] = frand();
+        check_x8(pool, files[f], w, ROWS, cols, x, TOK);
+        free(x);
+        free(w);
+    }
     hl_pool_destroy(pool);
 }
 

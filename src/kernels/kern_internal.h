@@ -61,6 +61,9 @@ typedef struct kern_table {
      * call, with gemm8's arithmetic per row; w is the first group, the second follows it */
     kern_gemm8_fn gemm16[HL_TYPE_COUNT];
     kern_gemm8_fn gemm32[HL_TYPE_COUNT]; /* optional: the same with four groups, 32 rows */
+    /* optional: two groups (16 rows) as gemm16, but nt any number of tokens (prefill
+     * chunks; the AMX table) */
+    kern_gemm8_fn gemm_many[HL_TYPE_COUNT];
     kern_quantize_fn quantize[HL_TYPE_COUNT]; /* by vec_dot_type */
     /* small f32 ops */
     float (*sum_squares)(const float *x, int64_t n);
@@ -105,8 +108,8 @@ const kern_table *kern_table_ref(void);
 const kern_table *kern_table_active(void);
 
 /* The variant kern_init() picks for a HEARTH_CPU value (NULL: unset): the best of "ref",
- * "avx2", "avx2-vnni" (plus the AVX-VNNI Q8_0/Q4_0 tiles) and "avx512" (AVX-512 tiles for
- * Q8_0/Q4_0/Q4_K/Q6_K) that the CPU runs; a HEARTH_CPU of one of these names is a ceiling. */
+ * "avx2", "avx2-vnni" (plus the AVX-VNNI Q8_0/Q4_0 tiles), "avx512" (AVX-512 tiles for
+ * Q8_0/Q4_0/Q4_K/Q6_K) and "amx" (avx512 plus AMX prefill kernels) that the CPU runs; a HEARTH_CPU of one of these names is a ceiling. */
 const char *kern_choose_variant(const char *hearth_cpu);
 /* True if this CPU runs the AVX2 variants (avx2 + fma + f16c). */
 bool kern_cpu_has_avx2(void);
@@ -122,5 +125,11 @@ bool kern_cpu_has_avx512(void);
 /* Overrides t's Q8_0/Q4_0/Q4_K/Q6_K tiles, X8 kernels (with gemm16) and f16 attention block
  * with AVX-512 ones (bit-identical to the AVX2 ones). Call only if kern_cpu_has_avx512(). */
 void kern_avx512_fill(kern_table *t);
+/* True if this CPU has AMX-INT8 (tile multiplies) and the OS granted this process the tile
+ * state (the first call asks). */
+bool kern_cpu_has_amx(void);
+/* Adds the AMX prefill kernel (gemm_many) for Q8_0_X8, after kern_avx512_fill();
+ * bit-identical to the others. Call only if kern_cpu_has_amx(). */
+void kern_amx_fill(kern_table *t);
 
 #endif

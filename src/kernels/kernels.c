@@ -73,13 +73,13 @@ bool kern_cpu_has_avx512(void) {
 
 /* From the most capable down; HEARTH_CPU names a ceiling. */
 const char *kern_choose_variant(const char *hearth_cpu) {
-    static const char *const ladder[] = {"avx512", "avx2-vnni", "avx2", "ref"};
-    const bool have[] = {kern_cpu_has_avx512(), kern_cpu_has_avx_vnni(), kern_cpu_has_avx2(),
-                         true};
+    static const char *const ladder[] = {"amx", "avx512", "avx2-vnni", "avx2", "ref"};
+    const bool have[] = {kern_cpu_has_amx(), kern_cpu_has_avx512(), kern_cpu_has_avx_vnni(),
+                         kern_cpu_has_avx2(), true};
     size_t start = 0;
-    for (size_t i = 0; hearth_cpu && i < 4; i++)
+    for (size_t i = 0; hearth_cpu && i < 5; i++)
         if (strcmp(hearth_cpu, ladder[i]) == 0) start = i;
-    for (size_t i = start; i < 4; i++)
+    for (size_t i = start; i < 5; i++)
         if (have[i]) return ladder[i];
     return "ref";
 }
@@ -93,7 +93,8 @@ static void init_once(void) {
     kern_avx2_fill(&g_active);
     if (strcmp(v, "avx2") == 0) return;
     if (kern_cpu_has_avx_vnni()) kern_avx_vnni_fill(&g_active);
-    if (strcmp(v, "avx512") == 0) kern_avx512_fill(&g_active);
+    if (strcmp(v, "avx512") == 0 || strcmp(v, "amx") == 0) kern_avx512_fill(&g_active);
+    if (strcmp(v, "amx") == 0) kern_amx_fill(&g_active);
 }
 
 void kern_init(void) { pthread_once(&g_once, init_once); }
@@ -146,6 +147,7 @@ typedef struct matmul_job {
     kern_gemm8_fn gemm8;       /* packed weight types only (then dot, dot4, tile are NULL) */
     kern_gemm8_fn gemm16;      /* optional: two groups per call */
     kern_gemm8_fn gemm32;      /* optional: four groups per call */
+    kern_gemm8_fn gemm_many;   /* optional: two groups, every token of the chunk per call */
     kern_quantize_fn quantize;
     const uint8_t *w;
     size_t w_row_bytes;
@@ -213,6 +215,14 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
      * DRAM for a few tokens, 8 rows at a time ran faster (Zen 5: Q4_K_M decode 62-65 tok/s
      * against 41-43, a forward pass of 4 sequences 917-935 against 681-748; bench/README) */
     const bool wide = j->n_tok > 2 * KERN_GEMM8_TOKS;
+    if (wide && j->gemm_many) { /* AMX: 16 rows x all the chunk's tokens per call */
+        for (; r0 + 2 * KERN_GEMM8_ROWS <= r1; r0 += 2 * KERN_GEMM8_ROWS)
+            j->gemm_many(j->n_cols, j->w + (size_t)r0 * j->w_row_bytes,
+                         j->xq + (size_t)tb0 * j->xq_row_bytes, j->xq_row_bytes,
+                         j->ad + tb0 * nb, j->as ? j->as + tb0 * nb : NULL, (int)(tb1 - tb0),
+                         j->out + tb0 * j->n_rows + r0, (size_t)j->n_rows);
+        if (r0 == r1) return;
+    }
     for (int64_t t0 = tb0; t0 < tb1; t0 += KERN_TOK_TILE) {
         const int64_t t1 = t0 + KERN_TOK_TILE < tb1 ? t0 + KERN_TOK_TILE : tb1;
         for (int64_t r = r0; r < r1;) {
@@ -335,6 +345,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         .gemm8 = tab->gemm8[it->type], /* every table has one per packed type */
         .gemm16 = tab->gemm16[it->type],
         .gemm32 = tab->gemm32[it->type],
+        .gemm_many = tab->gemm_many[it->type],
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
         .w_row_bytes = hl_row_size(it->type, n_cols),

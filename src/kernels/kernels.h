@@ -4,8 +4,9 @@
  *
  * Each kernel has a scalar reference (_ref, always built, never removed) and may
  * have SIMD variants chosen once at run time (kern_init(), __builtin_cpu_supports).
- * HEARTH_CPU=ref forces the reference path, for tests and comparisons; HEARTH_CPU=avx2
- * or avx2-vnni caps the choice below the AVX-VNNI / AVX-512 prefill tiles.
+ * HEARTH_CPU=ref forces the reference path, for tests and comparisons; HEARTH_CPU=avx2,
+ * avx2-vnni or avx512 caps the choice below the AVX-VNNI / AVX-512 prefill tiles or the
+ * AMX prefill kernels (kern_amx.c).
  *
  * Matmul: W is n_rows x n_cols of a weight type, row-major, each row hl_row_size()
  * bytes; x is n_tok x n_cols f32; out is n_tok x n_rows f32 (out[t*n_rows + r] =
