@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -52,16 +53,22 @@ typedef struct amx_tilecfg {
     uint8_t rows[16];
 } amx_tilecfg;
 
-/* tmm0, tmm1: dots (mt x 16 int32); tmm2, tmm3: activations (mt x 32 int8); tmm4, tmm5:
- * weights (8 x 64). Two of each, so a block's multiply runs while the previous block's
- * dots go through the float step. */
-AMX_FN void amx_config(int mt) {
+/* Q8_0 (k_quant false): tmm0, tmm1: dots (mt x 16 int32); tmm2, tmm3: activations (mt x
+ * 32 int8); tmm4, tmm5: weights (8 x 64). Two of each, so a block's multiply runs while the
+ * previous block's dots go through the float step. Q4_K: tmm0, 1 sums (mt x 16 int32),
+ * tmm2, 3 activations (mt x 64), tmm4-7 weights (16 x 64). */
+AMX_FN void amx_config(int mt, bool k_quant) {
     volatile amx_tilecfg c; /* volatile: ldtilecfg's asm names only its first bytes */
     memset((void *)&c, 0, sizeof c);
     c.palette = 1;
-    for (int i = 0; i < 6; i++) {
-        c.rows[i] = (uint8_t)(i < 4 ? mt : 8);
-        c.colsb[i] = i == 2 || i == 3 ? 32 : 64;
+    for (int i = 0; i < 8; i++) {
+        if (k_quant) {
+            c.rows[i] = (uint8_t)(i < 4 ? mt : 16);
+            c.colsb[i] = 64;
+        } else if (i < 6) {
+            c.rows[i] = (uint8_t)(i < 4 ? mt : 8);
+            c.colsb[i] = i == 2 || i == 3 ? 32 : 64;
+        }
     }
     _tile_loadconfig((const void *)&c);
 }
@@ -161,9 +168,186 @@ AMX_FN void amx_q8_0_x8(int64_t n, const void *w, const void *vec, size_t stride
         amx_unpack_q8_0(&s, (const block_q8_0_x8 *)w + k0, (const block_q8_0_x8 *)w + nb + k0, kc);
         for (int t = 0; t < nt; t += AMX_TOKS) {
             const int mt = nt - t < AMX_TOKS ? nt - t : AMX_TOKS;
-            if (mt != cfg) amx_config(cfg = mt);
+            if (mt != cfg) amx_config(cfg = mt, false);
             amx_tokens(&s, nb, k0, kc, (const uint8_t *)vec + (size_t)t * stride, stride,
                           ad + (size_t)t * nb, mt, out + (size_t)t * out_stride, out_stride);
+        }
+    }
+    _tile_release();
+}
+
+/* ---- Q4_K ------------------------------------------------------------------------------
+ * A Q4_K super-block's dot is sum_sb sc[sb] * dot_sb - sum_sb mn[sb] * ysum[sb], per
+ * sub-block of 32 (kern_ref.c). The 6-bit scale splits as sc = 8 * hi + lo (3 bits each),
+ * and q * lo, q * hi (at most 105) fit a signed byte: with the scales folded into two
+ * copies of the weights, tile multiplies accumulate a whole super-block, and C_lo + 8 * C_hi
+ * is the reference's sum_sb sc[sb] * dot_sb exactly; the mins' sum comes from the
+ * activations' bsums with vpdpwssd. One float step per super-block instead of per block.
+ * K steps of 64 (two sub-blocks: the low and the high nibbles of one qs[j]), weight tiles
+ * of 16 rows of 64 bytes. */
+
+enum {
+    AMX_KC_K = 2,      /* super-blocks unpacked per chunk: 2 x 4 x 2 x 1 KiB = 16 KiB */
+    AMX_MAX_TOK = 256, /* tokens per pass over the chunks (their mins sums in the scratch) */
+};
+
+typedef struct amx_scratch_k {
+    _Alignas(64) int8_t b[AMX_KC_K][4][2][16][64]; /* [super-block][K step][lo, hi] */
+    _Alignas(64) int16_t mn[AMX_KC_K][4][16][2];   /* [.][pair p][row]: mn[2p], mn[2p + 1] */
+    _Alignas(64) float d[AMX_KC_K][16], dmin[AMX_KC_K][16];
+    _Alignas(64) int32_t c[2][AMX_TOKS][16];
+    _Alignas(64) int32_t ysum[AMX_TOKS][8]; /* pairs of a token's sub-block sums, packed */
+    _Alignas(64) float accm[AMX_MAX_TOK][16];
+} amx_scratch_k;
+
+/* Row r's 6-bit scales and mins (of one X8 group), as ggml's get_scale_min_k4. */
+static void amx_q4_K_scales(const block_q4_K_x8 *x, int r, uint8_t sc[8], uint8_t mn[8]) {
+    for (int k = 0; k < 4; k++) {
+        sc[k] = x->scales[k][r] & 63;
+        mn[k] = x->scales[4 + k][r] & 63;
+        sc[4 + k] = (uint8_t)((x->scales[8 + k][r] & 0x0f) | (x->scales[k][r] >> 6) << 4);
+        mn[4 + k] = (uint8_t)((x->scales[8 + k][r] >> 4) | (x->scales[4 + k][r] >> 6) << 4);
+    }
+}
+
+/* Bytes times per-row factors of at most 7 (each row's factor in all 4 bytes of its lane);
+ * the products fit a byte. */
+AMX_INLINE __m512i amx_mul_small(__m512i q, __m512i f) {
+    const __m512i even = _mm512_set1_epi16(0x00ff);
+    const __m512i lo = _mm512_maddubs_epi16(q, _mm512_and_si512(f, even));
+    const __m512i hi = _mm512_maddubs_epi16(q, _mm512_andnot_si512(even, f));
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 8));
+}
+
+AMX_FN void amx_unpack_q4_K(amx_scratch_k *s, const block_q4_K_x8 *g0, const block_q4_K_x8 *g1,
+                            int kc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int i = 0; i < kc; i++) {
+        uint32_t lo[8][16], hi[8][16]; /* [sub-block][row]: the factor in all 4 bytes */
+        for (int r = 0; r < 16; r++) {
+            uint8_t sc8[8], mn8[8];
+            amx_q4_K_scales(r < 8 ? &g0[i] : &g1[i], r % 8, sc8, mn8);
+            for (int sb = 0; sb < 8; sb++) {
+                lo[sb][r] = (sc8[sb] & 7u) * 0x01010101u;
+                hi[sb][r] = (uint32_t)(sc8[sb] >> 3) * 0x01010101u;
+                s->mn[i][sb / 2][r][sb % 2] = mn8[sb];
+            }
+        }
+        for (int j = 0; j < 4; j++) {
+            const __m512i lo0 = _mm512_loadu_si512(lo[2 * j]), lo1 = _mm512_loadu_si512(lo[2 * j + 1]);
+            const __m512i hi0 = _mm512_loadu_si512(hi[2 * j]), hi1 = _mm512_loadu_si512(hi[2 * j + 1]);
+            for (int st = 0; st < 8; st++) {
+                const __m256i a = _mm256_loadu_si256((const __m256i *)g0[i].qs[j][st]);
+                const __m256i b = _mm256_loadu_si256((const __m256i *)g1[i].qs[j][st]);
+                const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+                const __m512i q0 = _mm512_and_si512(z, m4);                       /* 2j */
+                const __m512i q1 = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4); /* 2j + 1 */
+                _mm512_store_si512(s->b[i][j][0][st], amx_mul_small(q0, lo0));
+                _mm512_store_si512(s->b[i][j][0][8 + st], amx_mul_small(q1, lo1));
+                _mm512_store_si512(s->b[i][j][1][st], amx_mul_small(q0, hi0));
+                _mm512_store_si512(s->b[i][j][1][8 + st], amx_mul_small(q1, hi1));
+            }
+        }
+        _mm512_store_ps(s->d[i], amx_scales16(g0[i].d, g1[i].d));
+        _mm512_store_ps(s->dmin[i], amx_scales16(g0[i].dmin, g1[i].dmin));
+    }
+}
+
+/* K steps j (tiles A, B lo, B hi) accumulated into tmm0 (lo) and tmm1 (hi). */
+#define AMX_K_STEP(A, BLO, BHI, j)                                                           \
+    do {                                                                                     \
+        _tile_loadd(A, y + offsetof(block_q8_K, qs) + 64 * (j), stride);                     \
+        _tile_loadd(BLO, s->b[i][j][0], 64);                                                 \
+        _tile_loadd(BHI, s->b[i][j][1], 64);                                                 \
+        _tile_dpbssd(0, A, BLO);                                                             \
+        _tile_dpbssd(1, A, BHI);                                                             \
+    } while (0)
+
+/* Tokens [t, t + mt) against the unpacked super-blocks [k0, k0 + kc): acc continues from
+ * out and accm from the scratch (k0 > 0); the last chunk writes out = acc - accm. tmm0, 1:
+ * the super-block's sums (lo, hi); tmm2, 3: activations; tmm4-7: weights, two K steps'
+ * worth, so a step's loads need not wait for the previous step's multiplies. */
+AMX_INLINE void amx_tokens_q4_K(amx_scratch_k *s, int64_t k0, int kc, bool last,
+                                const uint8_t *vec, size_t stride, int mt, float *out,
+                                size_t out_stride, float (*accm)[16]) {
+    __m512 acc[AMX_TOKS];
+#pragma GCC unroll 16
+    for (int m = 0; m < AMX_TOKS; m++) {
+        acc[m] = k0 > 0 && m < mt ? _mm512_loadu_ps(out + (size_t)m * out_stride)
+                                  : _mm512_setzero_ps();
+        if (k0 == 0) _mm512_store_ps(accm[m], _mm512_setzero_ps());
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < kc; i++) {
+        const uint8_t *y = vec + (size_t)(k0 + i) * sizeof(block_q8_K);
+        float yd[AMX_TOKS];
+        for (int m = 0; m < AMX_TOKS; m++) {
+            const block_q8_K *ym = (const block_q8_K *)(y + (size_t)m * stride);
+            /* ysum of sub-block sb = bsums[2sb] + bsums[2sb + 1]; packed as int16 pairs
+             * (sb 2p, 2p + 1) in int32 elements 0, 1, 4, 5 */
+            const __m256i ys = m < mt ? _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ym->bsums), ones)
+                                      : _mm256_setzero_si256();
+            _mm256_store_si256((__m256i *)s->ysum[m], _mm256_packs_epi32(ys, ys));
+            yd[m] = m < mt ? ym->d : 0.0f;
+        }
+        AMX_FENCE();
+        _tile_zero(0);
+        _tile_zero(1);
+        AMX_K_STEP(2, 4, 5, 0);
+        AMX_K_STEP(3, 6, 7, 1);
+        AMX_K_STEP(2, 4, 5, 2);
+        AMX_K_STEP(3, 6, 7, 3);
+        _tile_stored(0, s->c[0], 64);
+        _tile_stored(1, s->c[1], 64);
+        AMX_FENCE();
+        const __m512 d = _mm512_load_ps(s->d[i]), dmin = _mm512_load_ps(s->dmin[i]);
+        const __m512i mn0 = _mm512_load_si512(s->mn[i][0]), mn1 = _mm512_load_si512(s->mn[i][1]);
+        const __m512i mn2 = _mm512_load_si512(s->mn[i][2]), mn3 = _mm512_load_si512(s->mn[i][3]);
+#pragma GCC unroll 16
+        for (int m = 0; m < AMX_TOKS; m++) {
+            const __m512i sumi = _mm512_add_epi32(_mm512_load_si512(s->c[0][m]),
+                                                  _mm512_slli_epi32(_mm512_load_si512(s->c[1][m]), 3));
+            __m512i summ = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mn0,
+                                               _mm512_set1_epi32(s->ysum[m][0]));
+            summ = _mm512_dpwssd_epi32(summ, mn1, _mm512_set1_epi32(s->ysum[m][1]));
+            summ = _mm512_dpwssd_epi32(summ, mn2, _mm512_set1_epi32(s->ysum[m][4]));
+            summ = _mm512_dpwssd_epi32(summ, mn3, _mm512_set1_epi32(s->ysum[m][5]));
+            const __m512 ydm = _mm512_set1_ps(yd[m]);
+            acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(d, ydm), _mm512_cvtepi32_ps(sumi), acc[m]);
+            _mm512_store_ps(accm[m], _mm512_fmadd_ps(_mm512_mul_ps(dmin, ydm),
+                                                     _mm512_cvtepi32_ps(summ),
+                                                     _mm512_load_ps(accm[m])));
+        }
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < AMX_TOKS; m++)
+        if (m < mt)
+            _mm512_storeu_ps(out + (size_t)m * out_stride,
+                             last ? _mm512_sub_ps(acc[m], _mm512_load_ps(accm[m])) : acc[m]);
+}
+
+/* 16 rows (two Q4_K_X8 groups) x nt tokens of Q8_K activations: up to AMX_MAX_TOK tokens
+ * per pass, each chunk unpacked once per pass for all its token tiles. */
+AMX_FN void amx_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stride, const float *ad,
+                        const int32_t *as, int nt, float *out, size_t out_stride) {
+    (void)ad;
+    (void)as;
+    amx_scratch_k s;
+    const int64_t nb = n / QK_K;
+    const block_q4_K_x8 *g0 = w, *g1 = g0 + nb;
+    int cfg = 0;
+    for (int p = 0; p < nt; p += AMX_MAX_TOK) {
+        const int np = nt - p < AMX_MAX_TOK ? nt - p : AMX_MAX_TOK;
+        for (int64_t k0 = 0; k0 < nb; k0 += AMX_KC_K) {
+            const int kc = (int)(nb - k0 < AMX_KC_K ? nb - k0 : AMX_KC_K);
+            amx_unpack_q4_K(&s, g0 + k0, g1 + k0, kc);
+            for (int t = p; t < p + np; t += AMX_TOKS) {
+                const int mt = p + np - t < AMX_TOKS ? p + np - t : AMX_TOKS;
+                if (mt != cfg) amx_config(cfg = mt, true);
+                amx_tokens_q4_K(&s, k0, kc, k0 + kc == nb,
+                                (const uint8_t *)vec + (size_t)t * stride, stride, mt,
+                                out + (size_t)t * out_stride, out_stride, s.accm + (t - p));
+            }
         }
     }
     _tile_release();
@@ -197,6 +381,7 @@ void kern_amx_fill(kern_table *t) {
 #ifdef HL_HAVE_AMX
     t->name = "amx";
     t->gemm_many[HL_TYPE_Q8_0_X8] = amx_q8_0_x8;
+    t->gemm_many[HL_TYPE_Q4_K_X8] = amx_q4_K_x8;
 #else
     (void)t;
 #endif

@@ -29,6 +29,9 @@
 enum {
     KERN_TOK_TILE = 8,         /* tokens per pass over a chunk's rows (activations in L1) */
     KERN_TOK_BLOCK = 64,       /* tokens per work chunk (prefill) */
+    /* with a gemm_many kernel (AMX), which lays out a row group's weights as tiles once per
+     * call for all the chunk's tokens */
+    KERN_TOK_BLOCK_MANY = 256,
     KERN_ROW_ALIGN = 16,       /* chunk rows are a multiple of this (no shared out lines) */
     KERN_PREFILL_ROWS = 64,    /* at most this many rows per prefill chunk (stay in L2) */
     KERN_CHUNKS_PER_THREAD = 8, /* prefill: row chunks per thread before the L2 cap */
@@ -401,7 +404,7 @@ typedef struct many_job {
     matmul_job items[KERN_MATMUL_MAX_ITEMS];
     int n_items;
     int64_t total_rows, n_tok;
-    int64_t rows_per_chunk, n_row_chunks, n_chunks;
+    int64_t rows_per_chunk, n_row_chunks, n_chunks, tok_block;
     _Atomic int64_t next_chunk;
     bool guided;              /* decode: claim rows from next_row instead */
     _Atomic int64_t next_row;
@@ -446,8 +449,8 @@ static void many_worker(void *ctx, int ith, int nth) {
         const int64_t r0 = c % m->n_row_chunks * m->rows_per_chunk;
         const int64_t r1 = r0 + m->rows_per_chunk < m->total_rows ? r0 + m->rows_per_chunk
                                                                   : m->total_rows;
-        const int64_t t0 = c / m->n_row_chunks * KERN_TOK_BLOCK;
-        const int64_t t1 = t0 + KERN_TOK_BLOCK < m->n_tok ? t0 + KERN_TOK_BLOCK : m->n_tok;
+        const int64_t t0 = c / m->n_row_chunks * m->tok_block;
+        const int64_t t1 = t0 + m->tok_block < m->n_tok ? t0 + m->tok_block : m->n_tok;
         many_rows(m, r0, r1, t0, t1);
     }
 }
@@ -459,7 +462,10 @@ static void many_run(hl_pool *pool, many_job *m) {
     if (m->n_tok > KERN_TOK_TILE && per > KERN_PREFILL_ROWS) per = KERN_PREFILL_ROWS;
     m->rows_per_chunk = per;
     m->n_row_chunks = (m->total_rows + per - 1) / per;
-    m->n_chunks = m->n_row_chunks * ((m->n_tok + KERN_TOK_BLOCK - 1) / KERN_TOK_BLOCK);
+    m->tok_block = KERN_TOK_BLOCK;
+    for (int k = 0; k < m->n_items; k++)
+        if (m->items[k].gemm_many) m->tok_block = KERN_TOK_BLOCK_MANY;
+    m->n_chunks = m->n_row_chunks * ((m->n_tok + m->tok_block - 1) / m->tok_block);
     atomic_store_explicit(&m->next_chunk, 0, memory_order_relaxed);
     m->guided = m->n_tok <= KERN_TOK_TILE;
     atomic_store_explicit(&m->next_row, 0, memory_order_relaxed);
