@@ -1,8 +1,8 @@
 /*
  * kern_amx.c - prefill matmuls on Intel AMX (AMX-INT8 tile multiplies, Sapphire Rapids and
- * later): a kernel for two Q8_0_X8 groups (16 rows) times any number of tokens, which
- * matmul_groups (kernels.c) calls for prefill chunks in place of gemm16 when the table has
- * it (kern_amx_fill, on top of the AVX-512 table).
+ * later): kernels for two X8 groups (16 rows) of Q8_0, Q4_0 or Q4_K times any number of
+ * tokens, which matmul_groups (kernels.c) calls for prefill chunks in place of gemm16 when
+ * the table has them (kern_amx_fill, on top of the AVX-512 table).
  *
  * A tile multiply (TDPBSSD) takes 16 tokens x 32 activation quants (tile A, straight from
  * the token rows: a block's 32 quants, `stride` bytes apart) against 32 quants of 16
@@ -13,9 +13,9 @@
  * of the call. Each block's dots then take the reference's float step (kern_ref.c): acc =
  * fmaf(dw * da, dot, acc), in block order, so results equal every other table's bit for
  * bit. That step (a convert, a multiply and an FMA per token and block, after a tile
- * store) is what bounds the kernel, not the tile multiplies: a Q4_0 kernel of the same
- * shape (nibbles unpacked to q - 8) ran no faster than the AVX-512 table's 32-row Q4_0
- * kernel, so Q4_0 stays there (bench/README.md).
+ * store) is what bounds the Q8_0 and Q4_0 kernels, not the tile multiplies: Q4_0 (nibbles
+ * laid out as q - 8) gains little over the AVX-512 table's 32-row kernel. Q4_K folds its
+ * integer scales into the weight tiles and takes one float step per super-block (below).
  *
  * The OS must grant the tile state (arch_prctl ARCH_REQ_XCOMP_PERM) before a thread uses
  * it; kern_cpu_has_amx() asks once for the whole process.
@@ -104,6 +104,25 @@ AMX_FN void amx_unpack_q8_0(amx_scratch *s, const block_q8_0_x8 *g0, const block
     }
 }
 
+/* The same for Q4_0_X8: chunk c's low nibbles are step c, its high nibbles step 4 + c,
+ * stored as q - 8 so the tile multiply gives the reference's signed dot directly. */
+AMX_FN void amx_unpack_q4_0(amx_scratch *s, const block_q4_0_x8 *g0, const block_q4_0_x8 *g1,
+                            int kc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+    for (int i = 0; i < kc; i++) {
+        for (int c = 0; c < 4; c++) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)g0[i].qs[c]);
+            const __m256i b = _mm256_loadu_si256((const __m256i *)g1[i].qs[c]);
+            const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+            const __m512i lo = _mm512_and_si512(z, m4);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+            _mm512_store_si512(s->b[i][c], _mm512_sub_epi8(lo, eight));
+            _mm512_store_si512(s->b[i][4 + c], _mm512_sub_epi8(hi, eight));
+        }
+        _mm512_store_ps(s->dw[i], amx_scales16(g0[i].d, g1[i].d));
+    }
+}
+
 /* One block's dots (s->c[buf], the tile's rows) into the accumulators, as the reference:
  * acc = fmaf(dw * da, dot, acc). */
 #define AMX_BLOCK_STEP(buf, i)                                                               \
@@ -156,24 +175,38 @@ AMX_INLINE void amx_tokens(amx_scratch *s, int64_t nb, int64_t k0, int kc, const
         if (m < mt) _mm512_storeu_ps(out + (size_t)m * out_stride, acc[m]);
 }
 
-/* 16 rows (two Q8_0_X8 groups) x nt tokens. */
-AMX_FN void amx_q8_0_x8(int64_t n, const void *w, const void *vec, size_t stride, const float *ad,
-                        const int32_t *as, int nt, float *out, size_t out_stride) {
-    (void)as;
+/* 16 rows (two X8 groups of Q8_0, or of Q4_0) x nt tokens. */
+AMX_INLINE void amx_gemm_32(int64_t n, const void *w, const void *vec, size_t stride,
+                            const float *ad, int nt, float *out, size_t out_stride, bool q4) {
     amx_scratch s;
     const int64_t nb = n / QK8_0;
     int cfg = 0;
     for (int64_t k0 = 0; k0 < nb; k0 += AMX_KC) {
         const int kc = (int)(nb - k0 < AMX_KC ? nb - k0 : AMX_KC);
-        amx_unpack_q8_0(&s, (const block_q8_0_x8 *)w + k0, (const block_q8_0_x8 *)w + nb + k0, kc);
+        if (q4)
+            amx_unpack_q4_0(&s, (const block_q4_0_x8 *)w + k0, (const block_q4_0_x8 *)w + nb + k0, kc);
+        else
+            amx_unpack_q8_0(&s, (const block_q8_0_x8 *)w + k0, (const block_q8_0_x8 *)w + nb + k0, kc);
         for (int t = 0; t < nt; t += AMX_TOKS) {
             const int mt = nt - t < AMX_TOKS ? nt - t : AMX_TOKS;
             if (mt != cfg) amx_config(cfg = mt, false);
             amx_tokens(&s, nb, k0, kc, (const uint8_t *)vec + (size_t)t * stride, stride,
-                          ad + (size_t)t * nb, mt, out + (size_t)t * out_stride, out_stride);
+                       ad + (size_t)t * nb, mt, out + (size_t)t * out_stride, out_stride);
         }
     }
     _tile_release();
+}
+
+AMX_FN void amx_q8_0_x8(int64_t n, const void *w, const void *vec, size_t stride, const float *ad,
+                        const int32_t *as, int nt, float *out, size_t out_stride) {
+    (void)as;
+    amx_gemm_32(n, w, vec, stride, ad, nt, out, out_stride, false);
+}
+
+AMX_FN void amx_q4_0_x8(int64_t n, const void *w, const void *vec, size_t stride, const float *ad,
+                        const int32_t *as, int nt, float *out, size_t out_stride) {
+    (void)as;
+    amx_gemm_32(n, w, vec, stride, ad, nt, out, out_stride, true);
 }
 
 /* ---- Q4_K ------------------------------------------------------------------------------
@@ -382,6 +415,7 @@ void kern_amx_fill(kern_table *t) {
     t->name = "amx";
     t->gemm_many[HL_TYPE_Q8_0_X8] = amx_q8_0_x8;
     t->gemm_many[HL_TYPE_Q4_K_X8] = amx_q4_K_x8;
+    t->gemm_many[HL_TYPE_Q4_0_X8] = amx_q4_0_x8;
 #else
     (void)t;
 #endif

@@ -128,7 +128,8 @@ void kern_avx512_fill(kern_table *t);
 /* True if this CPU has AMX-INT8 (tile multiplies) and the OS granted this process the tile
  * state (the first call asks). */
 bool kern_cpu_has_amx(void);
-/* Adds the AMX prefill kernel (gemm_many) for Q8_0_X8, after kern_avx512_fill();
+/* Adds the AMX prefill kernels (gemm_many) for Q8_0_X8, Q4_0_X8 and Q4_K_X8, after
+ * kern_avx512_fill();
  * bit-identical to the others. Call only if kern_cpu_has_amx(). */
 void kern_amx_fill(kern_table *t);
 
