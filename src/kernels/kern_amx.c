@@ -413,9 +413,14 @@ bool kern_cpu_has_amx(void) {
 void kern_amx_fill(kern_table *t) {
 #ifdef HL_HAVE_AMX
     t->name = "amx";
+    /* below these token counts the AVX-512 kernels were as fast or faster (a batched decode
+     * step: laying out Q4_K's weight tiles costs more than 16 tokens' multiplies save) */
     t->gemm_many[HL_TYPE_Q8_0_X8] = amx_q8_0_x8;
-    t->gemm_many[HL_TYPE_Q4_K_X8] = amx_q4_K_x8;
+    t->gemm_many_min[HL_TYPE_Q8_0_X8] = 9;
     t->gemm_many[HL_TYPE_Q4_0_X8] = amx_q4_0_x8;
+    t->gemm_many_min[HL_TYPE_Q4_0_X8] = 9;
+    t->gemm_many[HL_TYPE_Q4_K_X8] = amx_q4_K_x8;
+    t->gemm_many_min[HL_TYPE_Q4_K_X8] = 32;
 #else
     (void)t;
 #endif

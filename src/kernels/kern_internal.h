@@ -64,6 +64,7 @@ typedef struct kern_table {
     /* optional: two groups (16 rows) as gemm16, but nt any number of tokens (prefill
      * chunks; the AMX table) */
     kern_gemm8_fn gemm_many[HL_TYPE_COUNT];
+    int gemm_many_min[HL_TYPE_COUNT]; /* the fewest tokens a matmul gives gemm_many */
     kern_quantize_fn quantize[HL_TYPE_COUNT]; /* by vec_dot_type */
     /* small f32 ops */
     float (*sum_squares)(const float *x, int64_t n);

@@ -151,6 +151,7 @@ typedef struct matmul_job {
     kern_gemm8_fn gemm16;      /* optional: two groups per call */
     kern_gemm8_fn gemm32;      /* optional: four groups per call */
     kern_gemm8_fn gemm_many;   /* optional: two groups, every token of the chunk per call */
+    int gemm_many_min;         /* from this many tokens in the matmul */
     kern_quantize_fn quantize;
     const uint8_t *w;
     size_t w_row_bytes;
@@ -214,11 +215,13 @@ static void matmul_row(const matmul_job *j, int64_t r, int64_t t0, int64_t t1) {
  * KERN_GEMM8_TOKS. */
 static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t tb0, int64_t tb1) {
     const int64_t nb = j->n_cols / QK8_0;
-    /* perf: 16 or 32 rows only for matmuls of more than 8 tokens (prefill): streamed from
-     * DRAM for a few tokens, 8 rows at a time ran faster (Zen 5: Q4_K_M decode 62-65 tok/s
-     * against 41-43, a forward pass of 4 sequences 917-935 against 681-748; bench/README) */
-    const bool wide = j->n_tok > 2 * KERN_GEMM8_TOKS;
-    if (wide && j->gemm_many) { /* AMX: 16 rows x all the chunk's tokens per call */
+    /* perf: 16 or 32 rows only for matmuls of more than 4 tokens: streamed from DRAM for a
+     * few tokens, 8 rows at a time ran faster (Zen 5: Q4_K_M decode 62-65 tok/s against
+     * 41-43, a forward pass of 4 sequences 917-935 against 681-748); from 5 tokens the
+     * 8-row kernel's second call per group cost more (Xeon, a forward pass of 5-8
+     * sequences 10-20% faster wide; bench/README) */
+    const bool wide = j->n_tok > KERN_GEMM8_TOKS;
+    if (j->gemm_many && j->n_tok >= j->gemm_many_min) { /* AMX: 16 rows x all the tokens */
         for (; r0 + 2 * KERN_GEMM8_ROWS <= r1; r0 += 2 * KERN_GEMM8_ROWS)
             j->gemm_many(j->n_cols, j->w + (size_t)r0 * j->w_row_bytes,
                          j->xq + (size_t)tb0 * j->xq_row_bytes, j->xq_row_bytes,
@@ -349,6 +352,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         .gemm16 = tab->gemm16[it->type],
         .gemm32 = tab->gemm32[it->type],
         .gemm_many = tab->gemm_many[it->type],
+        .gemm_many_min = tab->gemm_many_min[it->type],
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
         .w_row_bytes = hl_row_size(it->type, n_cols),
@@ -464,7 +468,8 @@ static void many_run(hl_pool *pool, many_job *m) {
     m->n_row_chunks = (m->total_rows + per - 1) / per;
     m->tok_block = KERN_TOK_BLOCK;
     for (int k = 0; k < m->n_items; k++)
-        if (m->items[k].gemm_many) m->tok_block = KERN_TOK_BLOCK_MANY;
+        if (m->items[k].gemm_many && m->n_tok >= m->items[k].gemm_many_min)
+            m->tok_block = KERN_TOK_BLOCK_MANY;
     m->n_chunks = m->n_row_chunks * ((m->n_tok + m->tok_block - 1) / m->tok_block);
     atomic_store_explicit(&m->next_chunk, 0, memory_order_relaxed);
     m->guided = m->n_tok <= KERN_TOK_TILE;
