@@ -24,7 +24,6 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels/kern_internal.h"
 
@@ -58,9 +57,7 @@ typedef struct amx_tilecfg {
  * previous block's dots go through the float step. Q4_K: tmm0, 1 sums (mt x 16 int32),
  * tmm2, 3 activations (mt x 64), tmm4-7 weights (16 x 64). */
 AMX_FN void amx_config(int mt, bool k_quant) {
-    volatile amx_tilecfg c; /* volatile: ldtilecfg's asm names only its first bytes */
-    memset((void *)&c, 0, sizeof c);
-    c.palette = 1;
+    amx_tilecfg c = {.palette = 1};
     for (int i = 0; i < 8; i++) {
         if (k_quant) {
             c.rows[i] = (uint8_t)(i < 4 ? mt : 16);
@@ -70,7 +67,11 @@ AMX_FN void amx_config(int mt, bool k_quant) {
             c.colsb[i] = i == 2 || i == 3 ? 32 : 64;
         }
     }
-    _tile_loadconfig((const void *)&c);
+    /* ldtilecfg's asm names only the first bytes of its operand, and gcc 12 drops stores
+     * to the rest (llama.cpp's AMX path dies of it, bench/README.md): volatile writes stay */
+    volatile uint8_t cfg[64] __attribute__((aligned(64)));
+    for (size_t i = 0; i < sizeof cfg; i++) cfg[i] = ((const uint8_t *)&c)[i];
+    _tile_loadconfig((const void *)cfg);
 }
 
 /* The tile asm names no memory: these order it against the C code's loads and stores. */
@@ -315,13 +316,16 @@ AMX_INLINE void amx_tokens_q4_K(amx_scratch_k *s, int64_t k0, int kc, bool last,
         const uint8_t *y = vec + (size_t)(k0 + i) * sizeof(block_q8_K);
         float yd[AMX_TOKS];
         for (int m = 0; m < AMX_TOKS; m++) {
-            const block_q8_K *ym = (const block_q8_K *)(y + (size_t)m * stride);
             /* ysum of sub-block sb = bsums[2sb] + bsums[2sb + 1]; packed as int16 pairs
              * (sb 2p, 2p + 1) in int32 elements 0, 1, 4, 5 */
-            const __m256i ys = m < mt ? _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ym->bsums), ones)
-                                      : _mm256_setzero_si256();
+            __m256i ys = _mm256_setzero_si256();
+            yd[m] = 0.0f;
+            if (m < mt) {
+                const block_q8_K *ym = (const block_q8_K *)(y + (size_t)m * stride);
+                ys = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ym->bsums), ones);
+                yd[m] = ym->d;
+            }
             _mm256_store_si256((__m256i *)s->ysum[m], _mm256_packs_epi32(ys, ys));
-            yd[m] = m < mt ? ym->d : 0.0f;
         }
         AMX_FENCE();
         _tile_zero(0);
