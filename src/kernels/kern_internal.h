@@ -116,6 +116,8 @@ const char *kern_choose_variant(const char *hearth_cpu);
 bool kern_cpu_has_avx2(void);
 /* Overrides t's entries with the AVX2 ones. Call only if kern_cpu_has_avx2(). */
 void kern_avx2_fill(kern_table *t);
+/* True on an Intel CPU (CPUID vendor GenuineIntel). */
+bool kern_cpu_is_intel(void);
 /* True if this CPU also has AVX-VNNI (vpdpbusd on ymm, CPUID.(7,1):EAX[4]). */
 bool kern_cpu_has_avx_vnni(void);
 /* Overrides t's Q8_0/Q4_0 tiles and X8 kernels with AVX-VNNI ones, after kern_avx2_fill().
