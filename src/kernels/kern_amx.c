@@ -391,7 +391,7 @@ AMX_FN void amx_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stride
 }
 
 static bool amx_probe(void) {
-    unsigned a, b, c, d;
+    unsigned a = 0, b = 0, c = 0, d = 0;
     if (!kern_cpu_has_avx512() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
     if (!(d & (1u << 24)) || !(d & (1u << 25))) return false; /* AMX-TILE, AMX-INT8 */
     /* Linux 5.16+: the tile data state is off until the process asks for it */

@@ -57,7 +57,7 @@ bool kern_cpu_has_avx2(void) {
 
 bool kern_cpu_is_intel(void) {
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
+    unsigned a = 0, b = 0, c = 0, d = 0;
     /* "GenuineIntel" in EBX, EDX, ECX */
     return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u &&
            c == 0x6c65746eu;
