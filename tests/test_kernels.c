@@ -910,32 +910,53 @@ TEST(kernels_matmul_many_equals_separate) {
 /* The tables' gemm_many kernels (AMX: 16 rows x any number of tokens) against the
  * reference, every token count up to max_tok (tile tails included), for every pair of
  * groups. */
-static void check_x8_many(const kern_table *tabs, int n_tabs, hl_type packed, hl_type vdt,
-                          const uint8_t *p, size_t rb, int64_t n_rows, int64_t n_cols,
-                          const float *x, int64_t max_tok) {
-    const size_t xb = hl_row_size(vdt, n_cols);
+/* nt rows of activations in the vec_dot type, with the per-block scales (ad) and 8 x sums
+ * (as) kern_matmul hands the X8 kernels for Q8_0 activations. */
+typedef struct x8_acts {
+    size_t xb; /* bytes per row */
+    uint8_t *xq;
+    float *ad;
+    int32_t *as;
+} x8_acts;
+
+static x8_acts x8_acts_make(hl_type vdt, const float *x, int64_t n_cols, int64_t nt) {
     const int64_t nb = n_cols / QK8_0;
-    uint8_t *xq = malloc(xb * (size_t)max_tok);
-    float *ad = malloc(sizeof(float) * (size_t)(max_tok * nb));
-    int32_t *as = malloc(sizeof(int32_t) * (size_t)(max_tok * nb));
-    float *got = malloc(sizeof(float) * 16 * (size_t)max_tok);
-    for (int64_t t = 0; t < max_tok; t++) {
-        hl_quantize_row(vdt, x + t * n_cols, xq + t * xb, n_cols);
+    x8_acts a = {.xb = hl_row_size(vdt, n_cols)};
+    a.xq = malloc(a.xb * (size_t)nt);
+    a.ad = malloc(sizeof(float) * (size_t)(nt * nb));
+    a.as = malloc(sizeof(int32_t) * (size_t)(nt * nb));
+    for (int64_t t = 0; t < nt; t++) {
+        hl_quantize_row(vdt, x + t * n_cols, a.xq + t * a.xb, n_cols);
         for (int64_t i = 0; vdt == HL_TYPE_Q8_0 && i < nb; i++) {
-            const block_q8_0 *b = (const block_q8_0 *)(xq + t * xb) + i;
+            const block_q8_0 *b = (const block_q8_0 *)(a.xq + t * a.xb) + i;
             int32_t sum = 0;
             for (int k = 0; k < QK8_0; k++) sum += b->qs[k];
-            ad[t * nb + i] = hl_fp16_to_fp32(b->d);
-            as[t * nb + i] = 8 * sum;
+            a.ad[t * nb + i] = hl_fp16_to_fp32(b->d);
+            a.as[t * nb + i] = 8 * sum;
         }
     }
+    return a;
+}
+
+static void x8_acts_free(x8_acts *a) {
+    free(a->as);
+    free(a->ad);
+    free(a->xq);
+}
+
+static void check_x8_many(const kern_table *tabs, int n_tabs, hl_type packed,
+                          const x8_acts *acts, const uint8_t *p, size_t rb, int64_t n_rows,
+                          int64_t n_cols, int64_t max_tok) {
+    const uint8_t *xq = acts->xq;
+    const size_t xb = acts->xb;
+    float *got = malloc(sizeof(float) * 16 * (size_t)max_tok);
     const kern_gemm8_fn ref = kern_table_ref()->gemm8[packed];
     for (int v = 0; v < n_tabs; v++) {
         const kern_gemm8_fn fn = tabs[v].gemm_many[packed];
         for (int64_t g = 0; fn && g + 2 <= n_rows / 8; g += 2) {
             const uint8_t *w = p + (size_t)g * 8 * rb;
             for (int nt = 1; nt <= max_tok; nt++) {
-                fn(n_cols, w, xq, xb, ad, as, nt, got, 16);
+                fn(n_cols, w, xq, xb, acts->ad, acts->as, nt, got, 16);
                 for (int t = 0; t < nt; t++) {
                     float want[16];
                     for (int k = 0; k < 2; k++)
@@ -950,9 +971,6 @@ static void check_x8_many(const kern_table *tabs, int n_tabs, hl_type packed, hl
         }
     }
     free(got);
-    free(as);
-    free(ad);
-    free(xq);
 }
 
 /* The X8 kernels of every SIMD table this CPU runs (AVX2; AVX-VNNI and AVX-512 VNNI have
@@ -978,23 +996,13 @@ static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_
         tabs[n_tabs] = tabs[n_tabs - 1];
         kern_amx_fill(&tabs[n_tabs++]);
     }
-    check_x8_many(tabs, n_tabs, packed, vdt, p, rb, n_rows, n_cols, x, max_tok);
+    x8_acts acts = x8_acts_make(vdt, x, n_cols, max_tok);
+    check_x8_many(tabs, n_tabs, packed, &acts, p, rb, n_rows, n_cols, max_tok);
     const int64_t nt_max = max_tok < KERN_GEMM8_TOKS ? max_tok : KERN_GEMM8_TOKS;
-    const size_t xb = hl_row_size(vdt, n_cols);
-    const int64_t nb = n_cols / QK8_0;
-    uint8_t *xq = malloc(xb * (size_t)nt_max);
-    float *ad = malloc(sizeof(float) * (size_t)(nt_max * nb));
-    int32_t *as = malloc(sizeof(int32_t) * (size_t)(nt_max * nb));
-    for (int64_t t = 0; t < nt_max; t++) {
-        hl_quantize_row(vdt, x + t * n_cols, xq + t * xb, n_cols);
-        for (int64_t i = 0; vdt == HL_TYPE_Q8_0 && i < nb; i++) {
-            const block_q8_0 *b = (const block_q8_0 *)(xq + t * xb) + i;
-            int32_t sum = 0;
-            for (int k = 0; k < QK8_0; k++) sum += b->qs[k];
-            ad[t * nb + i] = hl_fp16_to_fp32(b->d);
-            as[t * nb + i] = 8 * sum;
-        }
-    }
+    const size_t xb = acts.xb;
+    const uint8_t *xq = acts.xq;
+    const float *ad = acts.ad;
+    const int32_t *as = acts.as;
     const kern_gemm8_fn ref = kern_table_ref()->gemm8[packed];
     for (int v = 0; v < n_tabs; v++) {
         /* gemm8, then gemm16 and gemm32 where a table has them */
@@ -1020,9 +1028,7 @@ static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_
             }
         }
     }
-    free(as);
-    free(ad);
-    free(xq);
+    x8_acts_free(&acts);
 }
 
 /* Q4_0, Q8_0, Q4_K and Q6_K weights repacked to their X8 layouts (8 rows interleaved,

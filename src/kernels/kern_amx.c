@@ -34,7 +34,8 @@
 #include <unistd.h>
 
 #define HL_HAVE_AMX 1
-#define AMX_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8"
+#define AMX_TARGET                                                                           \
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8"
 #define AMX_FN static __attribute__((target(AMX_TARGET)))
 #define AMX_INLINE static inline __attribute__((always_inline, target(AMX_TARGET)))
 
@@ -88,7 +89,8 @@ typedef struct amx_scratch {
 
 /* Two groups' 8 fp16 scales as 16 floats. */
 AMX_FN __m512 amx_scales16(const hl_fp16 *d0, const hl_fp16 *d1) {
-    const __m128i a = _mm_loadu_si128((const __m128i *)d0), b = _mm_loadu_si128((const __m128i *)d1);
+    const __m128i a = _mm_loadu_si128((const __m128i *)d0);
+    const __m128i b = _mm_loadu_si128((const __m128i *)d1);
     return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
 }
 
@@ -147,15 +149,16 @@ AMX_FN void amx_unpack_q4_0(amx_scratch *s, const block_q4_0_x8 *g0, const block
 /* Tokens [t, t + mt) against the unpacked blocks [k0, k0 + kc): the float sums continue
  * from out (k0 > 0) so the chunks keep the block order. */
 AMX_INLINE void amx_tokens(amx_scratch *s, int64_t nb, int64_t k0, int kc, const uint8_t *vec,
-                              size_t stride, const float *ad, int mt, float *out,
-                              size_t out_stride) {
+                           size_t stride, const float *ad, int mt, float *out,
+                           size_t out_stride) {
     __m512 acc[AMX_TOKS]; /* in registers: every loop over them is unrolled */
 #pragma GCC unroll 16
     for (int m = 0; m < AMX_TOKS; m++)
         acc[m] = k0 > 0 && m < mt ? _mm512_loadu_ps(out + (size_t)m * out_stride)
                                   : _mm512_setzero_ps();
     for (int i = 0; i < kc; i++)
-        for (int m = 0; m < AMX_TOKS; m++) s->da[i][m] = m < mt ? ad[(size_t)m * nb + k0 + i] : 0.0f;
+        for (int m = 0; m < AMX_TOKS; m++)
+            s->da[i][m] = m < mt ? ad[(size_t)m * nb + k0 + i] : 0.0f;
     /* a block's quants start 2 bytes in (after its fp16 scale) */
     const uint8_t *a = vec + (size_t)k0 * sizeof(block_q8_0) + 2;
     AMX_FENCE();
@@ -185,9 +188,11 @@ AMX_INLINE void amx_gemm_32(int64_t n, const void *w, const void *vec, size_t st
     for (int64_t k0 = 0; k0 < nb; k0 += AMX_KC) {
         const int kc = (int)(nb - k0 < AMX_KC ? nb - k0 : AMX_KC);
         if (q4)
-            amx_unpack_q4_0(&s, (const block_q4_0_x8 *)w + k0, (const block_q4_0_x8 *)w + nb + k0, kc);
+            amx_unpack_q4_0(&s, (const block_q4_0_x8 *)w + k0,
+                            (const block_q4_0_x8 *)w + nb + k0, kc);
         else
-            amx_unpack_q8_0(&s, (const block_q8_0_x8 *)w + k0, (const block_q8_0_x8 *)w + nb + k0, kc);
+            amx_unpack_q8_0(&s, (const block_q8_0_x8 *)w + k0,
+                            (const block_q8_0_x8 *)w + nb + k0, kc);
         for (int t = 0; t < nt; t += AMX_TOKS) {
             const int mt = nt - t < AMX_TOKS ? nt - t : AMX_TOKS;
             if (mt != cfg) amx_config(cfg = mt, false);
@@ -234,16 +239,6 @@ typedef struct amx_scratch_k {
     _Alignas(64) float accm[AMX_MAX_TOK][16];
 } amx_scratch_k;
 
-/* Row r's 6-bit scales and mins (of one X8 group), as ggml's get_scale_min_k4. */
-static void amx_q4_K_scales(const block_q4_K_x8 *x, int r, uint8_t sc[8], uint8_t mn[8]) {
-    for (int k = 0; k < 4; k++) {
-        sc[k] = x->scales[k][r] & 63;
-        mn[k] = x->scales[4 + k][r] & 63;
-        sc[4 + k] = (uint8_t)((x->scales[8 + k][r] & 0x0f) | (x->scales[k][r] >> 6) << 4);
-        mn[4 + k] = (uint8_t)((x->scales[8 + k][r] >> 4) | (x->scales[4 + k][r] >> 6) << 4);
-    }
-}
-
 /* Bytes times per-row factors of at most 7 (each row's factor in all 4 bytes of its lane);
  * the products fit a byte. */
 AMX_INLINE __m512i amx_mul_small(__m512i q, __m512i f) {
@@ -260,7 +255,7 @@ AMX_FN void amx_unpack_q4_K(amx_scratch_k *s, const block_q4_K_x8 *g0, const blo
         uint32_t lo[8][16], hi[8][16]; /* [sub-block][row]: the factor in all 4 bytes */
         for (int r = 0; r < 16; r++) {
             uint8_t sc8[8], mn8[8];
-            amx_q4_K_scales(r < 8 ? &g0[i] : &g1[i], r % 8, sc8, mn8);
+            kern_q4_K_x8_scales(r < 8 ? &g0[i] : &g1[i], r % 8, sc8, mn8);
             for (int sb = 0; sb < 8; sb++) {
                 lo[sb][r] = (sc8[sb] & 7u) * 0x01010101u;
                 hi[sb][r] = (uint32_t)(sc8[sb] >> 3) * 0x01010101u;
@@ -268,8 +263,10 @@ AMX_FN void amx_unpack_q4_K(amx_scratch_k *s, const block_q4_K_x8 *g0, const blo
             }
         }
         for (int j = 0; j < 4; j++) {
-            const __m512i lo0 = _mm512_loadu_si512(lo[2 * j]), lo1 = _mm512_loadu_si512(lo[2 * j + 1]);
-            const __m512i hi0 = _mm512_loadu_si512(hi[2 * j]), hi1 = _mm512_loadu_si512(hi[2 * j + 1]);
+            const __m512i lo0 = _mm512_loadu_si512(lo[2 * j]);
+            const __m512i lo1 = _mm512_loadu_si512(lo[2 * j + 1]);
+            const __m512i hi0 = _mm512_loadu_si512(hi[2 * j]);
+            const __m512i hi1 = _mm512_loadu_si512(hi[2 * j + 1]);
             for (int st = 0; st < 8; st++) {
                 const __m256i a = _mm256_loadu_si256((const __m256i *)g0[i].qs[j][st]);
                 const __m256i b = _mm256_loadu_si256((const __m256i *)g1[i].qs[j][st]);
@@ -342,8 +339,8 @@ AMX_INLINE void amx_tokens_q4_K(amx_scratch_k *s, int64_t k0, int kc, bool last,
         const __m512i mn2 = _mm512_load_si512(s->mn[i][2]), mn3 = _mm512_load_si512(s->mn[i][3]);
 #pragma GCC unroll 16
         for (int m = 0; m < AMX_TOKS; m++) {
-            const __m512i sumi = _mm512_add_epi32(_mm512_load_si512(s->c[0][m]),
-                                                  _mm512_slli_epi32(_mm512_load_si512(s->c[1][m]), 3));
+            const __m512i hi8 = _mm512_slli_epi32(_mm512_load_si512(s->c[1][m]), 3);
+            const __m512i sumi = _mm512_add_epi32(_mm512_load_si512(s->c[0][m]), hi8);
             __m512i summ = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mn0,
                                                _mm512_set1_epi32(s->ysum[m][0]));
             summ = _mm512_dpwssd_epi32(summ, mn1, _mm512_set1_epi32(s->ysum[m][1]));

@@ -41,9 +41,9 @@ typedef void (*kern_vec_dot_tile_fn)(int64_t n, const void *w, size_t w_stride, 
  * bytes apart, into out[t*out_stride + r], r < 8. For Q8_0 activations ad / as hold, per
  * block (token t, block i at [t * n/32 + i]), its scale as a float and 8 times the sum of
  * its quants (NULL for the others). Per (row, token): per block or super-block an exact
- * integer sum, then one multiply-add into the row's float sum, in block order, as kern_ref.c spells
- * out per type; every variant does exactly this, so results equal the reference bit for bit
- * and do not depend on nt. */
+ * integer sum, then one multiply-add into the row's float sum, in block order, as
+ * kern_ref.c spells out per type; every variant does exactly this, so results equal the
+ * reference bit for bit and do not depend on nt. */
 enum { KERN_GEMM8_ROWS = 8, KERN_GEMM8_TOKS = 4 };
 typedef void (*kern_gemm8_fn)(int64_t n, const void *w, const void *vec, size_t stride,
                               const float *ad, const int32_t *as, int nt, float *out,
@@ -105,12 +105,16 @@ typedef struct kern_table {
 void kern_attn_block_pieces(const kern_table *t, hl_type type, const kern_attn_block *b);
 
 const kern_table *kern_table_ref(void);
+/* Row r's (of 8) 6-bit scales and mins from Q4_K_X8's transposed scale bytes (as ggml's
+ * get_scale_min_k4 over the row's own 12 bytes); kern_ref.c. */
+void kern_q4_K_x8_scales(const block_q4_K_x8 *x, int r, uint8_t sc[8], uint8_t mn[8]);
 /* The table kern_init() chose (ref or avx2). */
 const kern_table *kern_table_active(void);
 
 /* The variant kern_init() picks for a HEARTH_CPU value (NULL: unset): the best of "ref",
  * "avx2", "avx2-vnni" (plus the AVX-VNNI Q8_0/Q4_0 tiles), "avx512" (AVX-512 tiles for
- * Q8_0/Q4_0/Q4_K/Q6_K) and "amx" (avx512 plus AMX prefill kernels) that the CPU runs; a HEARTH_CPU of one of these names is a ceiling. */
+ * Q8_0/Q4_0/Q4_K/Q6_K) and "amx" (avx512 plus AMX prefill kernels) that the CPU runs; a
+ * HEARTH_CPU of one of these names is a ceiling. */
 const char *kern_choose_variant(const char *hearth_cpu);
 /* True if this CPU runs the AVX2 variants (avx2 + fma + f16c). */
 bool kern_cpu_has_avx2(void);
@@ -132,8 +136,7 @@ void kern_avx512_fill(kern_table *t);
  * state (the first call asks). */
 bool kern_cpu_has_amx(void);
 /* Adds the AMX prefill kernels (gemm_many) for Q8_0_X8, Q4_0_X8 and Q4_K_X8, after
- * kern_avx512_fill();
- * bit-identical to the others. Call only if kern_cpu_has_amx(). */
+ * kern_avx512_fill(); bit-identical to the others. Call only if kern_cpu_has_amx(). */
 void kern_amx_fill(kern_table *t);
 
 #endif

@@ -105,9 +105,7 @@ static void gemm8_q8_0_x8(int64_t n, const void *w, const void *vec, size_t stri
     }
 }
 
-/* Row r's 6-bit scales and mins from Q4_K_X8's transposed scale bytes (as ggml's
- * get_scale_min_k4 over the row's own 12 bytes). */
-static void q4_K_x8_scales(const block_q4_K_x8 *x, int r, uint8_t sc[8], uint8_t mn[8]) {
+void kern_q4_K_x8_scales(const block_q4_K_x8 *x, int r, uint8_t sc[8], uint8_t mn[8]) {
     for (int k = 0; k < 4; k++) {
         sc[k] = x->scales[k][r] & 63;
         mn[k] = x->scales[4 + k][r] & 63;
@@ -131,7 +129,7 @@ static void gemm8_q4_K_x8(int64_t n, const void *w, const void *vec, size_t stri
             float acc = 0, accm = 0;
             for (int64_t i = 0; i < n / QK_K; i++) {
                 uint8_t sc[8], mn[8];
-                q4_K_x8_scales(&x[i], r, sc, mn);
+                kern_q4_K_x8_scales(&x[i], r, sc, mn);
                 int32_t sumi = 0, summ = 0;
                 for (int sb = 0; sb < 8; sb++) {
                     int32_t dot = 0, ysum = 0;

@@ -164,8 +164,9 @@ typedef struct matmul_job {
     kern_gemm8_fn gemm8;       /* packed weight types only (then dot, dot4, tile are NULL) */
     kern_gemm8_fn gemm16;      /* optional: two groups per call */
     kern_gemm8_fn gemm32;      /* optional: four groups per call */
-    kern_gemm8_fn gemm_many;   /* optional: two groups, every token of the chunk per call */
-    int gemm_many_min;         /* from this many tokens in the matmul */
+    /* two groups x every token of the chunk per call (AMX); NULL when the table has none
+     * or the matmul has fewer tokens than the table's gemm_many_min */
+    kern_gemm8_fn gemm_many;
     kern_quantize_fn quantize;
     const uint8_t *w;
     size_t w_row_bytes;
@@ -248,7 +249,7 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
      * 8-row kernel's second call per group cost more (Xeon, a forward pass of 5-8
      * sequences 10-20% faster wide; bench/README) */
     const bool wide = j->n_tok > KERN_GEMM8_TOKS;
-    if (j->gemm_many && j->n_tok >= j->gemm_many_min) { /* AMX: 16 rows x all the tokens */
+    if (j->gemm_many) { /* AMX: 16 rows x all the tokens */
         for (; r0 + 2 * KERN_GEMM8_ROWS <= r1; r0 += 2 * KERN_GEMM8_ROWS)
             j->gemm_many(j->n_cols, j->w + (size_t)r0 * j->w_row_bytes,
                          j->xq + (size_t)tb0 * j->xq_row_bytes, j->xq_row_bytes,
@@ -380,8 +381,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         .gemm8 = tab->gemm8[it->type], /* every table has one per packed type */
         .gemm16 = tab->gemm16[it->type],
         .gemm32 = tab->gemm32[it->type],
-        .gemm_many = tab->gemm_many[it->type],
-        .gemm_many_min = tab->gemm_many_min[it->type],
+        .gemm_many = n_tok >= tab->gemm_many_min[it->type] ? tab->gemm_many[it->type] : NULL,
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
         .w_row_bytes = hl_row_size(it->type, n_cols),
@@ -497,8 +497,7 @@ static void many_run(hl_pool *pool, many_job *m) {
     m->n_row_chunks = (m->total_rows + per - 1) / per;
     m->tok_block = KERN_TOK_BLOCK;
     for (int k = 0; k < m->n_items; k++)
-        if (m->items[k].gemm_many && m->n_tok >= m->items[k].gemm_many_min)
-            m->tok_block = KERN_TOK_BLOCK_MANY;
+        if (m->items[k].gemm_many) m->tok_block = KERN_TOK_BLOCK_MANY;
     m->n_chunks = m->n_row_chunks * ((m->n_tok + m->tok_block - 1) / m->tok_block);
     atomic_store_explicit(&m->next_chunk, 0, memory_order_relaxed);
     m->guided = m->n_tok <= KERN_TOK_TILE;
