@@ -40,6 +40,7 @@ enum {
 
 static kern_table g_active;
 static bool g_prefetch_next_group; /* see prefetch_rows */
+static bool g_wide_decode;         /* see matmul_groups */
 static bool g_repack = true; /* HEARTH_REPACK=0/off keeps weights in their file layout */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -105,6 +106,8 @@ static void init_once(void) {
     g_active = *kern_table_ref();
     const char *pf = getenv("HEARTH_PREFETCH");
     g_prefetch_next_group = pf && *pf ? strcmp(pf, "0") != 0 : kern_cpu_is_intel();
+    const char *wd = getenv("HEARTH_WIDE_DECODE");
+    g_wide_decode = wd && *wd ? strcmp(wd, "0") != 0 : kern_cpu_is_intel();
     const char *v = kern_choose_variant(getenv("HEARTH_CPU"));
     if (strcmp(v, "ref") == 0) return;
     kern_avx2_fill(&g_active);
@@ -243,12 +246,14 @@ static void prefetch_rows(const matmul_job *j, int64_t r, int groups, int64_t r1
  * KERN_GEMM8_TOKS. */
 static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t tb0, int64_t tb1) {
     const int64_t nb = j->n_cols / QK8_0;
-    /* perf: 16 or 32 rows only for matmuls of more than 4 tokens: streamed from DRAM for a
-     * few tokens, 8 rows at a time ran faster (Zen 5: Q4_K_M decode 62-65 tok/s against
-     * 41-43, a forward pass of 4 sequences 917-935 against 681-748); from 5 tokens the
-     * 8-row kernel's second call per group cost more (Xeon, a forward pass of 5-8
-     * sequences 10-20% faster wide; bench/README) */
-    const bool wide = j->n_tok > KERN_GEMM8_TOKS;
+    /* perf: 16 or 32 rows for matmuls of more than 4 tokens everywhere (Xeon: a forward
+     * pass of 5-8 sequences 10-20% faster than two 8-row calls per group), and for fewer on
+     * Intel (g_wide_decode; HEARTH_WIDE_DECODE=0/1 overrides). Streamed from DRAM for 1-4
+     * tokens, 8 rows at a time ran faster on Zen 5 (Q4_K_M decode 62-65 tok/s against
+     * 41-43, a forward pass of 4 sequences 917-935 against 681-748), wide ran faster on a
+     * Xeon (Emerald Rapids: decode Q4_K_M +14%, Q8_0 +17%, Q4_0 +40%, forward passes of
+     * 2-4 sequences +15-35%; bench/README) */
+    const bool wide = j->n_tok > KERN_GEMM8_TOKS || g_wide_decode;
     if (j->gemm_many) { /* AMX: 16 rows x all the tokens */
         for (; r0 + 2 * KERN_GEMM8_ROWS <= r1; r0 += 2 * KERN_GEMM8_ROWS)
             j->gemm_many(j->n_cols, j->w + (size_t)r0 * j->w_row_bytes,
