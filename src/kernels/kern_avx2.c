@@ -582,44 +582,53 @@ X16_INLINE void q4_0_x32_tokens(int64_t n, const block_q4_0_x8 *x, const uint8_t
 GEMM8_BY_TOKENS(X16_FN, gemm32_q4_0_x8_avx512vnni, q4_0_x32_tokens, n, w, vec, stride, ad, as)
 
 /* Q8_0: AVX-512 has no vpsignb; y takes w's sign by a masked negation (where w is 0, |w|
- * is too, so what y becomes there does not count), the same bytes as the sign trick. */
-X16_INLINE void q8_0_x16_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t *vec,
-                                size_t stride, const float *ad, int nt, float *out,
-                                size_t out_stride) {
+ * is too, so what y becomes there does not count), the same bytes as the sign trick.
+ * ng (1 or 2) pairs of groups: 16 or 32 rows, each pair as x16_load reads it. */
+X16_INLINE void q8_0_xg_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t *vec,
+                               size_t stride, const float *ad, int ng, int nt, float *out,
+                               size_t out_stride) {
     const int64_t nb = n / QK8_0;
     const size_t gs = (size_t)nb * sizeof *x;
     const __m512i zero = _mm512_setzero_si512();
-    __m512 acc[KERN_GEMM8_TOKS];
-    UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    const block_q8_0_x8 *xg[2] = {x, (const block_q8_0_x8 *)((const uint8_t *)x + 2 * gs)};
+    __m512 acc[2][KERN_GEMM8_TOKS];
+    UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++) acc[g][t] =
+        _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const int8_t *y[KERN_GEMM8_TOKS];
-        __m512i s[2][KERN_GEMM8_TOKS];
+        __m512i s[2][2][KERN_GEMM8_TOKS];
         UNROLL for (int t = 0; t < nt; t++) {
             y[t] = ((const block_q8_0 *)(vec + (size_t)t * stride) + i)->qs;
-            s[0][t] = s[1][t] = zero;
+            UNROLL for (int g = 0; g < ng; g++) s[g][0][t] = s[g][1][t] = zero;
         }
         UNROLL for (int st = 0; st < 8; st++) {
-            const __m512i wv = x16_load(x[i].qs[st], gs);
-            const __m512i aw = _mm512_abs_epi8(wv);
-            const __mmask64 neg = _mm512_movepi8_mask(wv);
-            UNROLL for (int t = 0; t < nt; t++) {
-                int32_t y4;
-                memcpy(&y4, y[t] + 4 * st, 4);
-                const __m512i yv = _mm512_set1_epi32(y4);
-                const __m512i sy = _mm512_mask_sub_epi8(yv, neg, zero, yv);
-                s[st & 1][t] = _mm512_dpbusd_epi32(s[st & 1][t], aw, sy);
+            UNROLL for (int g = 0; g < ng; g++) {
+                const __m512i wv = x16_load(xg[g][i].qs[st], gs);
+                const __m512i aw = _mm512_abs_epi8(wv);
+                const __mmask64 neg = _mm512_movepi8_mask(wv);
+                UNROLL for (int t = 0; t < nt; t++) {
+                    int32_t y4;
+                    memcpy(&y4, y[t] + 4 * st, 4);
+                    const __m512i yv = _mm512_set1_epi32(y4);
+                    const __m512i sy = _mm512_mask_sub_epi8(yv, neg, zero, yv);
+                    s[g][st & 1][t] = _mm512_dpbusd_epi32(s[g][st & 1][t], aw, sy);
+                }
             }
         }
-        const __m512 dx = x16_scales(x[i].d, gs);
-        UNROLL for (int t = 0; t < nt; t++)
-            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(ad[(int64_t)t * nb + i])),
-                                     _mm512_cvtepi32_ps(_mm512_add_epi32(s[0][t], s[1][t])),
-                                     acc[t]);
+        UNROLL for (int g = 0; g < ng; g++) {
+            const __m512 dx = x16_scales(xg[g][i].d, gs);
+            UNROLL for (int t = 0; t < nt; t++)
+                acc[g][t] = _mm512_fmadd_ps(
+                    _mm512_mul_ps(dx, _mm512_set1_ps(ad[(int64_t)t * nb + i])),
+                    _mm512_cvtepi32_ps(_mm512_add_epi32(s[g][0][t], s[g][1][t])), acc[g][t]);
+        }
     }
-    UNROLL for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+    UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++)
+        _mm512_storeu_ps(out + (size_t)t * out_stride + 16 * g, acc[g][t]);
 }
 
-GEMM8_BY_TOKENS(X16_FN, gemm16_q8_0_x8_avx512vnni, q8_0_x16_tokens, n, w, vec, stride, ad)
+GEMM8_BY_TOKENS(X16_FN, gemm16_q8_0_x8_avx512vnni, q8_0_xg_tokens, n, w, vec, stride, ad, 1)
+GEMM8_BY_TOKENS(X16_FN, gemm32_q8_0_x8_avx512vnni, q8_0_xg_tokens, n, w, vec, stride, ad, 2)
 
 /* Q4_K: the sub-block sums of 16 rows in zmm; each group's super-block ends as in the
  * ymm kernel (q4_K_x8_finish, its mins). */
@@ -2951,6 +2960,7 @@ void kern_avx512_fill(kern_table *t) {
     t->gemm16[HL_TYPE_Q4_0_X8] = gemm16_q4_0_x8_avx512vnni;
     t->gemm32[HL_TYPE_Q4_0_X8] = gemm32_q4_0_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q8_0_X8] = gemm16_q8_0_x8_avx512vnni;
+    t->gemm32[HL_TYPE_Q8_0_X8] = gemm32_q8_0_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q4_K_X8] = gemm16_q4_K_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q6_K_X8] = gemm16_q6_K_x8_avx512vnni;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
