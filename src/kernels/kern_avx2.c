@@ -631,64 +631,88 @@ GEMM8_BY_TOKENS(X16_FN, gemm16_q8_0_x8_avx512vnni, q8_0_xg_tokens, n, w, vec, st
 GEMM8_BY_TOKENS(X16_FN, gemm32_q8_0_x8_avx512vnni, q8_0_xg_tokens, n, w, vec, stride, ad, 2)
 
 /* Q4_K: the sub-block sums of 16 rows in zmm; each group's super-block ends as in the
- * ymm kernel (q4_K_x8_finish, its mins). */
-X16_INLINE void q4_K_x16_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t *vec,
-                                size_t stride, int nt, float *out, size_t out_stride) {
+ * ymm kernel (q4_K_x8_finish, its mins). ng (1 or 2) pairs of groups: 16 or 32 rows. */
+X16_INLINE void q4_K_xg_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t *vec,
+                               size_t stride, int ng, int nt, float *out, size_t out_stride) {
     const size_t gs = (size_t)(n / QK_K) * sizeof *x;
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    __m256 acc[2][KERN_GEMM8_TOKS], accm[2][KERN_GEMM8_TOKS];
-    UNROLL for (int t = 0; t < nt; t++) acc[0][t] = acc[1][t] = accm[0][t] = accm[1][t] =
-        _mm256_setzero_ps();
+    __m256 acc[4][KERN_GEMM8_TOKS], accm[4][KERN_GEMM8_TOKS];
+    UNROLL for (int h = 0; h < 2 * ng; h++) UNROLL for (int t = 0; t < nt; t++) acc[h][t] =
+        accm[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const block_q4_K_x8 *x1 = (const block_q4_K_x8 *)((const uint8_t *)&x[i] + gs);
+        const block_q4_K_x8 *xh[4]; /* the groups: h = 2 * pair + half */
+        UNROLL for (int h = 0; h < 2 * ng; h++)
+            xh[h] = (const block_q4_K_x8 *)((const uint8_t *)&x[i] + h * gs);
         const block_q8_K *y[KERN_GEMM8_TOKS];
         UNROLL for (int t = 0; t < nt; t++)
             y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
-        _Alignas(32) uint8_t sc[2][64], mn[2][64];
-        q4_K_x8_scales(&x[i], sc[0], mn[0]);
-        q4_K_x8_scales(x1, sc[1], mn[1]);
-        __m512i sumi[KERN_GEMM8_TOKS];
-        UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
+        _Alignas(32) uint8_t sc[4][64], mn[4][64];
+        UNROLL for (int h = 0; h < 2 * ng; h++) q4_K_x8_scales(xh[h], sc[h], mn[h]);
+        __m512i sumi[2][KERN_GEMM8_TOKS];
+        UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++) sumi[g][t] =
+            _mm512_setzero_si512();
         _Pragma("GCC unroll 1") for (int j = 0; j < 4; j++) {
-            __m512i a_lo[KERN_GEMM8_TOKS], a_hi[KERN_GEMM8_TOKS];
-            UNROLL for (int t = 0; t < nt; t++) a_lo[t] = a_hi[t] = _mm512_setzero_si512();
+            __m512i a_lo[2][KERN_GEMM8_TOKS], a_hi[2][KERN_GEMM8_TOKS];
+            UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++) a_lo[g][t] =
+                a_hi[g][t] = _mm512_setzero_si512();
             UNROLL for (int st = 0; st < 8; st++) {
-                const __m512i v = x16_load(x[i].qs[j][st], gs);
-                const __m512i lo = _mm512_and_si512(v, low4);
-                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-                UNROLL for (int t = 0; t < nt; t++) {
-                    int32_t yl, yh;
-                    memcpy(&yl, y[t]->qs + 64 * j + 4 * st, 4);
-                    memcpy(&yh, y[t]->qs + 64 * j + 32 + 4 * st, 4);
-                    a_lo[t] = _mm512_dpbusd_epi32(a_lo[t], lo, _mm512_set1_epi32(yl));
-                    a_hi[t] = _mm512_dpbusd_epi32(a_hi[t], hi, _mm512_set1_epi32(yh));
+                UNROLL for (int g = 0; g < ng; g++) {
+                    const __m512i v = x16_load(xh[2 * g]->qs[j][st], gs);
+                    const __m512i lo = _mm512_and_si512(v, low4);
+                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                    UNROLL for (int t = 0; t < nt; t++) {
+                        int32_t yl, yh;
+                        memcpy(&yl, y[t]->qs + 64 * j + 4 * st, 4);
+                        memcpy(&yh, y[t]->qs + 64 * j + 32 + 4 * st, 4);
+                        a_lo[g][t] = _mm512_dpbusd_epi32(a_lo[g][t], lo, _mm512_set1_epi32(yl));
+                        a_hi[g][t] = _mm512_dpbusd_epi32(a_hi[g][t], hi, _mm512_set1_epi32(yh));
+                    }
                 }
             }
-            const __m512i s0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
-                _mm_loadl_epi64((const __m128i *)(sc[0] + 16 * j)),
-                _mm_loadl_epi64((const __m128i *)(sc[1] + 16 * j))));
-            const __m512i s1 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
-                _mm_loadl_epi64((const __m128i *)(sc[0] + 16 * j + 8)),
-                _mm_loadl_epi64((const __m128i *)(sc[1] + 16 * j + 8))));
-            UNROLL for (int t = 0; t < nt; t++)
-                sumi[t] = _mm512_add_epi32(sumi[t],
-                                           _mm512_add_epi32(_mm512_mullo_epi32(a_lo[t], s0),
-                                                            _mm512_mullo_epi32(a_hi[t], s1)));
+            UNROLL for (int g = 0; g < ng; g++) {
+                const uint8_t *s0 = sc[2 * g], *s1 = sc[2 * g + 1];
+                const __m512i c0 = _mm512_cvtepu8_epi32(
+                    _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(s0 + 16 * j)),
+                                       _mm_loadl_epi64((const __m128i *)(s1 + 16 * j))));
+                const __m512i c1 = _mm512_cvtepu8_epi32(
+                    _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(s0 + 16 * j + 8)),
+                                       _mm_loadl_epi64((const __m128i *)(s1 + 16 * j + 8))));
+                UNROLL for (int t = 0; t < nt; t++)
+                    sumi[g][t] = _mm512_add_epi32(
+                        sumi[g][t], _mm512_add_epi32(_mm512_mullo_epi32(a_lo[g][t], c0),
+                                                     _mm512_mullo_epi32(a_hi[g][t], c1)));
+            }
         }
-        UNROLL for (int t = 0; t < nt; t++) {
-            q4_K_x8_finish(&x[i], y[t], mn[0], _mm512_castsi512_si256(sumi[t]), &acc[0][t],
-                           &accm[0][t]);
-            q4_K_x8_finish(x1, y[t], mn[1], _mm512_extracti64x4_epi64(sumi[t], 1), &acc[1][t],
-                           &accm[1][t]);
+        UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++) {
+            q4_K_x8_finish(xh[2 * g], y[t], mn[2 * g], _mm512_castsi512_si256(sumi[g][t]),
+                           &acc[2 * g][t], &accm[2 * g][t]);
+            q4_K_x8_finish(xh[2 * g + 1], y[t], mn[2 * g + 1],
+                           _mm512_extracti64x4_epi64(sumi[g][t], 1), &acc[2 * g + 1][t],
+                           &accm[2 * g + 1][t]);
         }
     }
-    UNROLL for (int t = 0; t < nt; t++) {
-        _mm256_storeu_ps(out + (size_t)t * out_stride, _mm256_sub_ps(acc[0][t], accm[0][t]));
-        _mm256_storeu_ps(out + (size_t)t * out_stride + 8, _mm256_sub_ps(acc[1][t], accm[1][t]));
-    }
+    UNROLL for (int h = 0; h < 2 * ng; h++) UNROLL for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(out + (size_t)t * out_stride + 8 * h, _mm256_sub_ps(acc[h][t], accm[h][t]));
 }
 
-GEMM8_BY_TOKENS(X16_FN, gemm16_q4_K_x8_avx512vnni, q4_K_x16_tokens, n, w, vec, stride)
+GEMM8_BY_TOKENS(X16_FN, gemm16_q4_K_x8_avx512vnni, q4_K_xg_tokens, n, w, vec, stride, 1)
+
+/* 32 rows: both pairs in one pass for 1-2 tokens (four streams of weights: decode);
+ * for more, the pairs one after the other (the registers of four tokens' sums would
+ * spill). */
+X16_FN void gemm32_q4_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
+                                      const float *ad, const int32_t *as, int nt, float *out,
+                                      size_t out_stride) {
+    if (nt <= 2) {
+        if (nt == 1) q4_K_xg_tokens(n, w, vec, stride, 2, 1, out, out_stride);
+        else q4_K_xg_tokens(n, w, vec, stride, 2, 2, out, out_stride);
+        return;
+    }
+    const size_t pair = 2 * (size_t)(n / QK_K) * sizeof(block_q4_K_x8);
+    gemm16_q4_K_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
+    gemm16_q4_K_x8_avx512vnni(n, (const uint8_t *)w + pair, vec, stride, ad, as, nt, out + 16,
+                              out_stride);
+}
 
 /* The step-pair kernels below: the activation's 4 bytes of step st in lanes 0-7, those of
  * st + 1 in lanes 8-15 (y: their 8 bytes), and a row's sum as the sum of its two lanes. */
@@ -2962,6 +2986,7 @@ void kern_avx512_fill(kern_table *t) {
     t->gemm16[HL_TYPE_Q8_0_X8] = gemm16_q8_0_x8_avx512vnni;
     t->gemm32[HL_TYPE_Q8_0_X8] = gemm32_q8_0_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q4_K_X8] = gemm16_q4_K_x8_avx512vnni;
+    t->gemm32[HL_TYPE_Q4_K_X8] = gemm32_q4_K_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q6_K_X8] = gemm16_q6_K_x8_avx512vnni;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
