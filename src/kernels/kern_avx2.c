@@ -796,54 +796,67 @@ X16_INLINE void q6_K_x16_bias(const block_q8_K *y, int parts, int32_t bias[QK_K 
     _mm512_store_si512(bias, _mm512_mullo_epi32(bs, _mm512_set1_epi32(-32 / parts)));
 }
 
-X16_INLINE void q6_K_x16_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec,
-                                size_t stride, int nt, float *out, size_t out_stride) {
+/* ng (1 or 2) pairs of groups: 16 or 32 rows. */
+X16_INLINE void q6_K_xg_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec,
+                               size_t stride, int ng, int nt, float *out, size_t out_stride) {
     const size_t gs = (size_t)(n / QK_K) * sizeof *x;
-    __m512 acc[KERN_GEMM8_TOKS];
-    UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    __m512 acc[2][KERN_GEMM8_TOKS];
+    UNROLL for (int p = 0; p < ng; p++) UNROLL for (int t = 0; t < nt; t++) acc[p][t] =
+        _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const block_q6_K_x8 *x1 = (const block_q6_K_x8 *)((const uint8_t *)&x[i] + gs);
+        const block_q6_K_x8 *xh[4]; /* the groups: h = 2 * pair + half */
+        UNROLL for (int h = 0; h < 2 * ng; h++)
+            xh[h] = (const block_q6_K_x8 *)((const uint8_t *)&x[i] + h * gs);
         const block_q8_K *y[KERN_GEMM8_TOKS];
         _Alignas(64) int32_t bias[KERN_GEMM8_TOKS][QK_K / 16];
-        __m512i sumi[KERN_GEMM8_TOKS];
+        __m512i sumi[2][KERN_GEMM8_TOKS];
         UNROLL for (int t = 0; t < nt; t++) {
             y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
             q6_K_x16_bias(y[t], 1, bias[t]);
-            sumi[t] = _mm512_setzero_si512();
+            UNROLL for (int p = 0; p < ng; p++) sumi[p][t] = _mm512_setzero_si512();
         }
         _Pragma("GCC unroll 1") for (int hh = 0; hh < 4; hh++) {
             const int h = hh >> 1, half = hh & 1;
-            __m512i s[4][KERN_GEMM8_TOKS];
-            UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++)
-                s[g][t] = _mm512_set1_epi32(bias[t][8 * h + 2 * g + half]);
+            __m512i s[2][4][KERN_GEMM8_TOKS];
+            UNROLL for (int p = 0; p < ng; p++) UNROLL for (int g = 0; g < 4; g++)
+                UNROLL for (int t = 0; t < nt; t++)
+                    s[p][g][t] = _mm512_set1_epi32(bias[t][8 * h + 2 * g + half]);
             UNROLL for (int k = 0; k < 4; k++) {
                 const int st = 4 * half + k;
-                const __m512i l0 = x16_load(q6_K_x8_ql(&x[i], 2 * h, st), gs);
-                const __m512i l1 = x16_load(q6_K_x8_ql(&x[i], 2 * h + 1, st), gs);
-                const __m512i hb = x16_load(q6_K_x8_qh(&x[i], h, st), gs);
-                __m512i q[4];
-                q6_K_x16_quants(l0, l1, hb, q);
-                UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++) {
-                    int32_t y4;
-                    memcpy(&y4, y[t]->qs + 128 * h + 32 * g + 4 * st, 4);
-                    s[g][t] = _mm512_dpbusd_epi32(s[g][t], q[g], _mm512_set1_epi32(y4));
+                UNROLL for (int p = 0; p < ng; p++) {
+                    const block_q6_K_x8 *xp = xh[2 * p];
+                    const __m512i l0 = x16_load(q6_K_x8_ql(xp, 2 * h, st), gs);
+                    const __m512i l1 = x16_load(q6_K_x8_ql(xp, 2 * h + 1, st), gs);
+                    const __m512i hb = x16_load(q6_K_x8_qh(xp, h, st), gs);
+                    __m512i q[4];
+                    q6_K_x16_quants(l0, l1, hb, q);
+                    UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++) {
+                        int32_t y4;
+                        memcpy(&y4, y[t]->qs + 128 * h + 32 * g + 4 * st, 4);
+                        s[p][g][t] =
+                            _mm512_dpbusd_epi32(s[p][g][t], q[g], _mm512_set1_epi32(y4));
+                    }
                 }
             }
-            UNROLL for (int g = 0; g < 4; g++) {
+            UNROLL for (int p = 0; p < ng; p++) UNROLL for (int g = 0; g < 4; g++) {
                 const int grp = 8 * h + 2 * g + half;
-                const __m512i sc = _mm512_cvtepi8_epi32(
-                    _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)x[i].scales[grp]),
-                                       _mm_loadl_epi64((const __m128i *)x1->scales[grp])));
+                const __m512i sc = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
+                    _mm_loadl_epi64((const __m128i *)xh[2 * p]->scales[grp]),
+                    _mm_loadl_epi64((const __m128i *)xh[2 * p + 1]->scales[grp])));
                 UNROLL for (int t = 0; t < nt; t++)
-                    sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(s[g][t], sc));
+                    sumi[p][t] = _mm512_add_epi32(sumi[p][t], _mm512_mullo_epi32(s[p][g][t], sc));
             }
         }
-        const __m512 d = x16_scales(x[i].d, gs);
-        UNROLL for (int t = 0; t < nt; t++)
-            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(y[t]->d), d),
-                                                         _mm512_cvtepi32_ps(sumi[t])));
+        UNROLL for (int p = 0; p < ng; p++) {
+            const __m512 d = x16_scales(xh[2 * p]->d, gs);
+            UNROLL for (int t = 0; t < nt; t++)
+                acc[p][t] = _mm512_add_ps(
+                    acc[p][t], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(y[t]->d), d),
+                                             _mm512_cvtepi32_ps(sumi[p][t])));
+        }
     }
-    UNROLL for (int t = 0; t < nt; t++) _mm512_storeu_ps(out + (size_t)t * out_stride, acc[t]);
+    UNROLL for (int p = 0; p < ng; p++) UNROLL for (int t = 0; t < nt; t++)
+        _mm512_storeu_ps(out + (size_t)t * out_stride + 16 * p, acc[p][t]);
 }
 
 /* Q6_K_X8 for one group of 8 rows in zmm, for decode: lanes 0-7 take step st, lanes 8-15
@@ -901,7 +914,22 @@ X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint
 
 GEMM8_BY_TOKENS(X16_FN, gemm8_q6_K_x8_avx512, q6_K_x8_step_pairs, n, w, vec, stride)
 
-GEMM8_BY_TOKENS(X16_FN, gemm16_q6_K_x8_avx512vnni, q6_K_x16_tokens, n, w, vec, stride)
+GEMM8_BY_TOKENS(X16_FN, gemm16_q6_K_x8_avx512vnni, q6_K_xg_tokens, n, w, vec, stride, 1)
+
+/* 32 rows: both pairs in one pass for one token (decode: four streams of weights); for
+ * more, the pairs one after the other (the sums of both would not fit the registers). */
+X16_FN void gemm32_q6_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
+                                      const float *ad, const int32_t *as, int nt, float *out,
+                                      size_t out_stride) {
+    if (nt == 1) {
+        q6_K_xg_tokens(n, w, vec, stride, 2, 1, out, out_stride);
+        return;
+    }
+    const size_t pair = 2 * (size_t)(n / QK_K) * sizeof(block_q6_K_x8);
+    gemm16_q6_K_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
+    gemm16_q6_K_x8_avx512vnni(n, (const uint8_t *)w + pair, vec, stride, ad, as, nt, out + 16,
+                              out_stride);
+}
 
 #undef X16_FN
 #undef X16_INLINE
@@ -2988,6 +3016,7 @@ void kern_avx512_fill(kern_table *t) {
     t->gemm16[HL_TYPE_Q4_K_X8] = gemm16_q4_K_x8_avx512vnni;
     t->gemm32[HL_TYPE_Q4_K_X8] = gemm32_q4_K_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q6_K_X8] = gemm16_q6_K_x8_avx512vnni;
+    t->gemm32[HL_TYPE_Q6_K_X8] = gemm32_q6_K_x8_avx512vnni;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;
