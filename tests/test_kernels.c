@@ -530,21 +530,21 @@ TEST(kernels_max_and_scale_match_ref) {
  * give the softmax attention of all their keys. */
 static void check_attn_block(const kern_table simd) {
     CHECK(simd.attn_block_f16 != NULL);
-    enum { MAXH = 9, MAXK = 67, LD = 131, WAYS = 5 };
+    enum { MAXH = 16, MAXK = 67, LD = 131, WAYS = 5 };
     /* 64 and 128: the kernel's unrolled head sizes; the others its generic loop */
-    static const int heads[] = {1, 2, 3, 6, 7, 8, 9}, keys[] = {1, 5, 64, 67},
+    static const int heads[] = {1, 2, 3, 6, 7, 8, 9, 12, 16}, keys[] = {1, 5, 64, 67},
                      dims[] = {64, 128, 80, 24, 12};
     static float q[MAXH * LD];
     /* each step's keys and values, and a copy of the rows from its split on (its second
      * run, elsewhere in memory) */
     static hl_fp16 k[2 * MAXK * LD], v[2 * MAXK * LD], k2[2 * MAXK * LD], v2[2 * MAXK * LD];
-    float o[WAYS][MAXH * LD], m[WAYS][MAXH], sum[WAYS][MAXH], score[4 * MAXK];
+    float o[WAYS][MAXH * LD], m[WAYS][MAXH], sum[WAYS][MAXH], score[8 * MAXK];
     int n_cases = 0;
     /* keys by rows (LD apart) and by columns (kv/layout.h; key j's element i at
      * i * MAXK + j, the cache's tiles with a width of MAXK) */
     for (int cols = 0; cols < 2; cols++)
     for (int di = 0; di < 5; di++)
-        for (int hi = 0; hi < 7; hi++)
+        for (int hi = 0; hi < 9; hi++)
             for (int ki = 0; ki < 4; ki++) {
                 const int d = dims[di], nh = heads[hi], nk = keys[ki];
                 const int split = nk * (di + hi + ki + 1) % (nk + 1); /* 0 .. nk */
@@ -632,7 +632,7 @@ static void check_attn_block(const kern_table simd) {
                 }
                 n_cases++;
             }
-    CHECK_EQ_INT(n_cases, 280);
+    CHECK_EQ_INT(n_cases, 360);
 }
 
 TEST(kernels_attn_block_equals_per_head_pieces) {

@@ -2883,8 +2883,82 @@ ATTN512_INLINE void axpy4_rows16(float *const y[4], const float *const p[4], int
     }
 }
 
-/* Keys by columns: heads four at a time, the rest (nh % 4) in pairs by attn_block_walk,
- * which then prefetches nothing (the quads' plan has covered the next step). perf: Zen 5,
+/* Eight heads at a time (a GQA group of 8, as in Llama 3, TinyLlama, Qwen2.5): each key
+ * column and value row converted once for eight heads. perf: on Intel a zmm f16
+ * conversion costs the FMA ports about three multiply-adds (Xeon, Emerald Rapids: 16
+ * FMAs and 4 conversions take 13.6 cycles, not 8), so one conversion per 16 FMAs instead
+ * of per 8 (bench/README). Lane by lane the chains of the kernels above, so the same
+ * bits. Scores: ng (1 or 2) groups of 16 keys, 16 accumulators. */
+ATTN512_INLINE void cols_pass16x8(float *const out[8], const float *const q[8], const hl_fp16 *k,
+                                  int64_t ld, int64_t d, int ng, float scale, attn_prefetch *pf) {
+    __m512 a[8][2];
+    UNROLL for (int h = 0; h < 8; h++) a[h][0] = a[h][1] = _mm512_setzero_ps();
+    for (int64_t i0 = 0; i0 < d; i0 += 8) {
+        attn_prefetch_step(pf);
+        const int64_t i1 = i0 + 8 < d ? i0 + 8 : d;
+        for (int64_t i = i0; i < i1; i++) {
+            const hl_fp16 *r = k + i * ld;
+            __m512 kv[2];
+            UNROLL for (int g = 0; g < ng; g++) kv[g] = load_f16x16(r + 16 * g);
+            UNROLL for (int h = 0; h < 8; h++) {
+                const __m512 x = _mm512_set1_ps(q[h][i]);
+                UNROLL for (int g = 0; g < ng; g++) a[h][g] = _mm512_fmadd_ps(kv[g], x, a[h][g]);
+            }
+        }
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    UNROLL for (int h = 0; h < 8; h++) UNROLL for (int g = 0; g < ng; g++)
+        _mm512_storeu_ps(out[h] + 16 * g, _mm512_mul_ps(a[h][g], vs));
+}
+
+/* Eight heads' scores of nk keys from key j0 into x[h] + j0; under 16 keys left, the pair
+ * kernel four times (the prefetch advances with the first pair only, as the plan counts). */
+ATTN512_INLINE void scores8_cols16(float *const x[8], int64_t j0, const float *const q[8],
+                                   const hl_fp16 *k, int64_t ld, int64_t nk, int64_t d,
+                                   float scale, attn_prefetch *pf) {
+    int64_t j = 0;
+    for (; j + 16 <= nk; j += j + 32 <= nk ? 32 : 16) {
+        float *const out[8] = {x[0] + j0 + j, x[1] + j0 + j, x[2] + j0 + j, x[3] + j0 + j,
+                               x[4] + j0 + j, x[5] + j0 + j, x[6] + j0 + j, x[7] + j0 + j};
+        cols_pass16x8(out, q, k + j, ld, d, j + 32 <= nk ? 2 : 1, scale, pf);
+    }
+    if (j < nk)
+        for (int h = 0; h < 8; h += 2)
+            scores_cols(x[h] + j0 + j, x[h + 1] + j0 + j, q[h], q[h + 1], k + j, ld, nk - j, d,
+                        scale, true, h == 0 ? pf : NULL);
+}
+
+/* Eight heads' value sums: nc (2 or 1) chunks of 16 outputs per head in registers. */
+ATTN512_INLINE void axpy8_chunks16(float *const y[8], int64_t i, const float *const p[8],
+                                   int64_t j0, const hl_fp16 *v, int64_t ldv, int64_t nk, int nc) {
+    __m512 a[8][2];
+    UNROLL for (int h = 0; h < 8; h++) UNROLL for (int r = 0; r < nc; r++) a[h][r] =
+        _mm512_loadu_ps(y[h] + i + 16 * r);
+    for (int64_t j = 0; j < nk; j++) {
+        __m512 ph[8];
+        UNROLL for (int h = 0; h < 8; h++) ph[h] = _mm512_set1_ps(p[h][j0 + j]);
+        UNROLL for (int r = 0; r < nc; r++) {
+            const __m512 x = load_f16x16(v + j * ldv + i + 16 * r);
+            UNROLL for (int h = 0; h < 8; h++) a[h][r] = _mm512_fmadd_ps(ph[h], x, a[h][r]);
+        }
+    }
+    UNROLL for (int h = 0; h < 8; h++) UNROLL for (int r = 0; r < nc; r++)
+        _mm512_storeu_ps(y[h] + i + 16 * r, a[h][r]);
+}
+
+ATTN512_INLINE void axpy8_rows16(float *const y[8], const float *const p[8], int64_t j0,
+                                 const hl_fp16 *v, int64_t ldv, int64_t nk, int64_t d) {
+    int64_t i = 0;
+    for (; i + 32 <= d; i += 32) axpy8_chunks16(y, i, p, j0, v, ldv, nk, 2);
+    for (; i + 16 <= d; i += 16) axpy8_chunks16(y, i, p, j0, v, ldv, nk, 1);
+    if (i < d)
+        for (int h = 0; h < 8; h += 2)
+            axpy2_rows_f16(y[h] + i, y[h + 1] + i, p[h] + j0, p[h + 1] + j0, v + i, ldv, nk,
+                           d - i);
+}
+
+/* Keys by columns: heads eight at a time, then four, the rest (nh % 4) in pairs by
+ * attn_block_walk; only the widest pass prefetches (its plan covers the next step). perf:
  * bench_attn at 4096 positions: see bench/README.md. */
 ATTN512_FN void attn_block_f16_avx512(const kern_attn_block *b) {
     if (!b->k_cols || b->nh < 4) {
@@ -2892,8 +2966,30 @@ ATTN512_FN void attn_block_f16_avx512(const kern_attn_block *b) {
         return;
     }
     const int64_t nk = kern_attn_block_keys(b);
-    attn_prefetch pf = attn_prefetch_plan(b, 4);
+    const int per_pass = b->nh >= 8 ? 8 : 4;
+    attn_prefetch pf = attn_prefetch_plan(b, per_pass);
+    attn_prefetch none = {0};
     int32_t i = 0;
+    for (; i + 8 <= b->nh; i += 8) {
+        const float *q[8];
+        float *x[8], *o[8];
+        for (int h = 0; h < 8; h++) {
+            q[h] = b->q + (i + h) * b->ldq;
+            x[h] = b->score + h * nk;
+            o[h] = b->o + (i + h) * b->dv;
+        }
+        int64_t j = 0;
+        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
+            if (b->run[r].n > 0)
+                scores8_cols16(x, j, q, b->run[r].k, b->run[r].kld, b->run[r].n, b->dk,
+                               b->scale, &pf);
+        for (int h = 0; h < 8; h++) softmax_step(x[h], nk, &b->m[i + h], &b->s[i + h], o[h], b->dv);
+        j = 0;
+        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
+            if (b->run[r].n > 0)
+                axpy8_rows16(o, (const float *const *)x, j, b->run[r].v, b->ldv, b->run[r].n,
+                             b->dv);
+    }
     for (; i + 4 <= b->nh; i += 4) {
         const float *q[4];
         float *x[4], *o[4];
@@ -2906,7 +3002,7 @@ ATTN512_FN void attn_block_f16_avx512(const kern_attn_block *b) {
         for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
             if (b->run[r].n > 0)
                 scores4_cols16(x, j, q, b->run[r].k, b->run[r].kld, b->run[r].n, b->dk,
-                               b->scale, &pf);
+                               b->scale, per_pass == 4 ? &pf : &none);
         for (int h = 0; h < 4; h++) softmax_step(x[h], nk, &b->m[i + h], &b->s[i + h], o[h], b->dv);
         j = 0;
         for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)

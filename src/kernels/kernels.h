@@ -115,11 +115,11 @@ float kern_exp_shift_sum(float *x, int64_t n, float shift);
  * cache's blocks; a run with n = 0 is unused). Per head i (query q + i*ldq, state
  * o + i*dv, m[i], s[i]): scores x_j = scale * q.k_j over the nk keys; with
  * M = max(m[i], max_j x_j), o and s[i] are first scaled by exp(m[i] - M) (when M grew),
- * then s[i] += sum_j exp(x_j - M), o += sum_j exp(x_j - M) v_j, m[i] = M. score: 4 * nk
+ * then s[i] += sum_j exp(x_j - M), o += sum_j exp(x_j - M) v_j, m[i] = M. score: 8 * nk
  * floats of scratch. The result is bit for bit that of the per-head sequence
  * kern_dot_rows_kv or kern_dot_cols_f16 (run by run), kern_max, kern_scale, kern_exp_shift_sum,
  * kern_axpy_rows_kv (run by run), so a head's output does not depend on nh, nor on where
- * the runs split the keys. perf: two heads (AVX-512: four) share each conversion of a key or value row,
+ * the runs split the keys. perf: two heads (AVX-512: eight or four) share each conversion of a key or value row,
  * and a step costs one call instead of five per head. */
 typedef struct kern_attn_run {
     const void *k, *v;

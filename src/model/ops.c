@@ -382,7 +382,7 @@ static void attn_range(const attn_job *j, int32_t t, int32_t h0, int32_t nh, int
     const int32_t seq = c->tok_seq[t];
     /* the token's own sequence, in the slot of the layer's cache */
     const model_seq_kv *kv = &c->seq_kv[seq].slot[c->m->layer_slot[a->layer]];
-    float score[4 * ATTN_BLOCK]; /* kern_attn_block's scratch: four heads' scores */
+    float score[8 * ATTN_BLOCK]; /* kern_attn_block's scratch: eight heads' scores */
     const float *q = c->q + ((int64_t)t * a->n_head + h0) * hdk;
     const hl_type kt = kv->geom->k_type, vt = kv->geom->v_type;
     const size_t ldk = kv->geom->k_row[a->layer], ldv = kv->geom->v_row[a->layer];
