@@ -1005,15 +1005,16 @@ static void check_x8_tables(hl_type packed, hl_type vdt, const uint8_t *p, size_
     const int32_t *as = acts.as;
     const kern_gemm8_fn ref = kern_table_ref()->gemm8[packed];
     for (int v = 0; v < n_tabs; v++) {
-        /* gemm8, then gemm16 and gemm32 where a table has them */
-        for (int rows = 8; rows <= 32; rows *= 2) {
+        /* gemm8, then gemm16, gemm32 and gemm64 where a table has them */
+        for (int rows = 8; rows <= 64; rows *= 2) {
             const kern_gemm8_fn fn = rows == 8    ? tabs[v].gemm8[packed]
                                      : rows == 16 ? tabs[v].gemm16[packed]
-                                                  : tabs[v].gemm32[packed];
+                                     : rows == 32 ? tabs[v].gemm32[packed]
+                                                  : tabs[v].gemm64[packed];
             for (int64_t g = 0; fn && g + rows / 8 <= n_rows / 8; g++) {
                 const uint8_t *w = p + (size_t)g * 8 * rb;
                 for (int nt = 1; nt <= nt_max; nt++) {
-                    float got[KERN_GEMM8_TOKS * 32], want[32];
+                    float got[KERN_GEMM8_TOKS * 64], want[64];
                     fn(n_cols, w, xq, xb, ad, as, nt, got, (size_t)rows);
                     for (int t = 0; t < nt; t++) {
                         for (int k = 0; k < rows / 8; k++)

@@ -590,13 +590,15 @@ X16_INLINE void q8_0_xg_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t 
     const int64_t nb = n / QK8_0;
     const size_t gs = (size_t)nb * sizeof *x;
     const __m512i zero = _mm512_setzero_si512();
-    const block_q8_0_x8 *xg[2] = {x, (const block_q8_0_x8 *)((const uint8_t *)x + 2 * gs)};
-    __m512 acc[2][KERN_GEMM8_TOKS];
+    const block_q8_0_x8 *xg[4];
+    UNROLL for (int g = 0; g < ng; g++)
+        xg[g] = (const block_q8_0_x8 *)((const uint8_t *)x + 2 * g * gs);
+    __m512 acc[4][KERN_GEMM8_TOKS];
     UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++) acc[g][t] =
         _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const int8_t *y[KERN_GEMM8_TOKS];
-        __m512i s[2][2][KERN_GEMM8_TOKS];
+        __m512i s[4][2][KERN_GEMM8_TOKS];
         UNROLL for (int t = 0; t < nt; t++) {
             y[t] = ((const block_q8_0 *)(vec + (size_t)t * stride) + i)->qs;
             UNROLL for (int g = 0; g < ng; g++) s[g][0][t] = s[g][1][t] = zero;
@@ -630,29 +632,42 @@ X16_INLINE void q8_0_xg_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t 
 GEMM8_BY_TOKENS(X16_FN, gemm16_q8_0_x8_avx512vnni, q8_0_xg_tokens, n, w, vec, stride, ad, 1)
 GEMM8_BY_TOKENS(X16_FN, gemm32_q8_0_x8_avx512vnni, q8_0_xg_tokens, n, w, vec, stride, ad, 2)
 
+X16_FN void gemm64_q8_0_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
+                                      const float *ad, const int32_t *as, int nt, float *out,
+                                      size_t out_stride) {
+    if (nt == 1) {
+        q8_0_xg_tokens(n, w, vec, stride, ad, 4, 1, out, out_stride);
+        return;
+    }
+    const size_t half = 4 * (size_t)(n / QK8_0) * sizeof(block_q8_0_x8);
+    gemm32_q8_0_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
+    gemm32_q8_0_x8_avx512vnni(n, (const uint8_t *)w + half, vec, stride, ad, as, nt, out + 32,
+                              out_stride);
+}
+
 /* Q4_K: the sub-block sums of 16 rows in zmm; each group's super-block ends as in the
  * ymm kernel (q4_K_x8_finish, its mins). ng (1 or 2) pairs of groups: 16 or 32 rows. */
 X16_INLINE void q4_K_xg_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t *vec,
                                size_t stride, int ng, int nt, float *out, size_t out_stride) {
     const size_t gs = (size_t)(n / QK_K) * sizeof *x;
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    __m256 acc[4][KERN_GEMM8_TOKS], accm[4][KERN_GEMM8_TOKS];
+    __m256 acc[8][KERN_GEMM8_TOKS], accm[8][KERN_GEMM8_TOKS];
     UNROLL for (int h = 0; h < 2 * ng; h++) UNROLL for (int t = 0; t < nt; t++) acc[h][t] =
         accm[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const block_q4_K_x8 *xh[4]; /* the groups: h = 2 * pair + half */
+        const block_q4_K_x8 *xh[8]; /* the groups: h = 2 * pair + half */
         UNROLL for (int h = 0; h < 2 * ng; h++)
             xh[h] = (const block_q4_K_x8 *)((const uint8_t *)&x[i] + h * gs);
         const block_q8_K *y[KERN_GEMM8_TOKS];
         UNROLL for (int t = 0; t < nt; t++)
             y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
-        _Alignas(32) uint8_t sc[4][64], mn[4][64];
+        _Alignas(32) uint8_t sc[8][64], mn[8][64];
         UNROLL for (int h = 0; h < 2 * ng; h++) q4_K_x8_scales(xh[h], sc[h], mn[h]);
-        __m512i sumi[2][KERN_GEMM8_TOKS];
+        __m512i sumi[4][KERN_GEMM8_TOKS];
         UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++) sumi[g][t] =
             _mm512_setzero_si512();
         _Pragma("GCC unroll 1") for (int j = 0; j < 4; j++) {
-            __m512i a_lo[2][KERN_GEMM8_TOKS], a_hi[2][KERN_GEMM8_TOKS];
+            __m512i a_lo[4][KERN_GEMM8_TOKS], a_hi[4][KERN_GEMM8_TOKS];
             UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++) a_lo[g][t] =
                 a_hi[g][t] = _mm512_setzero_si512();
             UNROLL for (int st = 0; st < 8; st++) {
@@ -711,6 +726,20 @@ X16_FN void gemm32_q4_K_x8_avx512vnni(int64_t n, const void *w, const void *vec,
     const size_t pair = 2 * (size_t)(n / QK_K) * sizeof(block_q4_K_x8);
     gemm16_q4_K_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
     gemm16_q4_K_x8_avx512vnni(n, (const uint8_t *)w + pair, vec, stride, ad, as, nt, out + 16,
+                              out_stride);
+}
+
+/* 64 rows: four pairs in one pass for one token, else two 32-row calls. */
+X16_FN void gemm64_q4_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
+                                      const float *ad, const int32_t *as, int nt, float *out,
+                                      size_t out_stride) {
+    if (nt == 1) {
+        q4_K_xg_tokens(n, w, vec, stride, 4, 1, out, out_stride);
+        return;
+    }
+    const size_t half = 4 * (size_t)(n / QK_K) * sizeof(block_q4_K_x8);
+    gemm32_q4_K_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
+    gemm32_q4_K_x8_avx512vnni(n, (const uint8_t *)w + half, vec, stride, ad, as, nt, out + 32,
                               out_stride);
 }
 
@@ -800,16 +829,16 @@ X16_INLINE void q6_K_x16_bias(const block_q8_K *y, int parts, int32_t bias[QK_K 
 X16_INLINE void q6_K_xg_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec,
                                size_t stride, int ng, int nt, float *out, size_t out_stride) {
     const size_t gs = (size_t)(n / QK_K) * sizeof *x;
-    __m512 acc[2][KERN_GEMM8_TOKS];
+    __m512 acc[4][KERN_GEMM8_TOKS];
     UNROLL for (int p = 0; p < ng; p++) UNROLL for (int t = 0; t < nt; t++) acc[p][t] =
         _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const block_q6_K_x8 *xh[4]; /* the groups: h = 2 * pair + half */
+        const block_q6_K_x8 *xh[8]; /* the groups: h = 2 * pair + half */
         UNROLL for (int h = 0; h < 2 * ng; h++)
             xh[h] = (const block_q6_K_x8 *)((const uint8_t *)&x[i] + h * gs);
         const block_q8_K *y[KERN_GEMM8_TOKS];
         _Alignas(64) int32_t bias[KERN_GEMM8_TOKS][QK_K / 16];
-        __m512i sumi[2][KERN_GEMM8_TOKS];
+        __m512i sumi[4][KERN_GEMM8_TOKS];
         UNROLL for (int t = 0; t < nt; t++) {
             y[t] = (const block_q8_K *)(vec + (size_t)t * stride) + i;
             q6_K_x16_bias(y[t], 1, bias[t]);
@@ -817,7 +846,7 @@ X16_INLINE void q6_K_xg_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t 
         }
         _Pragma("GCC unroll 1") for (int hh = 0; hh < 4; hh++) {
             const int h = hh >> 1, half = hh & 1;
-            __m512i s[2][4][KERN_GEMM8_TOKS];
+            __m512i s[4][4][KERN_GEMM8_TOKS];
             UNROLL for (int p = 0; p < ng; p++) UNROLL for (int g = 0; g < 4; g++)
                 UNROLL for (int t = 0; t < nt; t++)
                     s[p][g][t] = _mm512_set1_epi32(bias[t][8 * h + 2 * g + half]);
@@ -928,6 +957,20 @@ X16_FN void gemm32_q6_K_x8_avx512vnni(int64_t n, const void *w, const void *vec,
     const size_t pair = 2 * (size_t)(n / QK_K) * sizeof(block_q6_K_x8);
     gemm16_q6_K_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
     gemm16_q6_K_x8_avx512vnni(n, (const uint8_t *)w + pair, vec, stride, ad, as, nt, out + 16,
+                              out_stride);
+}
+
+/* 64 rows: four pairs in one pass for one token, else two 32-row calls. */
+X16_FN void gemm64_q6_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
+                                      const float *ad, const int32_t *as, int nt, float *out,
+                                      size_t out_stride) {
+    if (nt == 1) {
+        q6_K_xg_tokens(n, w, vec, stride, 4, 1, out, out_stride);
+        return;
+    }
+    const size_t half = 4 * (size_t)(n / QK_K) * sizeof(block_q6_K_x8);
+    gemm32_q6_K_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
+    gemm32_q6_K_x8_avx512vnni(n, (const uint8_t *)w + half, vec, stride, ad, as, nt, out + 32,
                               out_stride);
 }
 
@@ -3109,10 +3152,13 @@ void kern_avx512_fill(kern_table *t) {
     t->gemm32[HL_TYPE_Q4_0_X8] = gemm32_q4_0_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q8_0_X8] = gemm16_q8_0_x8_avx512vnni;
     t->gemm32[HL_TYPE_Q8_0_X8] = gemm32_q8_0_x8_avx512vnni;
+    t->gemm64[HL_TYPE_Q8_0_X8] = gemm64_q8_0_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q4_K_X8] = gemm16_q4_K_x8_avx512vnni;
     t->gemm32[HL_TYPE_Q4_K_X8] = gemm32_q4_K_x8_avx512vnni;
+    t->gemm64[HL_TYPE_Q4_K_X8] = gemm64_q4_K_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q6_K_X8] = gemm16_q6_K_x8_avx512vnni;
     t->gemm32[HL_TYPE_Q6_K_X8] = gemm32_q6_K_x8_avx512vnni;
+    t->gemm64[HL_TYPE_Q6_K_X8] = gemm64_q6_K_x8_avx512vnni;
     t->vec_dot_tile[HL_TYPE_Q4_0] = tile_q4_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q8_0] = tile_q8_0_avx512;
     t->vec_dot_tile[HL_TYPE_Q4_K] = tile_q4_K_avx512;

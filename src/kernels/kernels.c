@@ -8,8 +8,9 @@
  * rows x tokens (many_job). Within a chunk the rows are walked once per tile of KERN_TOK_TILE tokens, so a weight row
  * comes from L2 once per tile and from L1 for the other tokens of the tile. Weights in
  * a packed layout (kern_repack: 8 rows interleaved) go through the table's gemm8
- * kernels a group of 8 rows at a time instead (matmul_groups; AVX-512 prefill takes two
- * groups per call, gemm16, or four, gemm32, where a type has it); their activations carry
+ * kernels a group of 8 rows at a time instead (matmul_groups; AVX-512 takes two groups
+ * per call, gemm16, four, gemm32, or eight, gemm64, where a type has them: prefill
+ * everywhere, decode on Intel); their activations carry
  * per-block side tables (aux_bytes) in the same scratch.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -167,6 +168,7 @@ typedef struct matmul_job {
     kern_gemm8_fn gemm8;       /* packed weight types only (then dot, dot4, tile are NULL) */
     kern_gemm8_fn gemm16;      /* optional: two groups per call */
     kern_gemm8_fn gemm32;      /* optional: four groups per call */
+    kern_gemm8_fn gemm64;      /* optional: eight groups per call */
     /* two groups x every token of the chunk per call (AMX); NULL when the table has none
      * or the matmul has fewer tokens than the table's gemm_many_min */
     kern_gemm8_fn gemm_many;
@@ -246,13 +248,14 @@ static void prefetch_rows(const matmul_job *j, int64_t r, int groups, int64_t r1
  * KERN_GEMM8_TOKS. */
 static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t tb0, int64_t tb1) {
     const int64_t nb = j->n_cols / QK8_0;
-    /* perf: 16 or 32 rows for matmuls of more than 4 tokens everywhere (Xeon: a forward
-     * pass of 5-8 sequences 10-20% faster than two 8-row calls per group), and for fewer on
-     * Intel (g_wide_decode; HEARTH_WIDE_DECODE=0/1 overrides). Streamed from DRAM for 1-4
-     * tokens, 8 rows at a time ran faster on Zen 5 (Q4_K_M decode 62-65 tok/s against
-     * 41-43, a forward pass of 4 sequences 917-935 against 681-748), wide ran faster on a
-     * Xeon (Emerald Rapids: decode Q4_K_M +14%, Q8_0 +17%, Q4_0 +40%, forward passes of
-     * 2-4 sequences +15-35%; bench/README) */
+    /* perf: 16, 32 or 64 rows for matmuls of more than 4 tokens everywhere (Xeon: a
+     * forward pass of 5-8 sequences 10-20% faster than two 8-row calls per group), and for
+     * fewer on Intel (g_wide_decode; HEARTH_WIDE_DECODE=0/1 overrides). Streamed from DRAM
+     * for 1-4 tokens, 8 rows at a time ran faster on Zen 5 (Q4_K_M decode 62-65 tok/s
+     * against 41-43, a forward pass of 4 sequences 917-935 against 681-748), wide ran
+     * faster on a Xeon (Emerald Rapids: decode Q4_K_M +14%, Q8_0 +17%, Q4_0 +40%, forward
+     * passes of 2-4 sequences +15-35%), and more rows per call faster still there (each
+     * group is a stream of its own: more of them in flight per core; bench/README) */
     const bool wide = j->n_tok > KERN_GEMM8_TOKS || g_wide_decode;
     if (j->gemm_many) { /* AMX: 16 rows x all the tokens */
         for (; r0 + 2 * KERN_GEMM8_ROWS <= r1; r0 += 2 * KERN_GEMM8_ROWS)
@@ -265,10 +268,14 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
     for (int64_t t0 = tb0; t0 < tb1; t0 += KERN_TOK_TILE) {
         const int64_t t1 = t0 + KERN_TOK_TILE < tb1 ? t0 + KERN_TOK_TILE : tb1;
         for (int64_t r = r0; r < r1;) {
-            const int groups = wide && j->gemm32 && r + 4 * KERN_GEMM8_ROWS <= r1   ? 4
+            const int groups = wide && j->gemm64 && r + 8 * KERN_GEMM8_ROWS <= r1   ? 8
+                               : wide && j->gemm32 && r + 4 * KERN_GEMM8_ROWS <= r1   ? 4
                                : wide && j->gemm16 && r + 2 * KERN_GEMM8_ROWS <= r1 ? 2
                                                                                     : 1;
-            const kern_gemm8_fn fn = groups == 4 ? j->gemm32 : groups == 2 ? j->gemm16 : j->gemm8;
+            const kern_gemm8_fn fn = groups == 8   ? j->gemm64
+                                     : groups == 4 ? j->gemm32
+                                     : groups == 2 ? j->gemm16
+                                                   : j->gemm8;
             if (g_prefetch_next_group && t0 == tb0)
                 prefetch_rows(j, r + groups * KERN_GEMM8_ROWS, groups, r1);
             for (int64_t t = t0; t < t1; t += KERN_GEMM8_TOKS)
@@ -386,6 +393,7 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         .gemm8 = tab->gemm8[it->type], /* every table has one per packed type */
         .gemm16 = tab->gemm16[it->type],
         .gemm32 = tab->gemm32[it->type],
+        .gemm64 = tab->gemm64[it->type],
         .gemm_many = n_tok >= tab->gemm_many_min[it->type] ? tab->gemm_many[it->type] : NULL,
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
