@@ -528,58 +528,75 @@ GEMM8_BY_TOKENS(X16_FN, gemm16_q4_0_x8_avx512vnni, q4_0_x16_tokens, n, w, vec, s
  * the loads per vpdpbusd fall from 1.5 to under 1 (with two load ports for vectors, the
  * 16-row kernel's broadcasts bound it before its vpdpbusd). The low and high nibbles
  * share one integer sum per row (exact: the order of integer adds does not matter). */
-X16_INLINE void q4_0_x32_tokens(int64_t n, const block_q4_0_x8 *x, const uint8_t *vec,
-                                size_t stride, const float *ad, const int32_t *as, int nt,
-                                float *out, size_t out_stride) {
+X16_INLINE void q4_0_xg_tokens(int64_t n, const block_q4_0_x8 *x, const uint8_t *vec,
+                               size_t stride, const float *ad, const int32_t *as, int ng, int nt,
+                               float *out, size_t out_stride) {
     const int64_t nb = n / QK4_0;
     const size_t gs = (size_t)nb * sizeof *x;
-    const block_q4_0_x8 *x2 = (const block_q4_0_x8 *)((const uint8_t *)x + 2 * gs);
+    const block_q4_0_x8 *xg[4]; /* ng (2 or 4) pairs of groups: 32 or 64 rows */
+    UNROLL for (int g = 0; g < ng; g++)
+        xg[g] = (const block_q4_0_x8 *)((const uint8_t *)x + 2 * g * gs);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[2][KERN_GEMM8_TOKS];
-    UNROLL for (int t = 0; t < nt; t++) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+    __m512 acc[4][KERN_GEMM8_TOKS];
+    UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++) acc[g][t] =
+        _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const int8_t *y[KERN_GEMM8_TOKS];
-        __m512i s[2][KERN_GEMM8_TOKS];
+        __m512i s[4][KERN_GEMM8_TOKS];
         UNROLL for (int t = 0; t < nt; t++) {
             y[t] = ((const block_q8_0 *)(vec + (size_t)t * stride) + i)->qs;
-            s[0][t] = s[1][t] = _mm512_set1_epi32(-as[(int64_t)t * nb + i]);
+            UNROLL for (int g = 0; g < ng; g++) s[g][t] =
+                _mm512_set1_epi32(-as[(int64_t)t * nb + i]);
         }
         UNROLL for (int c = 0; c < 4; c++) {
-            const __m512i v0 = x16_load(x[i].qs[c], gs), v1 = x16_load(x2[i].qs[c], gs);
-            const __m512i lo0 = _mm512_and_si512(v0, low4), lo1 = _mm512_and_si512(v1, low4);
+            __m512i v[4], q[4];
+            UNROLL for (int g = 0; g < ng; g++) {
+                v[g] = x16_load(xg[g][i].qs[c], gs);
+                q[g] = _mm512_and_si512(v[g], low4);
+            }
             UNROLL for (int t = 0; t < nt; t++) {
                 int32_t yl;
                 memcpy(&yl, y[t] + 4 * c, 4);
                 const __m512i b = _mm512_set1_epi32(yl);
-                s[0][t] = _mm512_dpbusd_epi32(s[0][t], lo0, b);
-                s[1][t] = _mm512_dpbusd_epi32(s[1][t], lo1, b);
+                UNROLL for (int g = 0; g < ng; g++) s[g][t] = _mm512_dpbusd_epi32(s[g][t], q[g], b);
             }
-            const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low4);
-            const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low4);
+            UNROLL for (int g = 0; g < ng; g++)
+                q[g] = _mm512_and_si512(_mm512_srli_epi16(v[g], 4), low4);
             UNROLL for (int t = 0; t < nt; t++) {
                 int32_t yh;
                 memcpy(&yh, y[t] + 16 + 4 * c, 4);
                 const __m512i b = _mm512_set1_epi32(yh);
-                s[0][t] = _mm512_dpbusd_epi32(s[0][t], hi0, b);
-                s[1][t] = _mm512_dpbusd_epi32(s[1][t], hi1, b);
+                UNROLL for (int g = 0; g < ng; g++) s[g][t] = _mm512_dpbusd_epi32(s[g][t], q[g], b);
             }
         }
-        const __m512 dx0 = x16_scales(x[i].d, gs), dx1 = x16_scales(x2[i].d, gs);
-        UNROLL for (int t = 0; t < nt; t++) {
-            const __m512 a = _mm512_set1_ps(ad[(int64_t)t * nb + i]);
-            acc[0][t] = _mm512_fmadd_ps(_mm512_mul_ps(dx0, a), _mm512_cvtepi32_ps(s[0][t]),
-                                        acc[0][t]);
-            acc[1][t] = _mm512_fmadd_ps(_mm512_mul_ps(dx1, a), _mm512_cvtepi32_ps(s[1][t]),
-                                        acc[1][t]);
+        UNROLL for (int g = 0; g < ng; g++) {
+            const __m512 dx = x16_scales(xg[g][i].d, gs);
+            UNROLL for (int t = 0; t < nt; t++) {
+                const __m512 a = _mm512_set1_ps(ad[(int64_t)t * nb + i]);
+                acc[g][t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, a), _mm512_cvtepi32_ps(s[g][t]),
+                                            acc[g][t]);
+            }
         }
     }
-    UNROLL for (int t = 0; t < nt; t++) {
-        _mm512_storeu_ps(out + (size_t)t * out_stride, acc[0][t]);
-        _mm512_storeu_ps(out + (size_t)t * out_stride + 16, acc[1][t]);
-    }
+    UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++)
+        _mm512_storeu_ps(out + (size_t)t * out_stride + 16 * g, acc[g][t]);
 }
 
-GEMM8_BY_TOKENS(X16_FN, gemm32_q4_0_x8_avx512vnni, q4_0_x32_tokens, n, w, vec, stride, ad, as)
+GEMM8_BY_TOKENS(X16_FN, gemm32_q4_0_x8_avx512vnni, q4_0_xg_tokens, n, w, vec, stride, ad, as, 2)
+
+/* 64 rows: four pairs in one pass for one token, else two 32-row calls. */
+X16_FN void gemm64_q4_0_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
+                                      const float *ad, const int32_t *as, int nt, float *out,
+                                      size_t out_stride) {
+    if (nt == 1) {
+        q4_0_xg_tokens(n, w, vec, stride, ad, as, 4, 1, out, out_stride);
+        return;
+    }
+    const size_t half = 4 * (size_t)(n / QK4_0) * sizeof(block_q4_0_x8);
+    gemm32_q4_0_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
+    gemm32_q4_0_x8_avx512vnni(n, (const uint8_t *)w + half, vec, stride, ad, as, nt, out + 32,
+                              out_stride);
+}
 
 /* Q8_0: AVX-512 has no vpsignb; y takes w's sign by a masked negation (where w is 0, |w|
  * is too, so what y becomes there does not count), the same bytes as the sign trick.
@@ -3150,6 +3167,7 @@ void kern_avx512_fill(kern_table *t) {
     t->gemm8[HL_TYPE_Q6_K_X8] = gemm8_q6_K_x8_avx512;
     t->gemm16[HL_TYPE_Q4_0_X8] = gemm16_q4_0_x8_avx512vnni;
     t->gemm32[HL_TYPE_Q4_0_X8] = gemm32_q4_0_x8_avx512vnni;
+    t->gemm64[HL_TYPE_Q4_0_X8] = gemm64_q4_0_x8_avx512vnni;
     t->gemm16[HL_TYPE_Q8_0_X8] = gemm16_q8_0_x8_avx512vnni;
     t->gemm32[HL_TYPE_Q8_0_X8] = gemm32_q8_0_x8_avx512vnni;
     t->gemm64[HL_TYPE_Q8_0_X8] = gemm64_q8_0_x8_avx512vnni;
