@@ -729,9 +729,8 @@ X16_INLINE void q4_K_xg_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t 
 
 GEMM8_BY_TOKENS(X16_FN, gemm16_q4_K_x8_avx512vnni, q4_K_xg_tokens, n, w, vec, stride, 1)
 
-/* 32 rows: both pairs in one pass for 1-2 tokens (four streams of weights: decode);
- * for more, the pairs one after the other (the registers of four tokens' sums would
- * spill). */
+/* 32 rows: both pairs in one pass for 1-2 tokens (four streams of weights); for more,
+ * the pairs one after the other (the registers of four tokens' sums would spill). */
 X16_FN void gemm32_q4_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
                                       const float *ad, const int32_t *as, int nt, float *out,
                                       size_t out_stride) {
@@ -908,7 +907,8 @@ X16_INLINE void q6_K_xg_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t 
 /* Q6_K_X8 for one group of 8 rows in zmm, for decode: lanes 0-7 take step st, lanes 8-15
  * step st + 1 (a plane's 64 contiguous bytes of both steps), so the weights stream from
  * one place as in the ymm kernel (the 16-row kernel reads two groups gs apart: from DRAM,
- * slower) with half its instructions. The two halves are the same rows and group, so
+ * slower on Zen 5; on Intel decode takes the 64-row kernel, kernels.c) with half its
+ * instructions. The two halves are the same rows and group, so
  * each starts at half the bias and takes the same scales; their sum at the end of the
  * super-block is the ymm kernel's exact integer sum, so the bits are its bits. */
 X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec,
@@ -962,8 +962,8 @@ GEMM8_BY_TOKENS(X16_FN, gemm8_q6_K_x8_avx512, q6_K_x8_step_pairs, n, w, vec, str
 
 GEMM8_BY_TOKENS(X16_FN, gemm16_q6_K_x8_avx512vnni, q6_K_xg_tokens, n, w, vec, stride, 1)
 
-/* 32 rows: both pairs in one pass for one token (decode: four streams of weights); for
- * more, the pairs one after the other (the sums of both would not fit the registers). */
+/* 32 rows: both pairs in one pass for one token (four streams of weights); for more, the
+ * pairs one after the other (the sums of both would not fit the registers). */
 X16_FN void gemm32_q6_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
                                       const float *ad, const int32_t *as, int nt, float *out,
                                       size_t out_stride) {

@@ -61,7 +61,9 @@ typedef struct kern_table {
      * call, with gemm8's arithmetic per row; w is the first group, the second follows it */
     kern_gemm8_fn gemm16[HL_TYPE_COUNT];
     kern_gemm8_fn gemm32[HL_TYPE_COUNT]; /* optional: the same with four groups, 32 rows */
-    kern_gemm8_fn gemm64[HL_TYPE_COUNT]; /* optional: the same with eight groups, 64 rows */
+    /* optional: the same with eight groups, 64 rows, for decode (1..KERN_GEMM8_TOKS
+     * tokens, wide decode: kernels.c) */
+    kern_gemm8_fn gemm64[HL_TYPE_COUNT];
     /* optional: two groups (16 rows) as gemm16, but nt any number of tokens (prefill
      * chunks; the AMX table) */
     kern_gemm8_fn gemm_many[HL_TYPE_COUNT];

@@ -9,8 +9,8 @@
  * comes from L2 once per tile and from L1 for the other tokens of the tile. Weights in
  * a packed layout (kern_repack: 8 rows interleaved) go through the table's gemm8
  * kernels a group of 8 rows at a time instead (matmul_groups; AVX-512 takes two groups
- * per call, gemm16, four, gemm32, or eight, gemm64, where a type has them: prefill
- * everywhere, decode on Intel); their activations carry
+ * per call, gemm16, or four, gemm32, where a type has it, in prefill everywhere and in
+ * decode on Intel, where decode takes eight, gemm64); their activations carry
  * per-block side tables (aux_bytes) in the same scratch.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -254,9 +254,11 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
      * for 1-4 tokens, 8 rows at a time ran faster on Zen 5 (Q4_K_M decode 62-65 tok/s
      * against 41-43, a forward pass of 4 sequences 917-935 against 681-748), wide ran
      * faster on a Xeon (Emerald Rapids: decode Q4_K_M +14%, Q8_0 +17%, Q4_0 +40%, forward
-     * passes of 2-4 sequences +15-35%), and more rows per call faster still there (each
-     * group is a stream of its own: more of them in flight per core; bench/README) */
-    const bool wide = j->n_tok > KERN_GEMM8_TOKS || g_wide_decode;
+     * passes of 2-4 sequences +15-35%), and 32 rows, then 64 per call (gemm64, decode
+     * only) faster still there: each group is a stream of its own, more of them in flight
+     * per core (bench/README). */
+    const bool decode = j->n_tok <= KERN_GEMM8_TOKS;
+    const bool wide = !decode || g_wide_decode, wide_decode = decode && g_wide_decode;
     if (j->gemm_many) { /* AMX: 16 rows x all the tokens */
         for (; r0 + 2 * KERN_GEMM8_ROWS <= r1; r0 += 2 * KERN_GEMM8_ROWS)
             j->gemm_many(j->n_cols, j->w + (size_t)r0 * j->w_row_bytes,
@@ -268,7 +270,7 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
     for (int64_t t0 = tb0; t0 < tb1; t0 += KERN_TOK_TILE) {
         const int64_t t1 = t0 + KERN_TOK_TILE < tb1 ? t0 + KERN_TOK_TILE : tb1;
         for (int64_t r = r0; r < r1;) {
-            const int groups = wide && j->gemm64 && r + 8 * KERN_GEMM8_ROWS <= r1   ? 8
+            const int groups = wide_decode && j->gemm64 && r + 8 * KERN_GEMM8_ROWS <= r1 ? 8
                                : wide && j->gemm32 && r + 4 * KERN_GEMM8_ROWS <= r1   ? 4
                                : wide && j->gemm16 && r + 2 * KERN_GEMM8_ROWS <= r1 ? 2
                                                                                     : 1;
