@@ -156,6 +156,27 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
         }                                                                                     \
     }
 _Static_assert(KERN_GEMM8_TOKS == 4, "GEMM8_BY_TOKENS covers 1-4 tokens");
+/* A kern_gemm8_fn of 2 * NG groups over an inline kernel of NG pairs of groups: up to
+ * ONE_PASS (1 or 2) tokens in one pass of KERNEL (one stream of weights per group, all in
+ * flight together: decode), more as two calls of HALF, NG groups each (KERNEL's sums
+ * for more tokens would not fit the registers). KERNEL takes the arguments given, ng,
+ * nt, out and out_stride; BLOCK / QK: the layout's block and its columns. */
+#define GEMM_BY_HALVES(ATTR, NAME, HALF, BLOCK, QK, NG, ONE_PASS, KERNEL, ...)                \
+    ATTR void NAME(int64_t n, const void *w, const void *vec, size_t stride, const float *ad,  \
+                   const int32_t *as, int nt, float *out, size_t out_stride) {                 \
+        if (nt == 1) {                                                                        \
+            KERNEL(__VA_ARGS__, NG, 1, out, out_stride);                                      \
+            return;                                                                           \
+        }                                                                                     \
+        if ((ONE_PASS) >= 2 && nt == 2) {                                                     \
+            KERNEL(__VA_ARGS__, NG, 2, out, out_stride);                                      \
+            return;                                                                           \
+        }                                                                                     \
+        const size_t half = (size_t)(NG) * (size_t)(n / (QK)) * sizeof(BLOCK);               \
+        HALF(n, w, vec, stride, ad, as, nt, out, out_stride);                                 \
+        HALF(n, (const uint8_t *)w + half, vec, stride, ad, as, nt, out + 8 * (NG),          \
+             out_stride);                                                                     \
+    }
 
 ROWS_INLINE void q4_0_rows(int64_t n, const void *row, const uint8_t *vec, size_t stride, int nt,
                            float *out) {
@@ -584,23 +605,12 @@ X16_INLINE void q4_0_xg_tokens(int64_t n, const block_q4_0_x8 *x, const uint8_t 
 
 GEMM8_BY_TOKENS(X16_FN, gemm32_q4_0_x8_avx512vnni, q4_0_xg_tokens, n, w, vec, stride, ad, as, 2)
 
-/* 64 rows: four pairs in one pass for one token, else two 32-row calls. */
-X16_FN void gemm64_q4_0_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    if (nt == 1) {
-        q4_0_xg_tokens(n, w, vec, stride, ad, as, 4, 1, out, out_stride);
-        return;
-    }
-    const size_t half = 4 * (size_t)(n / QK4_0) * sizeof(block_q4_0_x8);
-    gemm32_q4_0_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
-    gemm32_q4_0_x8_avx512vnni(n, (const uint8_t *)w + half, vec, stride, ad, as, nt, out + 32,
-                              out_stride);
-}
+GEMM_BY_HALVES(X16_FN, gemm64_q4_0_x8_avx512vnni, gemm32_q4_0_x8_avx512vnni, block_q4_0_x8,
+               QK4_0, 4, 1, q4_0_xg_tokens, n, w, vec, stride, ad, as)
 
 /* Q8_0: AVX-512 has no vpsignb; y takes w's sign by a masked negation (where w is 0, |w|
  * is too, so what y becomes there does not count), the same bytes as the sign trick.
- * ng (1 or 2) pairs of groups: 16 or 32 rows, each pair as x16_load reads it. */
+ * ng (1, 2 or 4) pairs of groups: 16, 32 or 64 rows, each pair as x16_load reads it. */
 X16_INLINE void q8_0_xg_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t *vec,
                                size_t stride, const float *ad, int ng, int nt, float *out,
                                size_t out_stride) {
@@ -649,21 +659,12 @@ X16_INLINE void q8_0_xg_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t 
 GEMM8_BY_TOKENS(X16_FN, gemm16_q8_0_x8_avx512vnni, q8_0_xg_tokens, n, w, vec, stride, ad, 1)
 GEMM8_BY_TOKENS(X16_FN, gemm32_q8_0_x8_avx512vnni, q8_0_xg_tokens, n, w, vec, stride, ad, 2)
 
-X16_FN void gemm64_q8_0_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    if (nt == 1) {
-        q8_0_xg_tokens(n, w, vec, stride, ad, 4, 1, out, out_stride);
-        return;
-    }
-    const size_t half = 4 * (size_t)(n / QK8_0) * sizeof(block_q8_0_x8);
-    gemm32_q8_0_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
-    gemm32_q8_0_x8_avx512vnni(n, (const uint8_t *)w + half, vec, stride, ad, as, nt, out + 32,
-                              out_stride);
-}
+GEMM_BY_HALVES(X16_FN, gemm64_q8_0_x8_avx512vnni, gemm32_q8_0_x8_avx512vnni, block_q8_0_x8,
+               QK8_0, 4, 1, q8_0_xg_tokens, n, w, vec, stride, ad)
 
 /* Q4_K: the sub-block sums of 16 rows in zmm; each group's super-block ends as in the
- * ymm kernel (q4_K_x8_finish, its mins). ng (1 or 2) pairs of groups: 16 or 32 rows. */
+ * ymm kernel (q4_K_x8_finish, its mins). ng (1, 2 or 4) pairs of groups: 16, 32 or 64
+ * rows. */
 X16_INLINE void q4_K_xg_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t *vec,
                                size_t stride, int ng, int nt, float *out, size_t out_stride) {
     const size_t gs = (size_t)(n / QK_K) * sizeof *x;
@@ -729,35 +730,12 @@ X16_INLINE void q4_K_xg_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t 
 
 GEMM8_BY_TOKENS(X16_FN, gemm16_q4_K_x8_avx512vnni, q4_K_xg_tokens, n, w, vec, stride, 1)
 
-/* 32 rows: both pairs in one pass for 1-2 tokens (four streams of weights); for more,
- * the pairs one after the other (the registers of four tokens' sums would spill). */
-X16_FN void gemm32_q4_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    if (nt <= 2) {
-        if (nt == 1) q4_K_xg_tokens(n, w, vec, stride, 2, 1, out, out_stride);
-        else q4_K_xg_tokens(n, w, vec, stride, 2, 2, out, out_stride);
-        return;
-    }
-    const size_t pair = 2 * (size_t)(n / QK_K) * sizeof(block_q4_K_x8);
-    gemm16_q4_K_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
-    gemm16_q4_K_x8_avx512vnni(n, (const uint8_t *)w + pair, vec, stride, ad, as, nt, out + 16,
-                              out_stride);
-}
+/* 32 rows (one pass for 1-2 tokens) and 64 rows (one pass for one token). */
+GEMM_BY_HALVES(X16_FN, gemm32_q4_K_x8_avx512vnni, gemm16_q4_K_x8_avx512vnni, block_q4_K_x8,
+               QK_K, 2, 2, q4_K_xg_tokens, n, w, vec, stride)
 
-/* 64 rows: four pairs in one pass for one token, else two 32-row calls. */
-X16_FN void gemm64_q4_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    if (nt == 1) {
-        q4_K_xg_tokens(n, w, vec, stride, 4, 1, out, out_stride);
-        return;
-    }
-    const size_t half = 4 * (size_t)(n / QK_K) * sizeof(block_q4_K_x8);
-    gemm32_q4_K_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
-    gemm32_q4_K_x8_avx512vnni(n, (const uint8_t *)w + half, vec, stride, ad, as, nt, out + 32,
-                              out_stride);
-}
+GEMM_BY_HALVES(X16_FN, gemm64_q4_K_x8_avx512vnni, gemm32_q4_K_x8_avx512vnni, block_q4_K_x8,
+               QK_K, 4, 1, q4_K_xg_tokens, n, w, vec, stride)
 
 /* The step-pair kernels below: the activation's 4 bytes of step st in lanes 0-7, those of
  * st + 1 in lanes 8-15 (y: their 8 bytes), and a row's sum as the sum of its two lanes. */
@@ -841,7 +819,7 @@ X16_INLINE void q6_K_x16_bias(const block_q8_K *y, int parts, int32_t bias[QK_K 
     _mm512_store_si512(bias, _mm512_mullo_epi32(bs, _mm512_set1_epi32(-32 / parts)));
 }
 
-/* ng (1 or 2) pairs of groups: 16 or 32 rows. */
+/* ng (1, 2 or 4) pairs of groups: 16, 32 or 64 rows. */
 X16_INLINE void q6_K_xg_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec,
                                size_t stride, int ng, int nt, float *out, size_t out_stride) {
     const size_t gs = (size_t)(n / QK_K) * sizeof *x;
@@ -962,34 +940,12 @@ GEMM8_BY_TOKENS(X16_FN, gemm8_q6_K_x8_avx512, q6_K_x8_step_pairs, n, w, vec, str
 
 GEMM8_BY_TOKENS(X16_FN, gemm16_q6_K_x8_avx512vnni, q6_K_xg_tokens, n, w, vec, stride, 1)
 
-/* 32 rows: both pairs in one pass for one token (four streams of weights); for more, the
- * pairs one after the other (the sums of both would not fit the registers). */
-X16_FN void gemm32_q6_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    if (nt == 1) {
-        q6_K_xg_tokens(n, w, vec, stride, 2, 1, out, out_stride);
-        return;
-    }
-    const size_t pair = 2 * (size_t)(n / QK_K) * sizeof(block_q6_K_x8);
-    gemm16_q6_K_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
-    gemm16_q6_K_x8_avx512vnni(n, (const uint8_t *)w + pair, vec, stride, ad, as, nt, out + 16,
-                              out_stride);
-}
+/* 32 and 64 rows, one pass for one token. */
+GEMM_BY_HALVES(X16_FN, gemm32_q6_K_x8_avx512vnni, gemm16_q6_K_x8_avx512vnni, block_q6_K_x8,
+               QK_K, 2, 1, q6_K_xg_tokens, n, w, vec, stride)
 
-/* 64 rows: four pairs in one pass for one token, else two 32-row calls. */
-X16_FN void gemm64_q6_K_x8_avx512vnni(int64_t n, const void *w, const void *vec, size_t stride,
-                                      const float *ad, const int32_t *as, int nt, float *out,
-                                      size_t out_stride) {
-    if (nt == 1) {
-        q6_K_xg_tokens(n, w, vec, stride, 4, 1, out, out_stride);
-        return;
-    }
-    const size_t half = 4 * (size_t)(n / QK_K) * sizeof(block_q6_K_x8);
-    gemm32_q6_K_x8_avx512vnni(n, w, vec, stride, ad, as, nt, out, out_stride);
-    gemm32_q6_K_x8_avx512vnni(n, (const uint8_t *)w + half, vec, stride, ad, as, nt, out + 32,
-                              out_stride);
-}
+GEMM_BY_HALVES(X16_FN, gemm64_q6_K_x8_avx512vnni, gemm32_q6_K_x8_avx512vnni, block_q6_K_x8,
+               QK_K, 4, 1, q6_K_xg_tokens, n, w, vec, stride)
 
 #undef X16_FN
 #undef X16_INLINE
@@ -2870,89 +2826,17 @@ ATTN512_INLINE void axpy2_rows16(float *y0, float *y1, const float *p0, const fl
     if (i < d) axpy2_rows_f16(y0 + i, y1 + i, p0, p1, v + i, ldv, nk, d - i);
 }
 
-/* Four heads at a time: each key column and value row converted once for four heads
- * instead of two, and four fma chains per conversion; lane by lane the chains of the pair
- * kernels above, so the same bits. ng (1 or 2) groups of 16 keys. */
-ATTN512_INLINE void cols_pass16x4(float *const out[4], const float *const q[4], const hl_fp16 *k,
-                                  int64_t ld, int64_t d, int ng, float scale, attn_prefetch *pf) {
-    __m512 a[4][2];
-    UNROLL for (int h = 0; h < 4; h++) UNROLL for (int g = 0; g < ng; g++) a[h][g] =
-        _mm512_setzero_ps();
-    for (int64_t i0 = 0; i0 < d; i0 += 8) {
-        attn_prefetch_step(pf);
-        const int64_t i1 = i0 + 8 < d ? i0 + 8 : d;
-        for (int64_t i = i0; i < i1; i++) {
-            const hl_fp16 *r = k + i * ld;
-            __m512 kv[2];
-            UNROLL for (int g = 0; g < ng; g++) kv[g] = load_f16x16(r + 16 * g);
-            UNROLL for (int h = 0; h < 4; h++) {
-                const __m512 x = _mm512_set1_ps(q[h][i]);
-                UNROLL for (int g = 0; g < ng; g++) a[h][g] = _mm512_fmadd_ps(kv[g], x, a[h][g]);
-            }
-        }
-    }
-    const __m512 vs = _mm512_set1_ps(scale);
-    UNROLL for (int h = 0; h < 4; h++) UNROLL for (int g = 0; g < ng; g++)
-        _mm512_storeu_ps(out[h] + 16 * g, _mm512_mul_ps(a[h][g], vs));
-}
-
-/* Four heads' scores of nk keys from key j0 into x[h] + j0; under 16 keys left, the pair
- * kernel twice (the prefetch advances with the first pair only, as the plan counts). */
-ATTN512_INLINE void scores4_cols16(float *const x[4], int64_t j0, const float *const q[4],
-                                   const hl_fp16 *k, int64_t ld, int64_t nk, int64_t d,
-                                   float scale, attn_prefetch *pf) {
-    int64_t j = 0;
-    for (; j + 16 <= nk; j += j + 32 <= nk ? 32 : 16) {
-        float *const out[4] = {x[0] + j0 + j, x[1] + j0 + j, x[2] + j0 + j, x[3] + j0 + j};
-        cols_pass16x4(out, q, k + j, ld, d, j + 32 <= nk ? 2 : 1, scale, pf);
-    }
-    if (j < nk) {
-        scores_cols(x[0] + j0 + j, x[1] + j0 + j, q[0], q[1], k + j, ld, nk - j, d, scale, true,
-                    pf);
-        scores_cols(x[2] + j0 + j, x[3] + j0 + j, q[2], q[3], k + j, ld, nk - j, d, scale, true,
-                    NULL);
-    }
-}
-
-/* Four heads' value sums: nc (4 or 1) chunks of 16 outputs per head in registers. */
-ATTN512_INLINE void axpy4_chunks16(float *const y[4], int64_t i, const float *const p[4],
-                                   int64_t j0, const hl_fp16 *v, int64_t ldv, int64_t nk, int nc) {
-    __m512 a[4][4];
-    UNROLL for (int h = 0; h < 4; h++) UNROLL for (int r = 0; r < nc; r++) a[h][r] =
-        _mm512_loadu_ps(y[h] + i + 16 * r);
-    for (int64_t j = 0; j < nk; j++) {
-        __m512 ph[4];
-        UNROLL for (int h = 0; h < 4; h++) ph[h] = _mm512_set1_ps(p[h][j0 + j]);
-        UNROLL for (int r = 0; r < nc; r++) {
-            const __m512 x = load_f16x16(v + j * ldv + i + 16 * r);
-            UNROLL for (int h = 0; h < 4; h++) a[h][r] = _mm512_fmadd_ps(ph[h], x, a[h][r]);
-        }
-    }
-    UNROLL for (int h = 0; h < 4; h++) UNROLL for (int r = 0; r < nc; r++)
-        _mm512_storeu_ps(y[h] + i + 16 * r, a[h][r]);
-}
-
-ATTN512_INLINE void axpy4_rows16(float *const y[4], const float *const p[4], int64_t j0,
-                                 const hl_fp16 *v, int64_t ldv, int64_t nk, int64_t d) {
-    int64_t i = 0;
-    for (; i + 64 <= d; i += 64) axpy4_chunks16(y, i, p, j0, v, ldv, nk, 4);
-    for (; i + 16 <= d; i += 16) axpy4_chunks16(y, i, p, j0, v, ldv, nk, 1);
-    if (i < d) {
-        axpy2_rows_f16(y[0] + i, y[1] + i, p[0] + j0, p[1] + j0, v + i, ldv, nk, d - i);
-        axpy2_rows_f16(y[2] + i, y[3] + i, p[2] + j0, p[3] + j0, v + i, ldv, nk, d - i);
-    }
-}
-
-/* Eight heads at a time (a GQA group of 8, as in Llama 3, TinyLlama, Qwen2.5): each key
- * column and value row converted once for eight heads. perf: on Intel a zmm f16
- * conversion costs the FMA ports about three multiply-adds (Xeon, Emerald Rapids: 16
- * FMAs and 4 conversions take 13.6 cycles, not 8), so one conversion per 16 FMAs instead
- * of per 8 (bench/README). Lane by lane the chains of the kernels above, so the same
- * bits. Scores: ng (1 or 2) groups of 16 keys, 16 accumulators. */
-ATTN512_INLINE void cols_pass16x8(float *const out[8], const float *const q[8], const hl_fp16 *k,
-                                  int64_t ld, int64_t d, int ng, float scale, attn_prefetch *pf) {
+/* nh (4 or 8) heads at a time: each key column and value row converted once for nh heads
+ * instead of two. perf: on Intel a zmm f16 conversion costs the FMA ports about three
+ * multiply-adds (Xeon, Emerald Rapids: 16 FMAs and 4 conversions take 13.6 cycles, not
+ * 8), so a GQA group of 8 (Llama 3, TinyLlama, Qwen2.5) shares each conversion among
+ * eight heads (bench/README). Lane by lane the chains of the pair kernels above, so the
+ * same bits. Scores: ng (1 or 2) groups of 16 keys, nh * ng accumulators. */
+ATTN512_INLINE void cols_pass16xh(float *const out[8], const float *const q[8], int nh,
+                                  const hl_fp16 *k, int64_t ld, int64_t d, int ng, float scale,
+                                  attn_prefetch *pf) {
     __m512 a[8][2];
-    UNROLL for (int h = 0; h < 8; h++) a[h][0] = a[h][1] = _mm512_setzero_ps();
+    UNROLL for (int h = 0; h < nh; h++) a[h][0] = a[h][1] = _mm512_setzero_ps();
     for (int64_t i0 = 0; i0 < d; i0 += 8) {
         attn_prefetch_step(pf);
         const int64_t i1 = i0 + 8 < d ? i0 + 8 : d;
@@ -2960,61 +2844,87 @@ ATTN512_INLINE void cols_pass16x8(float *const out[8], const float *const q[8], 
             const hl_fp16 *r = k + i * ld;
             __m512 kv[2];
             UNROLL for (int g = 0; g < ng; g++) kv[g] = load_f16x16(r + 16 * g);
-            UNROLL for (int h = 0; h < 8; h++) {
+            UNROLL for (int h = 0; h < nh; h++) {
                 const __m512 x = _mm512_set1_ps(q[h][i]);
                 UNROLL for (int g = 0; g < ng; g++) a[h][g] = _mm512_fmadd_ps(kv[g], x, a[h][g]);
             }
         }
     }
     const __m512 vs = _mm512_set1_ps(scale);
-    UNROLL for (int h = 0; h < 8; h++) UNROLL for (int g = 0; g < ng; g++)
+    UNROLL for (int h = 0; h < nh; h++) UNROLL for (int g = 0; g < ng; g++)
         _mm512_storeu_ps(out[h] + 16 * g, _mm512_mul_ps(a[h][g], vs));
 }
 
-/* Eight heads' scores of nk keys from key j0 into x[h] + j0; under 16 keys left, the pair
- * kernel four times (the prefetch advances with the first pair only, as the plan counts). */
-ATTN512_INLINE void scores8_cols16(float *const x[8], int64_t j0, const float *const q[8],
+/* nh heads' scores of nk keys from key j0 into x[h] + j0; under 16 keys left, the pair
+ * kernel per pair (the prefetch advances with the first pair only, as the plan counts). */
+ATTN512_INLINE void scoresh_cols16(float *const x[8], int64_t j0, const float *const q[8], int nh,
                                    const hl_fp16 *k, int64_t ld, int64_t nk, int64_t d,
                                    float scale, attn_prefetch *pf) {
     int64_t j = 0;
     for (; j + 16 <= nk; j += j + 32 <= nk ? 32 : 16) {
-        float *const out[8] = {x[0] + j0 + j, x[1] + j0 + j, x[2] + j0 + j, x[3] + j0 + j,
-                               x[4] + j0 + j, x[5] + j0 + j, x[6] + j0 + j, x[7] + j0 + j};
-        cols_pass16x8(out, q, k + j, ld, d, j + 32 <= nk ? 2 : 1, scale, pf);
+        float *out[8];
+        UNROLL for (int h = 0; h < nh; h++) out[h] = x[h] + j0 + j;
+        cols_pass16xh(out, q, nh, k + j, ld, d, j + 32 <= nk ? 2 : 1, scale, pf);
     }
     if (j < nk)
-        for (int h = 0; h < 8; h += 2)
+        for (int h = 0; h < nh; h += 2)
             scores_cols(x[h] + j0 + j, x[h + 1] + j0 + j, q[h], q[h + 1], k + j, ld, nk - j, d,
                         scale, true, h == 0 ? pf : NULL);
 }
 
-/* Eight heads' value sums: nc (2 or 1) chunks of 16 outputs per head in registers. */
-ATTN512_INLINE void axpy8_chunks16(float *const y[8], int64_t i, const float *const p[8],
+/* nh heads' value sums: nc chunks of 16 outputs per head in registers (nh * nc <= 16). */
+ATTN512_INLINE void axpyh_chunks16(float *const y[8], int64_t i, const float *const p[8], int nh,
                                    int64_t j0, const hl_fp16 *v, int64_t ldv, int64_t nk, int nc) {
-    __m512 a[8][2];
-    UNROLL for (int h = 0; h < 8; h++) UNROLL for (int r = 0; r < nc; r++) a[h][r] =
+    __m512 a[8][4];
+    UNROLL for (int h = 0; h < nh; h++) UNROLL for (int r = 0; r < nc; r++) a[h][r] =
         _mm512_loadu_ps(y[h] + i + 16 * r);
     for (int64_t j = 0; j < nk; j++) {
         __m512 ph[8];
-        UNROLL for (int h = 0; h < 8; h++) ph[h] = _mm512_set1_ps(p[h][j0 + j]);
+        UNROLL for (int h = 0; h < nh; h++) ph[h] = _mm512_set1_ps(p[h][j0 + j]);
         UNROLL for (int r = 0; r < nc; r++) {
             const __m512 x = load_f16x16(v + j * ldv + i + 16 * r);
-            UNROLL for (int h = 0; h < 8; h++) a[h][r] = _mm512_fmadd_ps(ph[h], x, a[h][r]);
+            UNROLL for (int h = 0; h < nh; h++) a[h][r] = _mm512_fmadd_ps(ph[h], x, a[h][r]);
         }
     }
-    UNROLL for (int h = 0; h < 8; h++) UNROLL for (int r = 0; r < nc; r++)
+    UNROLL for (int h = 0; h < nh; h++) UNROLL for (int r = 0; r < nc; r++)
         _mm512_storeu_ps(y[h] + i + 16 * r, a[h][r]);
 }
 
-ATTN512_INLINE void axpy8_rows16(float *const y[8], const float *const p[8], int64_t j0,
+/* The value sums in chunks of 64 outputs (4 heads) or 32 (8 heads), then 16, then the
+ * pair kernel for the rest. */
+ATTN512_INLINE void axpyh_rows16(float *const y[8], const float *const p[8], int nh, int64_t j0,
                                  const hl_fp16 *v, int64_t ldv, int64_t nk, int64_t d) {
+    const int nc = 16 / nh;
     int64_t i = 0;
-    for (; i + 32 <= d; i += 32) axpy8_chunks16(y, i, p, j0, v, ldv, nk, 2);
-    for (; i + 16 <= d; i += 16) axpy8_chunks16(y, i, p, j0, v, ldv, nk, 1);
+    for (; i + 16 * nc <= d; i += 16 * nc) axpyh_chunks16(y, i, p, nh, j0, v, ldv, nk, nc);
+    for (; i + 16 <= d; i += 16) axpyh_chunks16(y, i, p, nh, j0, v, ldv, nk, 1);
     if (i < d)
-        for (int h = 0; h < 8; h += 2)
+        for (int h = 0; h < nh; h += 2)
             axpy2_rows_f16(y[h] + i, y[h + 1] + i, p[h] + j0, p[h + 1] + j0, v + i, ldv, nk,
                            d - i);
+}
+
+/* One step of heads [i, i + nh) of the block: scores, softmax steps, value sums. */
+ATTN512_INLINE void attn_heads16(const kern_attn_block *b, int32_t i, int nh, int64_t nk,
+                                 attn_prefetch *pf) {
+    const float *q[8];
+    float *x[8], *o[8];
+    UNROLL for (int h = 0; h < nh; h++) {
+        q[h] = b->q + (i + h) * b->ldq;
+        x[h] = b->score + h * nk;
+        o[h] = b->o + (i + h) * b->dv;
+    }
+    int64_t j = 0;
+    for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
+        if (b->run[r].n > 0)
+            scoresh_cols16(x, j, q, nh, b->run[r].k, b->run[r].kld, b->run[r].n, b->dk,
+                           b->scale, pf);
+    for (int h = 0; h < nh; h++) softmax_step(x[h], nk, &b->m[i + h], &b->s[i + h], o[h], b->dv);
+    j = 0;
+    for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
+        if (b->run[r].n > 0)
+            axpyh_rows16(o, (const float *const *)x, nh, j, b->run[r].v, b->ldv, b->run[r].n,
+                         b->dv);
 }
 
 /* Keys by columns: heads eight at a time, then four, the rest (nh % 4) in pairs by
@@ -3030,46 +2940,8 @@ ATTN512_FN void attn_block_f16_avx512(const kern_attn_block *b) {
     attn_prefetch pf = attn_prefetch_plan(b, per_pass);
     attn_prefetch none = {0};
     int32_t i = 0;
-    for (; i + 8 <= b->nh; i += 8) {
-        const float *q[8];
-        float *x[8], *o[8];
-        for (int h = 0; h < 8; h++) {
-            q[h] = b->q + (i + h) * b->ldq;
-            x[h] = b->score + h * nk;
-            o[h] = b->o + (i + h) * b->dv;
-        }
-        int64_t j = 0;
-        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
-            if (b->run[r].n > 0)
-                scores8_cols16(x, j, q, b->run[r].k, b->run[r].kld, b->run[r].n, b->dk,
-                               b->scale, &pf);
-        for (int h = 0; h < 8; h++) softmax_step(x[h], nk, &b->m[i + h], &b->s[i + h], o[h], b->dv);
-        j = 0;
-        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
-            if (b->run[r].n > 0)
-                axpy8_rows16(o, (const float *const *)x, j, b->run[r].v, b->ldv, b->run[r].n,
-                             b->dv);
-    }
-    for (; i + 4 <= b->nh; i += 4) {
-        const float *q[4];
-        float *x[4], *o[4];
-        for (int h = 0; h < 4; h++) {
-            q[h] = b->q + (i + h) * b->ldq;
-            x[h] = b->score + h * nk;
-            o[h] = b->o + (i + h) * b->dv;
-        }
-        int64_t j = 0;
-        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
-            if (b->run[r].n > 0)
-                scores4_cols16(x, j, q, b->run[r].k, b->run[r].kld, b->run[r].n, b->dk,
-                               b->scale, per_pass == 4 ? &pf : &none);
-        for (int h = 0; h < 4; h++) softmax_step(x[h], nk, &b->m[i + h], &b->s[i + h], o[h], b->dv);
-        j = 0;
-        for (int r = 0; r < KERN_ATTN_RUNS; j += b->run[r].n, r++)
-            if (b->run[r].n > 0)
-                axpy4_rows16(o, (const float *const *)x, j, b->run[r].v, b->ldv, b->run[r].n,
-                             b->dv);
-    }
+    for (; i + 8 <= b->nh; i += 8) attn_heads16(b, i, 8, nk, &pf);
+    for (; i + 4 <= b->nh; i += 4) attn_heads16(b, i, 4, nk, per_pass == 4 ? &pf : &none);
     if (i < b->nh) {
         kern_attn_block rest = *b;
         rest.nh -= i;
