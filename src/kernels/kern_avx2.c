@@ -725,7 +725,8 @@ X16_INLINE void q4_K_xg_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t 
         }
     }
     UNROLL for (int h = 0; h < 2 * ng; h++) UNROLL for (int t = 0; t < nt; t++)
-        _mm256_storeu_ps(out + (size_t)t * out_stride + 8 * h, _mm256_sub_ps(acc[h][t], accm[h][t]));
+        _mm256_storeu_ps(out + (size_t)t * out_stride + 8 * h,
+                         _mm256_sub_ps(acc[h][t], accm[h][t]));
 }
 
 GEMM8_BY_TOKENS(X16_FN, gemm16_q4_K_x8_avx512vnni, q4_K_xg_tokens, n, w, vec, stride, 1)

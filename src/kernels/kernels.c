@@ -259,6 +259,8 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
      * per core (bench/README). */
     const bool decode = j->n_tok <= KERN_GEMM8_TOKS;
     const bool wide = !decode || g_wide_decode, wide_decode = decode && g_wide_decode;
+    const kern_gemm8_fn by_width[4] = {j->gemm8, wide ? j->gemm16 : NULL,
+                                       wide ? j->gemm32 : NULL, wide_decode ? j->gemm64 : NULL};
     if (j->gemm_many) { /* AMX: 16 rows x all the tokens */
         for (; r0 + 2 * KERN_GEMM8_ROWS <= r1; r0 += 2 * KERN_GEMM8_ROWS)
             j->gemm_many(j->n_cols, j->w + (size_t)r0 * j->w_row_bytes,
@@ -270,14 +272,10 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
     for (int64_t t0 = tb0; t0 < tb1; t0 += KERN_TOK_TILE) {
         const int64_t t1 = t0 + KERN_TOK_TILE < tb1 ? t0 + KERN_TOK_TILE : tb1;
         for (int64_t r = r0; r < r1;) {
-            const int groups = wide_decode && j->gemm64 && r + 8 * KERN_GEMM8_ROWS <= r1 ? 8
-                               : wide && j->gemm32 && r + 4 * KERN_GEMM8_ROWS <= r1   ? 4
-                               : wide && j->gemm16 && r + 2 * KERN_GEMM8_ROWS <= r1 ? 2
-                                                                                    : 1;
-            const kern_gemm8_fn fn = groups == 8   ? j->gemm64
-                                     : groups == 4 ? j->gemm32
-                                     : groups == 2 ? j->gemm16
-                                                   : j->gemm8;
+            int k = 3; /* the widest call that the rows left take: 2^k groups */
+            while (k > 0 && !(by_width[k] && r + (KERN_GEMM8_ROWS << k) <= r1)) k--;
+            const int groups = 1 << k;
+            const kern_gemm8_fn fn = by_width[k];
             if (g_prefetch_next_group && t0 == tb0)
                 prefetch_rows(j, r + groups * KERN_GEMM8_ROWS, groups, r1);
             for (int64_t t = t0; t < t1; t += KERN_GEMM8_TOKS)

@@ -119,8 +119,8 @@ float kern_exp_shift_sum(float *x, int64_t n, float shift);
  * floats of scratch. The result is bit for bit that of the per-head sequence
  * kern_dot_rows_kv or kern_dot_cols_f16 (run by run), kern_max, kern_scale, kern_exp_shift_sum,
  * kern_axpy_rows_kv (run by run), so a head's output does not depend on nh, nor on where
- * the runs split the keys. perf: two heads (AVX-512: eight or four) share each conversion of a key or value row,
- * and a step costs one call instead of five per head. */
+ * the runs split the keys. perf: two heads (AVX-512: eight or four) share each conversion
+ * of a key or value row, and a step costs one call instead of five per head. */
 typedef struct kern_attn_run {
     const void *k, *v;
     int64_t n;   /* keys */
