@@ -6,7 +6,8 @@
  * from DRAM, so a kernel is fast enough when it keeps up with what one core can read.
  * bench_kernels reuses one 12 MB matrix, which the last-level cache partly holds; here
  * each type gets a 512 MiB buffer of 2048-column rows, walked once per pass by:
- *   read      a plain 256-bit load-and-add loop (the ceiling),
+ *   read      a plain 256-bit load-and-add loop (the ceiling; AVX2 loads where the CPU
+ *             has them),
  *   dot       vec_dot row after row, as a decode matmul calls it,
  *   matmul    one kern_matmul of 1 token over the whole buffer as a matrix, in the layout
  *             the model runs the type in (kern_packed_type: repacked at load), threads
@@ -17,7 +18,9 @@
  * With 2+ threads, each pass splits the buffer into one contiguous part per thread (the
  * threads then compete for the memory bus, as in a decode).
  *
- * Usage: bench_dot_stream [passes] [MiB] [threads] (MiB may be a fraction: 0.25 stays in L2). HEARTH_CPU caps the kernel variant.
+ * Usage: bench_dot_stream [passes] [MiB] [threads] [types] (MiB may be a fraction: 0.25
+ * stays in L2; types: a comma list such as q4_K,q6_K, default all). HEARTH_CPU caps the
+ * kernel variant.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -41,18 +44,38 @@ static double now_s(void) {
 static volatile float g_sink;
 static volatile uint64_t g_sink_u;
 
-static void pass_read(const uint8_t *buf, size_t bytes) {
-    bytes = bytes / 128 * 128;
-    const v4u64 *v = (const v4u64 *)buf;
-    v4u64 a = {0}, b = {0}, c = {0}, d = {0};
-    for (size_t i = 0; i + 4 <= bytes / sizeof(v4u64); i += 4) {
-        a += v[i];
-        b += v[i + 1];
-        c += v[i + 2];
-        d += v[i + 3];
-    }
-    const v4u64 s = a + b + c + d;
+/* Compiled for AVX2 where the CPU has it: for baseline x86-64 gcc lowers the 32-byte
+ * vectors to SSE2 pairs, and on a Zen 3 VM that read 23-27 GB/s on two threads where
+ * AVX2 loads (bench_model's probe) read 36-38: a "read" slower than the matmuls. */
+#define READ_LOOP                                                                            \
+    bytes = bytes / 128 * 128;                                                               \
+    const v4u64 *v = (const v4u64 *)buf;                                                     \
+    v4u64 a = {0}, b = {0}, c = {0}, d = {0};                                                \
+    for (size_t i = 0; i + 4 <= bytes / sizeof(v4u64); i += 4) {                             \
+        a += v[i];                                                                           \
+        b += v[i + 1];                                                                       \
+        c += v[i + 2];                                                                       \
+        d += v[i + 3];                                                                       \
+    }                                                                                        \
+    const v4u64 s = a + b + c + d;                                                           \
     g_sink_u = s[0] + s[1] + s[2] + s[3];
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) static void pass_read_avx2(const uint8_t *buf, size_t bytes) {
+    READ_LOOP
+}
+#endif
+
+static void pass_read_generic(const uint8_t *buf, size_t bytes) { READ_LOOP }
+
+static void pass_read(const uint8_t *buf, size_t bytes) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2")) {
+        pass_read_avx2(buf, bytes);
+        return;
+    }
+#endif
+    pass_read_generic(buf, bytes);
 }
 
 static void pass_dot(const kern_table *tab, hl_type t, const uint8_t *buf, int64_t rows,
@@ -85,10 +108,24 @@ static void pass_worker(void *ctx, int ith, int nth) {
     if (j->kind == 1) pass_dot(j->tab, j->type, b, r1 - r0, j->row_bytes, j->cols, j->xq, out);
 }
 
+/* name is one of the comma-separated names of list */
+static int name_in_list(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const int passes = argc > 1 ? atoi(argv[1]) : 5;
     const double mib = argc > 2 ? atof(argv[2]) : 512; /* fractions: e.g. 0.25 stays in L2 */
     const int threads = argc > 3 ? atoi(argv[3]) : 1;
+    const char *only = argc > 4 ? argv[4] : NULL;
     hl_pool *pool = NULL;
     hl_err err;
     if (hl_pool_create(threads, &pool, &err) != HL_OK) {
@@ -110,6 +147,7 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const hl_type t = types[ti];
+        if (only && !name_in_list(only, hl_type_name(t))) continue;
         const size_t row_bytes = hl_row_size(t, cols);
         const int64_t rows = (int64_t)(mib * (1 << 20) / (double)row_bytes) / 64 * 64;
         const size_t bytes = row_bytes * (size_t)rows;
