@@ -147,7 +147,7 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
  * bytes it starts at, one per 64 bytes or closer, so every line of the stream is asked
  * for once or twice. Zen 3, alternated pairs: decode Q4_K_M +15-41% (5 of 5), Q4_0
  * +9-23% (4 of 4), Q8_0 +1% (median, faster in 8 of 13); a forward pass of 2 sequences
- * +20% (bench/README, "Decode: a stream prefetch 2.3 KiB ahead"). 1.1 KiB ahead gained
+ * +20% (bench/README, "Zen 3 ...: decode prefetches its stream"). 1.1 KiB ahead gained
  * less, 4.5 KiB as much. Prefill's 4-token calls, mostly on weights already in cache,
  * do without. */
 #define STREAM_AHEAD 2304
