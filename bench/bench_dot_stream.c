@@ -6,8 +6,8 @@
  * from DRAM, so a kernel is fast enough when it keeps up with what one core can read.
  * bench_kernels reuses one 12 MB matrix, which the last-level cache partly holds; here
  * each type gets a 512 MiB buffer of 2048-column rows, walked once per pass by:
- *   read      a plain 256-bit load-and-add loop (the ceiling; AVX2 loads where the CPU
- *             has them),
+ *   read      a plain load-and-add loop in the widest vectors the CPU has (the ceiling;
+ *             bench_read, the same probe as bench_model's),
  *   dot       vec_dot row after row, as a decode matmul calls it,
  *   matmul    one kern_matmul of 1 token over the whole buffer as a matrix, in the layout
  *             the model runs the type in (kern_packed_type: repacked at load), threads
@@ -31,9 +31,8 @@
 
 #include "kernels/kern_internal.h"
 #include "base/pool.h"
+#include "common/readprobe.h"
 #include "kernels/kernels.h"
-
-typedef uint64_t v4u64 __attribute__((vector_size(32)));
 
 static double now_s(void) {
     struct timespec ts;
@@ -44,39 +43,7 @@ static double now_s(void) {
 static volatile float g_sink;
 static volatile uint64_t g_sink_u;
 
-/* Compiled for AVX2 where the CPU has it: for baseline x86-64 gcc lowers the 32-byte
- * vectors to SSE2 pairs, and on a Zen 3 VM that read 23-27 GB/s on two threads where
- * AVX2 loads (bench_model's probe) read 36-38: a "read" slower than the matmuls. */
-#define READ_LOOP                                                                            \
-    bytes = bytes / 128 * 128;                                                               \
-    const v4u64 *v = (const v4u64 *)buf;                                                     \
-    v4u64 a = {0}, b = {0}, c = {0}, d = {0};                                                \
-    for (size_t i = 0; i + 4 <= bytes / sizeof(v4u64); i += 4) {                             \
-        a += v[i];                                                                           \
-        b += v[i + 1];                                                                       \
-        c += v[i + 2];                                                                       \
-        d += v[i + 3];                                                                       \
-    }                                                                                        \
-    const v4u64 s = a + b + c + d;                                                           \
-    g_sink_u = s[0] + s[1] + s[2] + s[3];
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2"))) static void pass_read_avx2(const uint8_t *buf, size_t bytes) {
-    READ_LOOP
-}
-#endif
-
-static void pass_read_generic(const uint8_t *buf, size_t bytes) { READ_LOOP }
-
-static void pass_read(const uint8_t *buf, size_t bytes) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx2")) {
-        pass_read_avx2(buf, bytes);
-        return;
-    }
-#endif
-    pass_read_generic(buf, bytes);
-}
+static void pass_read(const uint8_t *buf, size_t bytes) { g_sink_u = bench_read(buf, bytes); }
 
 static void pass_dot(const kern_table *tab, hl_type t, const uint8_t *buf, int64_t rows,
                      size_t row_bytes, int64_t cols, const void *xq, float *out) {

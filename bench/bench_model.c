@@ -55,6 +55,7 @@
 #include <time.h>
 
 #include "base/pool.h"
+#include "common/readprobe.h"
 #include "model_synth.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
@@ -215,89 +216,41 @@ static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *po
 
 /* ---- bandwidth ---------------------------------------------------------------------- */
 
-typedef uint64_t v4u64 __attribute__((vector_size(32)));
-typedef uint64_t v8u64 __attribute__((vector_size(64)));
-
 typedef struct bw_job {
-    const v4u64 *buf;
-    size_t n;       /* 32-byte vectors */
-    v4u64 sink[64]; /* per thread, keeps the loads alive */
+    const uint8_t *buf;
+    size_t bytes;
+    uint64_t sink[64]; /* per thread, keeps the loads alive */
 } bw_job;
 
-/* The read loop, in the widest vectors the CPU has: compiled for baseline x86-64, gcc
- * lowers these vectors to SSE2 with the accumulators on the stack, and on a Xeon that read
- * 12 GB/s where AVX2 loads read 20-26 and AVX-512 loads 27-28 (a probe slower than the
- * matmuls put decode at 113-128% of its "bound"). */
-#define BW_LOOP(VT, STEP)                                                                    \
-    do {                                                                                     \
-        const VT *v = (const VT *)j->buf;                                                    \
-        const size_t lo = j->n / STEP * (size_t)ith / (size_t)nth;                           \
-        const size_t hi = j->n / STEP * (size_t)(ith + 1) / (size_t)nth;                     \
-        VT a = {0}, b = {0}, c = {0}, d = {0};                                               \
-        for (size_t i = lo; i + 4 <= hi; i += 4) {                                           \
-            a += v[i];                                                                       \
-            b += v[i + 1];                                                                   \
-            c += v[i + 2];                                                                   \
-            d += v[i + 3];                                                                   \
-        }                                                                                    \
-        const VT e = a + b + c + d;                                                          \
-        memcpy(&j->sink[ith & 63], &e, sizeof j->sink[0]);                                   \
-    } while (0)
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f"))) static void bw_worker_avx512(void *ctx, int ith, int nth) {
+/* A contiguous part of the buffer per thread, 256-byte aligned (bench_read). */
+static void bw_worker(void *ctx, int ith, int nth) {
     bw_job *j = ctx;
-    BW_LOOP(v8u64, 2);
-}
-__attribute__((target("avx2"))) static void bw_worker_avx2(void *ctx, int ith, int nth) {
-    bw_job *j = ctx;
-    BW_LOOP(v4u64, 1);
-}
-#endif
-
-static void bw_worker_generic(void *ctx, int ith, int nth) {
-    bw_job *j = ctx;
-    BW_LOOP(v4u64, 1);
-}
-
-static void (*bw_worker_pick(const char **name))(void *, int, int) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
-        *name = "avx512";
-        return bw_worker_avx512;
-    }
-    if (__builtin_cpu_supports("avx2")) {
-        *name = "avx2";
-        return bw_worker_avx2;
-    }
-#endif
-    *name = "generic";
-    return bw_worker_generic;
+    const size_t units = j->bytes / 256;
+    const size_t lo = units * (size_t)ith / (size_t)nth * 256;
+    const size_t hi = units * (size_t)(ith + 1) / (size_t)nth * 256;
+    j->sink[ith & 63] = bench_read(j->buf + lo, hi - lo);
 }
 
 /* Streaming read of a 1 GiB buffer (bw_buffer) by the pool's threads; best of `passes`,
  * bytes/s. */
 #define BW_BYTES ((size_t)1 << 30)
-static v4u64 *bw_buffer(void) {
-    v4u64 *buf = aligned_alloc(64, BW_BYTES);
+static uint8_t *bw_buffer(void) {
+    uint8_t *buf = aligned_alloc(64, BW_BYTES);
     if (buf) memset(buf, 1, BW_BYTES);
     return buf;
 }
 
-static double read_bandwidth(hl_pool *pool, const v4u64 *buf, int passes, double *median_out) {
+static double read_bandwidth(hl_pool *pool, const uint8_t *buf, int passes, double *median_out) {
     const size_t bytes = BW_BYTES;
     *median_out = 0;
     if (!buf) return 0;
-    bw_job j = {.buf = buf, .n = bytes / sizeof(v4u64)};
+    bw_job j = {.buf = buf, .bytes = bytes};
     double best = 0, all[MAX_RUNS];
     if (passes > MAX_RUNS) passes = MAX_RUNS;
-    const char *name;
-    void (*worker)(void *, int, int) = bw_worker_pick(&name);
-    hl_pool_run(pool, worker, &j); /* warm-up */
+    hl_pool_run(pool, bw_worker, &j); /* warm-up */
     for (int p = 0; p < passes; p++) {
         const double t0 = now_s(CLOCK_MONOTONIC);
-        hl_pool_run(pool, worker, &j);
+        hl_pool_run(pool, bw_worker, &j);
         const double bw = (double)bytes / (now_s(CLOCK_MONOTONIC) - t0);
         all[p] = bw;
         if (bw > best) best = bw;
@@ -358,7 +311,7 @@ typedef struct result {
 } result;
 
 static hl_status measure(const char *path, int threads, int runs, int n_prefill, int n_decode,
-                         int at, hl_pool *bw_pool, const v4u64 *bw_buf, double bytes_per_tok,
+                         int at, hl_pool *bw_pool, const uint8_t *bw_buf, double bytes_per_tok,
                          result *r, hl_err *err) {
     model *m = NULL;
     model_kv *kv = NULL;
@@ -536,7 +489,7 @@ int main(int argc, char **argv) {
         fclose(la);
     }
     double bw_median = 0;
-    v4u64 *bw_buf = bw_buffer();
+    uint8_t *bw_buf = bw_buffer();
     if (!bw_buf) {
         fprintf(stderr, "bench_model: out of memory for the bandwidth buffer\n");
         return 1;
@@ -545,8 +498,7 @@ int main(int argc, char **argv) {
     printf("bench_model: kernels %s, %d threads, %d runs (medians), load average %.2f, %s KV "
            "cache, %d layers\n",
            kern_variant(), threads, runs, load[0], hl_type_name(g_kv_type), g_layers);
-    const char *bw_name;
-    bw_worker_pick(&bw_name);
+    const char *bw_name = bench_read_variant();
     printf("read bandwidth: %.2f GB/s best, %.2f GB/s median (%d threads, 1 GiB buffer, %s "
            "loads)\n",
            bw / 1e9, bw_median / 1e9, threads, bw_name);

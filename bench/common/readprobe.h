@@ -1,0 +1,19 @@
+/*
+ * readprobe.h - the benchmarks' plain streaming read: the ceiling a decode's weight
+ * stream is held against (bench_model's bandwidth probe, bench_dot_stream's "read").
+ *
+ * bench_read() loads every byte of [buf, buf + bytes) (rounded down to 256 bytes) in the
+ * widest vectors the CPU has and returns a sum the caller keeps (so the loads stay);
+ * bench_read_variant() names those vectors ("avx512", "avx2", "generic"). No alignment
+ * is required; nothing is allocated.
+ */
+#ifndef HL_BENCH_READPROBE_H
+#define HL_BENCH_READPROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint64_t bench_read(const void *buf, size_t bytes);
+const char *bench_read_variant(void);
+
+#endif
