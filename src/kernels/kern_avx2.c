@@ -151,9 +151,20 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
  * less, 4.5 KiB as much. Prefill's 4-token calls, mostly on weights already in cache,
  * do without. */
 #define STREAM_AHEAD 2304
-ROWS_INLINE void prefetch_ahead(const void *p, int lines) {
-    const char *a = (const char *)p + STREAM_AHEAD;
+/* The same for the vpdpbusd kernels (AVX-VNNI, AVX-512 VNNI), further ahead: they spend
+ * about half the time per byte. On Zen 5 (a bus reading 30-75 GB/s from minute to
+ * minute), one process switching it run by run, 8 pairs each: Q4_K_M decode +2.5% and
+ * +4.5% (15 of 16 faster; 2304 bytes: +1.5%, 5 of 8), Q4_0 +12% (8 of 8). Q8_0_X8 does
+ * without: its lean loop ran 7% slower with it (0 of 8), and x0.93 in the kernel alone
+ * (bench/README, "Zen 5: the decode prefetch in the vpdpbusd kernels"). */
+#define STREAM_AHEAD_VNNI 4608
+ROWS_INLINE void prefetch_at(const void *p, size_t ahead, int lines) {
+    const char *a = (const char *)p + ahead;
     UNROLL for (int l = 0; l < lines; l++) _mm_prefetch(a + 64 * l, _MM_HINT_T0);
+}
+ROWS_INLINE void prefetch_ahead(const void *p, int lines) { prefetch_at(p, STREAM_AHEAD, lines); }
+ROWS_INLINE void prefetch_ahead_vnni(const void *p, int lines) {
+    prefetch_at(p, STREAM_AHEAD_VNNI, lines);
 }
 /* A kern_gemm8_fn over an inline kernel of 1-4 tokens: the switch makes the token count a
  * constant, so the kernel's loops unroll and its sums stay in registers. The kernel takes
@@ -462,6 +473,8 @@ q6_K_x8_tokens_avxvnni(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec, si
          * so a super-block is read front to back (from DRAM, out of order ran slower) */
         _Pragma("GCC unroll 1") for (int h = 0; h < 2; h++) {
             UNROLL for (int half = 0; half < 2; half++) {
+                const size_t quarter = (size_t)(2 * h + half) * (sizeof x[i] / 4); /* 420 B */
+                if (nt <= 2) prefetch_ahead_vnni((const uint8_t *)&x[i] + quarter, 7);
                 UNROLL for (int g = 0; g < 4; g++) {
                     const int grp = 8 * h + 2 * g + half;
                     __m256i s[KERN_GEMM8_TOKS];
@@ -788,6 +801,7 @@ X16_INLINE void q4_K_x8_step_pairs(int64_t n, const block_q4_K_x8 *x, const uint
         UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 1") for (int j = 0; j < 4; j++) {
             __m512i a_lo[KERN_GEMM8_TOKS], a_hi[KERN_GEMM8_TOKS];
+            if (nt <= 2) prefetch_ahead_vnni((const uint8_t *)&x[i] + j * (sizeof x[i] / 4), 5);
             UNROLL for (int t = 0; t < nt; t++) a_lo[t] = a_hi[t] = _mm512_setzero_si512();
             UNROLL for (int p = 0; p < 4; p++) {
                 const __m512i v = _mm512_loadu_si512(x[i].qs[j][2 * p]);
@@ -924,6 +938,7 @@ X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint
         }
         UNROLL for (int hh = 0; hh < 4; hh++) {
             const int h = hh >> 1, half = hh & 1;
+            if (nt <= 2) prefetch_ahead_vnni((const uint8_t *)&x[i] + hh * (sizeof x[i] / 4), 7);
             __m512i s[4][KERN_GEMM8_TOKS];
             UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++)
                 s[g][t] = _mm512_set1_epi32(bias[t][8 * h + 2 * g + half]);
