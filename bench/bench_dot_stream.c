@@ -6,8 +6,9 @@
  * from DRAM, so a kernel is fast enough when it keeps up with what one core can read.
  * bench_kernels reuses one 12 MB matrix, which the last-level cache partly holds; here
  * each type gets a 512 MiB buffer of 2048-column rows, walked once per pass by:
- *   read      a plain load-and-add loop in the widest vectors the CPU has (the ceiling;
- *             bench_read, the same probe as bench_model's),
+ *   read      a plain load-and-add loop in the widest vectors the CPU has, one and two
+ *             streams per thread on alternate passes (the ceiling; bench_read, the same
+ *             probe as bench_model's),
  *   dot       vec_dot row after row, as a decode matmul calls it,
  *   matmul    one kern_matmul of 1 token over the whole buffer as a matrix, in the layout
  *             the model runs the type in (kern_packed_type: repacked at load), threads
@@ -43,7 +44,9 @@ static double now_s(void) {
 static volatile float g_sink;
 static volatile uint64_t g_sink_u;
 
-static void pass_read(const uint8_t *buf, size_t bytes) { g_sink_u = bench_read(buf, bytes); }
+static void pass_read(const uint8_t *buf, size_t bytes, int streams) {
+    g_sink_u = bench_read(buf, bytes, streams);
+}
 
 static void pass_dot(const kern_table *tab, hl_type t, const uint8_t *buf, int64_t rows,
                      size_t row_bytes, int64_t cols, const void *xq, float *out) {
@@ -55,7 +58,8 @@ static void pass_dot(const kern_table *tab, hl_type t, const uint8_t *buf, int64
 typedef struct pass_job {
     const kern_table *tab;
     hl_type type;
-    int kind; /* 0 read, 1 dot */
+    int kind;    /* 0 read, 1 dot */
+    int streams; /* of a read, per thread: 1 or 2 */
     const uint8_t *buf;
     int64_t rows, cols;
     size_t row_bytes;
@@ -71,7 +75,7 @@ static void pass_worker(void *ctx, int ith, int nth) {
     const int64_t r1 = r0 + per < j->rows ? r0 + per : j->rows;
     const uint8_t *b = j->buf + (size_t)r0 * j->row_bytes;
     float *out = j->out + (size_t)ith * 4096;
-    if (j->kind == 0) pass_read(b, (size_t)(r1 - r0) * j->row_bytes);
+    if (j->kind == 0) pass_read(b, (size_t)(r1 - r0) * j->row_bytes, j->streams);
     if (j->kind == 1) pass_dot(j->tab, j->type, b, r1 - r0, j->row_bytes, j->cols, j->xq, out);
 }
 
@@ -153,8 +157,9 @@ int main(int argc, char **argv) {
         double best[3] = {0, 0, 0};
         for (int p = 0; p < passes; p++) {
             for (int k = 0; k < 3; k++) {
-                pass_job job = {.tab = tab, .type = t, .kind = k, .buf = buf, .rows = rows,
-                                .cols = cols, .row_bytes = row_bytes, .xq = xq, .out = out};
+                pass_job job = {.tab = tab, .type = t, .kind = k, .streams = 1 + p % 2,
+                                .buf = buf, .rows = rows, .cols = cols, .row_bytes = row_bytes,
+                                .xq = xq, .out = out};
                 const double t0 = now_s();
                 if (k < 2)
                     hl_pool_run(pool, pass_worker, &job);

@@ -37,9 +37,10 @@
  * shared, so CPU time per token is printed too.
  *
  * Two bounds. Strict: the best bandwidth seen at any point of the type's measurement
- * (7 passes at the start of the bench, 3 before each decode run), so a bus that got
- * faster after the start cannot push decode over 100%. Paired: before every decode run,
- * the best of 3 passes taken just then, so a run is set against what the memory bus
+ * (8 passes at the start of the bench, 4 before each decode run; each pass reads with
+ * one or two streams per thread in turn, readprobe.h), so a bus that got faster after
+ * the start cannot push decode over 100%. Paired: before every decode run, the best of
+ * 4 passes taken just then, so a run is set against what the memory bus
  * delivered at the same time; the paired figure is the median of the runs' decode /
  * bound ratios. On a shared VM the bus swings by 2x within minutes, and a bound read
  * minutes before the run measures the neighbours.
@@ -219,6 +220,7 @@ static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *po
 typedef struct bw_job {
     const uint8_t *buf;
     size_t bytes;
+    int streams;       /* per thread: 1 or 2 (bench_read) */
     uint64_t sink[64]; /* per thread, keeps the loads alive */
 } bw_job;
 
@@ -228,11 +230,11 @@ static void bw_worker(void *ctx, int ith, int nth) {
     const size_t units = j->bytes / 256;
     const size_t lo = units * (size_t)ith / (size_t)nth * 256;
     const size_t hi = units * (size_t)(ith + 1) / (size_t)nth * 256;
-    j->sink[ith & 63] = bench_read(j->buf + lo, hi - lo);
+    j->sink[ith & 63] = bench_read(j->buf + lo, hi - lo, j->streams);
 }
 
-/* Streaming read of a 1 GiB buffer (bw_buffer) by the pool's threads; best of `passes`,
- * bytes/s. */
+/* Streaming read of a 1 GiB buffer (bw_buffer) by the pool's threads, one and two
+ * streams per thread in turn; best of `passes`, bytes/s. */
 #define BW_BYTES ((size_t)1 << 30)
 static uint8_t *bw_buffer(void) {
     uint8_t *buf = aligned_alloc(64, BW_BYTES);
@@ -244,11 +246,12 @@ static double read_bandwidth(hl_pool *pool, const uint8_t *buf, int passes, doub
     const size_t bytes = BW_BYTES;
     *median_out = 0;
     if (!buf) return 0;
-    bw_job j = {.buf = buf, .bytes = bytes};
+    bw_job j = {.buf = buf, .bytes = bytes, .streams = 1};
     double best = 0, all[MAX_RUNS];
     if (passes > MAX_RUNS) passes = MAX_RUNS;
     hl_pool_run(pool, bw_worker, &j); /* warm-up */
     for (int p = 0; p < passes; p++) {
+        j.streams = 1 + p % 2;
         const double t0 = now_s(CLOCK_MONOTONIC);
         hl_pool_run(pool, bw_worker, &j);
         const double bw = (double)bytes / (now_s(CLOCK_MONOTONIC) - t0);
@@ -338,7 +341,7 @@ static hl_status measure(const char *path, int threads, int runs, int n_prefill,
             s = model_eval(c, kv, toks + done, at - done < n_prefill ? at - done : n_prefill, NULL,
                            err);
         double bw_med;
-        const double bw = read_bandwidth(bw_pool, bw_buf, 3, &bw_med);
+        const double bw = read_bandwidth(bw_pool, bw_buf, 4, &bw_med);
         t0 = now_s(CLOCK_MONOTONIC);
         c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
         for (int i = 0; s == HL_OK && i < n_decode; i++)
@@ -494,13 +497,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_model: out of memory for the bandwidth buffer\n");
         return 1;
     }
-    const double bw = read_bandwidth(pool, bw_buf, 7, &bw_median);
+    const double bw = read_bandwidth(pool, bw_buf, 8, &bw_median);
     printf("bench_model: kernels %s, %d threads, %d runs (medians), load average %.2f, %s KV "
            "cache, %d layers\n",
            kern_variant(), threads, runs, load[0], hl_type_name(g_kv_type), g_layers);
     const char *bw_name = bench_read_variant();
     printf("read bandwidth: %.2f GB/s best, %.2f GB/s median (%d threads, 1 GiB buffer, %s "
-           "loads)\n",
+           "loads, 1 and 2 streams per thread)\n",
            bw / 1e9, bw_median / 1e9, threads, bw_name);
 
     char list[256];
