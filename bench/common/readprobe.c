@@ -1,8 +1,6 @@
 /* readprobe.c - see readprobe.h. */
 #include "readprobe.h"
 
-#include <string.h>
-
 /* perf: compiled for baseline x86-64, gcc lowers these vectors to SSE2 with the
  * accumulators on the stack: on a Xeon that read 12 GB/s where AVX2 loads read 20-26 and
  * AVX-512 loads 27-28, and on a Zen 3 VM 23-27 where AVX2 read 32-38 (a probe slower
@@ -42,6 +40,8 @@ typedef uint64_t v8u64 __attribute__((vector_size(64), aligned(1)));
         return s;                                                                            \
     } while (0)
 
+static uint64_t read_generic(const void *buf, size_t bytes, int streams) { READ_LOOP(v4u64); }
+
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx512f"))) static uint64_t read_avx512(const void *buf, size_t bytes,
                                                                  int streams) {
@@ -53,22 +53,32 @@ __attribute__((target("avx2"))) static uint64_t read_avx2(const void *buf, size_
 }
 #endif
 
-static uint64_t read_generic(const void *buf, size_t bytes, int streams) { READ_LOOP(v4u64); }
+typedef uint64_t (*read_fn)(const void *buf, size_t bytes, int streams);
 
-const char *bench_read_variant(void) {
+/* The widest loop this CPU runs, and its name. */
+static read_fn read_pick(const char **name) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return "avx512";
-    if (__builtin_cpu_supports("avx2")) return "avx2";
+    if (__builtin_cpu_supports("avx512f")) {
+        *name = "avx512";
+        return read_avx512;
+    }
+    if (__builtin_cpu_supports("avx2")) {
+        *name = "avx2";
+        return read_avx2;
+    }
 #endif
-    return "generic";
+    *name = "generic";
+    return read_generic;
+}
+
+const char *bench_read_variant(void) {
+    const char *name;
+    read_pick(&name);
+    return name;
 }
 
 uint64_t bench_read(const void *buf, size_t bytes, int streams) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    const char *v = bench_read_variant();
-    if (strcmp(v, "avx512") == 0) return read_avx512(buf, bytes, streams);
-    if (strcmp(v, "avx2") == 0) return read_avx2(buf, bytes, streams);
-#endif
-    return read_generic(buf, bytes, streams);
+    const char *name;
+    return read_pick(&name)(buf, bytes, streams);
 }

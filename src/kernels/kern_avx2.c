@@ -158,13 +158,17 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
  * without: its lean loop ran 7% slower with it (0 of 8), and x0.93 in the kernel alone
  * (bench/README, "Zen 5: the decode prefetch in the vpdpbusd kernels"). */
 #define STREAM_AHEAD_VNNI 4608
-ROWS_INLINE void prefetch_at(const void *p, size_t ahead, int lines) {
+/* The prefetch of a loop step of an nt-token call: nothing for 3 or 4 tokens. */
+ROWS_INLINE void prefetch_at(int nt, const void *p, size_t ahead, int lines) {
+    if (nt > 2) return;
     const char *a = (const char *)p + ahead;
     UNROLL for (int l = 0; l < lines; l++) _mm_prefetch(a + 64 * l, _MM_HINT_T0);
 }
-ROWS_INLINE void prefetch_ahead(const void *p, int lines) { prefetch_at(p, STREAM_AHEAD, lines); }
-ROWS_INLINE void prefetch_ahead_vnni(const void *p, int lines) {
-    prefetch_at(p, STREAM_AHEAD_VNNI, lines);
+ROWS_INLINE void prefetch_ahead(int nt, const void *p, int lines) {
+    prefetch_at(nt, p, STREAM_AHEAD, lines);
+}
+ROWS_INLINE void prefetch_ahead_vnni(int nt, const void *p, int lines) {
+    prefetch_at(nt, p, STREAM_AHEAD_VNNI, lines);
 }
 /* A kern_gemm8_fn over an inline kernel of 1-4 tokens: the switch makes the token count a
  * constant, so the kernel's loops unroll and its sums stay in registers. The kernel takes
@@ -259,7 +263,7 @@ ROWS_INLINE void q4_0_x8_tokens(int64_t n, const block_q4_0_x8 *x, const uint8_t
     __m256 acc[KERN_GEMM8_TOKS];
     UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        if (nt <= 2) prefetch_ahead(&x[i], 3); /* 144 bytes */
+        prefetch_ahead(nt, &x[i], 3); /* 144 bytes */
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
         __m256i q[8];
         UNROLL for (int c = 0; c < 4; c++) {
@@ -306,7 +310,7 @@ ROWS_INLINE void q8_0_x8_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t
     __m256 acc[KERN_GEMM8_TOKS];
     UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        if (nt <= 2) prefetch_ahead(&x[i], 5); /* 272 bytes */
+        prefetch_ahead(nt, &x[i], 5); /* 272 bytes */
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x[i].d));
         __m256i sumi[KERN_GEMM8_TOKS];
         UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
@@ -392,7 +396,7 @@ ROWS_INLINE void q4_K_x8_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t
         UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
         _Pragma("GCC unroll 1") for (int j = 0; j < 4; j++) {
             __m256i a_lo[KERN_GEMM8_TOKS], a_hi[KERN_GEMM8_TOKS];
-            if (nt <= 2) prefetch_ahead((const uint8_t *)&x[i] + j * (sizeof x[i] / 4), 5);
+            prefetch_ahead(nt, (const uint8_t *)&x[i] + j * (sizeof x[i] / 4), 5);
             UNROLL for (int st = 0; st < 8; st++) {
                 const __m256i v = load256(x[i].qs[j][st]);
                 const __m256i lo = _mm256_and_si256(v, low4);
@@ -474,7 +478,7 @@ q6_K_x8_tokens_avxvnni(int64_t n, const block_q6_K_x8 *x, const uint8_t *vec, si
         _Pragma("GCC unroll 1") for (int h = 0; h < 2; h++) {
             UNROLL for (int half = 0; half < 2; half++) {
                 const size_t quarter = (size_t)(2 * h + half) * (sizeof x[i] / 4); /* 420 B */
-                if (nt <= 2) prefetch_ahead_vnni((const uint8_t *)&x[i] + quarter, 7);
+                prefetch_ahead_vnni(nt, (const uint8_t *)&x[i] + quarter, 7);
                 UNROLL for (int g = 0; g < 4; g++) {
                     const int grp = 8 * h + 2 * g + half;
                     __m256i s[KERN_GEMM8_TOKS];
@@ -801,7 +805,7 @@ X16_INLINE void q4_K_x8_step_pairs(int64_t n, const block_q4_K_x8 *x, const uint
         UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 1") for (int j = 0; j < 4; j++) {
             __m512i a_lo[KERN_GEMM8_TOKS], a_hi[KERN_GEMM8_TOKS];
-            if (nt <= 2) prefetch_ahead_vnni((const uint8_t *)&x[i] + j * (sizeof x[i] / 4), 5);
+            prefetch_ahead_vnni(nt, (const uint8_t *)&x[i] + j * (sizeof x[i] / 4), 5);
             UNROLL for (int t = 0; t < nt; t++) a_lo[t] = a_hi[t] = _mm512_setzero_si512();
             UNROLL for (int p = 0; p < 4; p++) {
                 const __m512i v = _mm512_loadu_si512(x[i].qs[j][2 * p]);
@@ -938,7 +942,7 @@ X16_INLINE void q6_K_x8_step_pairs(int64_t n, const block_q6_K_x8 *x, const uint
         }
         UNROLL for (int hh = 0; hh < 4; hh++) {
             const int h = hh >> 1, half = hh & 1;
-            if (nt <= 2) prefetch_ahead_vnni((const uint8_t *)&x[i] + hh * (sizeof x[i] / 4), 7);
+            prefetch_ahead_vnni(nt, (const uint8_t *)&x[i] + hh * (sizeof x[i] / 4), 7);
             __m512i s[4][KERN_GEMM8_TOKS];
             UNROLL for (int g = 0; g < 4; g++) UNROLL for (int t = 0; t < nt; t++)
                 s[g][t] = _mm512_set1_epi32(bias[t][8 * h + 2 * g + half]);
@@ -1746,8 +1750,7 @@ ROWS_INLINE void q6_K_rows(int64_t n, const void *row, const uint8_t *vec, size_
         __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                            _mm256_setzero_si256()};
         UNROLL for (int half = 0; half < 2; half++) {
-            if (nt <= 2) /* 4 lines per 210 bytes */
-                prefetch_ahead((const uint8_t *)&x[i] + 128 * half, 2);
+            prefetch_ahead(nt, (const uint8_t *)&x[i] + 128 * half, 2); /* 4 lines per 210 B */
             const uint8_t *ql = x[i].ql + 64 * half;
             const __m256i qh = load256(x[i].qh + 32 * half);
             const __m256i ql0 = load256(ql);
