@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
         const size_t row_bytes = hl_row_size(t, cols);
         const int64_t rows = (int64_t)(mib * (1 << 20) / (double)row_bytes) / 64 * 64;
         const size_t bytes = row_bytes * (size_t)rows;
-        uint8_t *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        uint8_t *buf = bench_stream_alloc(bytes);
         if (!buf) return 1;
         /* a bank of 64 quantized rows, repeated: speed does not depend on the values */
         float *row = malloc(sizeof(float) * (size_t)cols);
@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
         hl_quantize_row(vdt, x, xq, cols);
         /* the same rows in the layout decode runs them in */
         const hl_type packed = kern_packed_type(t, rows);
-        uint8_t *pbuf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        uint8_t *pbuf = bench_stream_alloc(bytes);
         float *mout = malloc(sizeof(float) * (size_t)rows);
         void *scratch = malloc(kern_matmul_scratch_size(packed, cols, 1) + 1);
         void *tmp = malloc(8 * row_bytes);

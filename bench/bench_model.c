@@ -237,7 +237,7 @@ static void bw_worker(void *ctx, int ith, int nth) {
  * streams per thread in turn; best of `passes`, bytes/s. */
 #define BW_BYTES ((size_t)1 << 30)
 static uint8_t *bw_buffer(void) {
-    uint8_t *buf = aligned_alloc(64, BW_BYTES);
+    uint8_t *buf = bench_stream_alloc(BW_BYTES);
     if (buf) memset(buf, 1, BW_BYTES);
     return buf;
 }

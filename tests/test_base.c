@@ -1,10 +1,12 @@
 #include "test.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,7 +129,14 @@ TEST(base_file_read_write_and_missing) {
     CHECK_OK(hl_map_read(path, &m, &err), &err);
     CHECK_EQ_INT(m.size, big);
     CHECK(memcmp(m.data, data, big) == 0);
+    CHECK(((uintptr_t)m.data & ((2u << 20) - 1)) == 0); /* room for huge pages */
+    const uint8_t *was = m.data;
     hl_map_close(&m);
+    /* all of it unmapped, the page holding the last byte too */
+    unsigned char resident[1];
+    CHECK(mincore((void *)was, 4096, resident) != 0 && errno == ENOMEM);
+    CHECK(mincore((void *)((uintptr_t)(was + big - 1) & ~(uintptr_t)4095), 4096, resident) != 0 &&
+          errno == ENOMEM);
     free(data);
     unlink(path);
 }

@@ -1,6 +1,9 @@
 /* readprobe.c - see readprobe.h. */
 #include "readprobe.h"
 
+#include <stdlib.h>
+#include <sys/mman.h>
+
 /* perf: compiled for baseline x86-64, gcc lowers these vectors to SSE2 with the
  * accumulators on the stack: on a Xeon that read 12 GB/s where AVX2 loads read 20-26 and
  * AVX-512 loads 27-28, and on a Zen 3 VM 23-27 where AVX2 read 32-38 (a probe slower
@@ -81,4 +84,11 @@ const char *bench_read_variant(void) {
 uint64_t bench_read(const void *buf, size_t bytes, int streams) {
     const char *name;
     return read_pick(&name)(buf, bytes, streams);
+}
+
+void *bench_stream_alloc(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    void *p = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
+    if (p) madvise(p, bytes, MADV_HUGEPAGE); /* a hint: ignored where THP is off */
+    return p;
 }

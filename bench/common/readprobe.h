@@ -9,6 +9,9 @@
  * the moment (readprobe.c);
  * bench_read_variant() names those vectors ("avx512", "avx2", "generic"). No alignment
  * is required; nothing is allocated.
+ * bench_stream_alloc() allocates a buffer to stream (free() it) in memory like the
+ * model's weights: 2 MiB aligned, transparent huge pages requested (hl_map_read), so the
+ * bound and the weights pay the same TLB misses.
  */
 #ifndef HL_BENCH_READPROBE_H
 #define HL_BENCH_READPROBE_H
@@ -18,5 +21,6 @@
 
 uint64_t bench_read(const void *buf, size_t bytes, int streams);
 const char *bench_read_variant(void);
+void *bench_stream_alloc(size_t bytes);
 
 #endif

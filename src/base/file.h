@@ -9,7 +9,8 @@
  * Why both: weights in page-cache pages stream markedly slower than the same bytes in
  * anonymous memory on the VMs we measured (decode 12 vs 18 tok/s at Q8_0, one thread),
  * so models are read in by default, as Ollama does for CPU loads (llama.cpp --no-mmap);
- * a mapping shares the page cache and starts faster, for use_mmap.
+ * a mapping shares the page cache and starts faster, for use_mmap. A read-in file of
+ * 2 MiB or more starts on a 2 MiB boundary and asks for transparent huge pages.
  */
 #ifndef HL_BASE_FILE_H
 #define HL_BASE_FILE_H
