@@ -18,7 +18,9 @@
  *   one run   that layout without the barriers (one pool run for the whole step),
  *   read      a plain read of each thread's region (bench_read), the ceiling.
  * Figures are GB/s of weights, best and median of the passes, which take turns so that a
- * change of the machine's load hits every mode alike.
+ * change of the machine's load hits every mode alike. Then, from the "one run" passes, the
+ * rate per thread of each of the four shapes (q+k+v, o, gate+up, down), each run timed by
+ * the thread that streams it: the shapes take turns inside every pass.
  *
  * Usage: bench_stream_runs [passes] [threads]   (defaults 10, 2; the buffers take 1.1 GB)
  */
@@ -57,6 +59,8 @@ typedef struct step_job {
     const uint8_t *xq[2]; /* the activations for 2048 and 5632 columns (Q8_K) */
     size_t xq_bytes[2];
     float *out;
+    int timed;                            /* per shape: ns and bytes per thread */
+    double shape_ns[MAX_THREADS][4], shape_bytes[MAX_THREADS][4];
     const uint8_t *region[MAX_THREADS];
     size_t region_bytes[MAX_THREADS];
     uint64_t sink[MAX_THREADS * 8];
@@ -71,6 +75,7 @@ static double now_s(void) {
 static void step_worker(void *ctx, int ith, int nth) {
     (void)nth;
     step_job *j = ctx;
+    double t_prev = j->timed ? now_s() : 0;
     for (int k = j->first; k < j->last; k++) {
         const run_desc *r = &j->runs[k];
         const int wide = r->cols != EMBD;
@@ -78,6 +83,12 @@ static void step_worker(void *ctx, int ith, int nth) {
         for (int64_t row = r->r0[ith]; row < r->r0[ith + 1]; row += 8, w += 8 * r->row_bytes)
             j->gemm8(r->cols, w, j->xq[wide], j->xq_bytes[wide], NULL, NULL, 1, j->out + row,
                      (size_t)r->rows);
+        if (j->timed) {
+            const double t = now_s();
+            j->shape_ns[ith][k % 4] += (t - t_prev) * 1e9;
+            j->shape_bytes[ith][k % 4] += (double)(r->r0[ith + 1] - r->r0[ith]) * r->row_bytes;
+            t_prev = t;
+        }
         if (j->ahead && k + 1 < RUNS)
             for (size_t o = 0; o < j->ahead; o += 64) __builtin_prefetch(j->runs[k + 1].part[ith] + o, 0, 3);
     }
@@ -200,7 +211,9 @@ int main(int argc, char **argv) {
                 hl_pool_run(pool, read_worker, &job);
             } else if (m == MODE_ONE) {
                 job.first = 0, job.last = RUNS, job.threads_layout = 1, job.ahead = 0;
+                job.timed = p >= 0;
                 hl_pool_run(pool, step_worker, &job);
+                job.timed = 0;
             } else {
                 job.threads_layout = m == MODE_THREADS || m == MODE_AHEAD;
                 job.ahead = m == MODE_AHEAD ? AHEAD_BYTES : 0;
@@ -223,6 +236,14 @@ int main(int argc, char **argv) {
         printf("%-8s best %6.2f GB/s (%3.0f%% of read) | median %6.2f | worst %6.2f\n",
                mode_names[m], v[passes - 1], 100 * v[passes - 1] / best_read, v[passes / 2],
                v[0]);
+    }
+    static const char *const shape_names[4] = {"q+k+v", "o", "gate+up", "down"};
+    printf("one run, per shape and thread:");
+    for (int sh = 0; sh < 4; sh++) {
+        double bytes = 0, ns = 0;
+        for (int t = 0; t < threads; t++) bytes += job.shape_bytes[t][sh], ns += job.shape_ns[t][sh];
+        printf(" %s (%lld x %lld) %.2f GB/s%s", shape_names[sh], (long long)shape[sh][0],
+               (long long)shape[sh][1], bytes / ns, sh < 3 ? "," : "\n");
     }
     free(gbs);
     free(mout);
