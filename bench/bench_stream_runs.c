@@ -40,7 +40,8 @@
 enum { N_LAYER = 22, RUNS = 4 * N_LAYER, EMBD = 2048, FF = 5632, MAX_THREADS = 8 };
 enum { AHEAD_BYTES = 16 << 10 }; /* "ahead": what a thread prefetches of its next part */
 enum { MODE_MODEL, MODE_RUNS, MODE_THREADS, MODE_AHEAD, MODE_ONE, MODE_READ, N_MODES };
-static const char *const mode_names[N_MODES] = {"model", "runs", "threads", "ahead", "one run", "read"};
+static const char *const mode_names[N_MODES] = {"model",   "runs",    "threads",
+                                                "ahead",   "one run", "read"};
 
 typedef struct run_desc {
     int64_t rows, cols;
@@ -63,6 +64,7 @@ typedef struct step_job {
     double shape_ns[MAX_THREADS][4], shape_bytes[MAX_THREADS][4];
     const uint8_t *region[MAX_THREADS];
     size_t region_bytes[MAX_THREADS];
+    int streams;                     /* of the read, per thread: 1 or 2 (bench_read) */
     uint64_t sink[MAX_THREADS * 8];
 } step_job;
 
@@ -89,15 +91,15 @@ static void step_worker(void *ctx, int ith, int nth) {
             j->shape_bytes[ith][k % 4] += (double)(r->r0[ith + 1] - r->r0[ith]) * r->row_bytes;
             t_prev = t;
         }
-        if (j->ahead && k + 1 < RUNS)
-            for (size_t o = 0; o < j->ahead; o += 64) __builtin_prefetch(j->runs[k + 1].part[ith] + o, 0, 3);
+        for (size_t o = 0; k + 1 < RUNS && o < j->ahead; o += 64)
+            __builtin_prefetch(j->runs[k + 1].part[ith] + o, 0, 3);
     }
 }
 
 static void read_worker(void *ctx, int ith, int nth) {
     (void)nth;
     step_job *j = ctx;
-    j->sink[ith * 8] = bench_read(j->region[ith], j->region_bytes[ith], 1 + (int)(j->sink[ith * 8] & 1));
+    j->sink[ith * 8] = bench_read(j->region[ith], j->region_bytes[ith], j->streams);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -109,7 +111,8 @@ int main(int argc, char **argv) {
     const int passes = argc > 1 ? atoi(argv[1]) : 10;
     const int threads = argc > 2 ? atoi(argv[2]) : 2;
     if (passes < 1 || passes > 1000 || threads < 1 || threads > MAX_THREADS) {
-        fprintf(stderr, "usage: bench_stream_runs [passes 1..1000] [threads 1..%d]\n", MAX_THREADS);
+        fprintf(stderr, "usage: bench_stream_runs [passes 1..1000] [threads 1..%d]\n",
+                MAX_THREADS);
         return 2;
     }
     hl_pool *pool = NULL;
@@ -143,7 +146,6 @@ int main(int argc, char **argv) {
     uint8_t *tmp = malloc(8 * hl_row_size(HL_TYPE_Q4_K, FF));
     if (!model || !by_thread || !x || !out || !tmp) return 1;
     /* a bank of 64 quantized rows per width, repeated: speed does not depend on values */
-    for (int64_t c = 0; c < FF; c++) x[c] = (float)((c * 7919) % 2001) / 1000.0f - 1.0f;
     uint8_t *bank[2];
     for (int b = 0; b < 2; b++) {
         const int64_t cols = b ? FF : EMBD;
@@ -151,7 +153,8 @@ int main(int argc, char **argv) {
         bank[b] = malloc(64 * rb);
         if (!bank[b]) return 1;
         for (int64_t r = 0; r < 64; r++) {
-            for (int64_t c = 0; c < cols; c++) x[c] = (float)((r * 31 + c * 17) % 200) / 100.0f - 1.0f;
+            for (int64_t c = 0; c < cols; c++)
+                x[c] = (float)((r * 31 + c * 17) % 200) / 100.0f - 1.0f;
             hl_quantize_row(HL_TYPE_Q4_K, x, bank[b] + r * rb, cols);
         }
     }
@@ -208,6 +211,7 @@ int main(int argc, char **argv) {
                     kern_matmul(pool, packed, runs[k].w, runs[k].rows, runs[k].cols, x, 1, mout,
                                 scratch);
             } else if (m == MODE_READ) {
+                job.streams = p % 2 == 0 ? 1 : 2; /* one and two on alternate passes */
                 hl_pool_run(pool, read_worker, &job);
             } else if (m == MODE_ONE) {
                 job.first = 0, job.last = RUNS, job.threads_layout = 1, job.ahead = 0;
@@ -224,7 +228,6 @@ int main(int argc, char **argv) {
             }
             if (p >= 0) gbs[m * passes + p] = (double)total / (now_s() - t0) / 1e9;
         }
-        for (int t = 0; t < threads; t++) job.sink[t * 8] ^= 1; /* read: 1 and 2 streams */
     }
     hl_pool_burst_end(pool);
     double best_read = 0;
@@ -241,7 +244,8 @@ int main(int argc, char **argv) {
     printf("one run, per shape and thread:");
     for (int sh = 0; sh < 4; sh++) {
         double bytes = 0, ns = 0;
-        for (int t = 0; t < threads; t++) bytes += job.shape_bytes[t][sh], ns += job.shape_ns[t][sh];
+        for (int t = 0; t < threads; t++)
+            bytes += job.shape_bytes[t][sh], ns += job.shape_ns[t][sh];
         printf(" %s (%lld x %lld) %.2f GB/s%s", shape_names[sh], (long long)shape[sh][0],
                (long long)shape[sh][1], bytes / ns, sh < 3 ? "," : "\n");
     }

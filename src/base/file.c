@@ -2,8 +2,8 @@
 #include "base/file.h"
 
 #include <errno.h>
-#include <stdint.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,8 +138,9 @@ hl_status hl_map_open(const char *path, hl_map *out, hl_err *err) {
  * From 2 MiB up it starts on a 2 MiB boundary with MADV_HUGEPAGE, so that transparent
  * huge pages back it where the kernel allows them only on request (enabled=madvise, the
  * Debian default): a decode step streams all the weights, and with 4 KiB pages that is
- * a TLB miss every 4 KiB (Zen 5, 2 threads: decode +2% at Q4_K_M in 5 of 6 process
- * pairs, +3% at Q8_0 in 4 of 5; bench/README). Ignored where THP is off. */
+ * a TLB miss every 4 KiB (Zen 5, 2 threads, alternated process pairs: decode +2% at
+ * Q4_K_M, faster in 8 of 10, +3.5% at Q8_0, 10 of 11; bench/README). Ignored where THP
+ * is off. */
 static uint8_t *map_anonymous(size_t size) {
     const size_t huge = (size_t)2 << 20, page = 4096;
     const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
