@@ -855,6 +855,59 @@ TEST(kernels_swiglu_vs_naive) {
     CHECK(isfinite(out[0]));
 }
 
+/* Decode splits the rows into one part per thread with stealing at the end (kernels.c,
+ * many_worker_owned): every output row is written, with the bits of a one-thread matmul,
+ * for parts of one unit to hundreds, more threads than CPUs (late workers skip their run
+ * and the others take their parts), and items whose row counts end inside a unit. */
+TEST(kernels_decode_split_every_row_once) {
+    enum { COLS = 256, MAX_ROWS = 4104, REPEATS = 8 };
+    static const int threads[] = {2, 3, 8};
+    static const int64_t rows[][3] = {{8, 0, 0}, {40, 0, 0}, {1000, 0, 0}, {MAX_ROWS, 0, 0},
+                                      {24, 1000, 8}, {8, 16, 2048}};
+    const size_t rb = hl_row_size(HL_TYPE_Q8_0, COLS);
+    uint8_t *w = malloc(rb * MAX_ROWS), *tmp = malloc(8 * rb);
+    for (int64_t r = 0; r < MAX_ROWS; r++) random_weights(HL_TYPE_Q8_0, w + r * rb, COLS);
+    const hl_type packed = kern_packed_type(HL_TYPE_Q8_0, MAX_ROWS);
+    CHECK(kern_repack(packed, w, MAX_ROWS, COLS, tmp));
+    static float x[5 * COLS], want[5 * 3 * MAX_ROWS], got[5 * 3 * MAX_ROWS];
+    for (int i = 0; i < 5 * COLS; i++) x[i] = frand();
+    void *scratch = malloc(kern_matmul_scratch_size(packed, COLS, 5));
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+        for (int64_t nt = 1; nt <= 5; nt += 4) {
+            kern_matmul_item items[3];
+            int n_items = 0;
+            int64_t off = 0;
+            for (int k = 0; k < 3 && rows[ri][k]; k++, n_items++) {
+                items[k] = (kern_matmul_item){packed, w, rows[ri][k], want + off};
+                kern_matmul(NULL, packed, w, rows[ri][k], COLS, x, nt, want + off, scratch);
+                off += rows[ri][k] * nt;
+            }
+            for (int th = 0; th < 3; th++) {
+                hl_pool *pool = NULL;
+                hl_err err;
+                CHECK_OK(hl_pool_create(threads[th], &pool, &err), &err);
+                for (int rep = 0; rep < REPEATS; rep++) {
+                    for (int64_t i = 0; i < off; i++) got[i] = NAN;
+                    for (int k = 0; k < n_items; k++) items[k].out = got + (items[k].out - want);
+                    kern_matmul_many(pool, items, n_items, COLS, x, nt, scratch);
+                    for (int k = 0; k < n_items; k++) items[k].out = want + (items[k].out - got);
+                    int64_t bad = -1;
+                    for (int64_t i = 0; i < off && bad < 0; i++)
+                        if (!(got[i] == want[i])) bad = i;
+                    CHECK_MSG(bad < 0, "rows %lld+%lld+%lld nt=%lld threads=%d: output %lld is %g, "
+                              "not %g", (long long)rows[ri][0], (long long)rows[ri][1],
+                              (long long)rows[ri][2], (long long)nt, threads[th], (long long)bad,
+                              bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad]);
+                }
+                hl_pool_destroy(pool);
+            }
+        }
+    }
+    free(scratch);
+    free(tmp);
+    free(w);
+}
+
 /* kern_matmul_many: every item's output equals a separate kern_matmul exactly, for mixed
  * weight types sharing an activation type, row counts that split unevenly across
  * threads, decode and prefill; mixed activation types fall back to separate calls. */

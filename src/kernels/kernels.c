@@ -440,19 +440,32 @@ static void quantize_activations(hl_pool *pool, matmul_job *j) {
  * outputs equal those of any split. Chunks of one token block are numbered
  * consecutively, so the threads work on the same activations at the same time.
  *
- * Decode (at most KERN_TOK_TILE tokens, one pass over the rows) claims rows by guided
- * self-scheduling instead: each claim takes 1/(2*threads) of the rows still unclaimed,
- * at least KERN_ROW_ALIGN. The first chunks are long streams (what the prefetchers
- * like) and the last ones short, so the threads finish together. Equal chunks of 1/16
- * left one thread idle for ~40 us at the end of an average 320 us decode run (Q8_0,
- * two threads: 12% of the run); guided, 18-27 us, and decode +2.5% (paired A/B). */
+ * Decode (at most KERN_TOK_TILE tokens, one pass over the rows) splits the rows into one
+ * part per thread instead, each streamed front to back, with stealing at the end
+ * (many_worker_owned). perf (Zen 5, 2 threads): the two cores' rates differ from run to
+ * run, and with static halves the faster one waited ~1.7 ms of a 9.8 ms pass over a
+ * step's 88 matmul runs (bench_stream_runs); guided self-scheduling (each claim 1/(2 *
+ * threads) of the rows left) evened the ends but restarted a thread's stream at every
+ * claim, ~20 per run. Owned parts with stealing, in one process run by run against
+ * guided: Q4_K_M decode +3.5% (faster in 7 of 8), Q8_0 +1.4% (7 of 8). */
+enum { KERN_OWNED_MAX_THREADS = 64, KERN_OWNED_CLAIM = 4 /* units per claim */ };
+/* A thread's part, row units [lo, hi) of KERN_ROW_ALIGN rows packed as lo << 32 | hi,
+ * on a cache line of its own: its owner claims from the front, a thief from the back. */
+typedef struct owned_range {
+    _Alignas(64) _Atomic uint64_t lohi;
+} owned_range;
+
 typedef struct many_job {
     matmul_job items[KERN_MATMUL_MAX_ITEMS];
     int n_items;
     int64_t total_rows, n_tok;
     int64_t rows_per_chunk, n_row_chunks, n_chunks, tok_block;
     _Atomic int64_t next_chunk;
-    bool guided;              /* decode: claim rows from next_row instead */
+    bool owned; /* decode: claim from the threads' parts (ranges) instead */
+    owned_range ranges[KERN_OWNED_MAX_THREADS];
+    /* decode with more threads than ranges: guided claims from next_row (1/(2 * threads)
+     * of the rows left, at least KERN_ROW_ALIGN) */
+    bool guided;
     _Atomic int64_t next_row;
 } many_job;
 
@@ -482,9 +495,71 @@ static void many_worker_guided(many_job *m, int nth) {
     }
 }
 
+static uint64_t lohi(int64_t lo, int64_t hi) { return (uint64_t)lo << 32 | (uint64_t)hi; }
+
+/* Claims up to `want` units from the front of range r into [*lo, *hi); false if empty. */
+static bool owned_claim(owned_range *r, int64_t want, int64_t *lo, int64_t *hi) {
+    uint64_t v = atomic_load_explicit(&r->lohi, memory_order_relaxed);
+    for (;;) {
+        const int64_t a = (int64_t)(v >> 32), b = (int64_t)(v & 0xffffffffu);
+        if (a >= b) return false;
+        const int64_t e = a + want < b ? a + want : b;
+        if (atomic_compare_exchange_weak_explicit(&r->lohi, &v, lohi(e, b), memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *lo = a, *hi = e;
+            return true;
+        }
+    }
+}
+
+/* Moves the back half (at least one unit) of the fullest other part into thread ith's
+ * part, which is empty and which only ith refills; false when every part is empty. */
+static bool owned_steal(many_job *m, int ith, int nth) {
+    for (;;) {
+        int victim = -1;
+        int64_t most = 0;
+        uint64_t seen = 0;
+        for (int t = 0; t < nth; t++) {
+            const uint64_t v = atomic_load_explicit(&m->ranges[t].lohi, memory_order_relaxed);
+            const int64_t left = (int64_t)(v & 0xffffffffu) - (int64_t)(v >> 32);
+            if (t != ith && left > most) victim = t, most = left, seen = v;
+        }
+        if (victim < 0) return false;
+        const int64_t a = (int64_t)(seen >> 32), b = (int64_t)(seen & 0xffffffffu);
+        const int64_t cut = a + (b - a) / 2;
+        if (atomic_compare_exchange_strong_explicit(&m->ranges[victim].lohi, &seen, lohi(a, cut),
+                                                    memory_order_relaxed, memory_order_relaxed)) {
+            atomic_store_explicit(&m->ranges[ith].lohi, lohi(cut, b), memory_order_relaxed);
+            return true;
+        }
+    }
+}
+
+/* Decode: thread ith streams its part front to back in claims of KERN_OWNED_CLAIM units
+ * (one stream per thread, whatever the chunking); once it is empty, the thread takes the
+ * back half of the fullest part left as its own and goes on, so the threads end within a
+ * claim of each other however their rates differ, and the part of a worker that never
+ * joins (hl_pool_run_any) goes to the others, halves at a time. A unit is claimed once:
+ * every change of a part is a CAS, and units taken from a part never return to it, so a
+ * thief's stale view fails its CAS. */
+static void many_worker_owned(many_job *m, int ith, int nth) {
+    for (;;) {
+        int64_t lo, hi;
+        while (owned_claim(&m->ranges[ith], KERN_OWNED_CLAIM, &lo, &hi)) {
+            const int64_t r1 = hi * KERN_ROW_ALIGN;
+            many_rows(m, lo * KERN_ROW_ALIGN, r1 < m->total_rows ? r1 : m->total_rows, 0,
+                      m->n_tok);
+        }
+        if (!owned_steal(m, ith, nth)) return;
+    }
+}
+
 static void many_worker(void *ctx, int ith, int nth) {
     many_job *m = ctx;
-    (void)ith;
+    if (m->owned) {
+        many_worker_owned(m, ith, nth);
+        return;
+    }
     if (m->guided) {
         many_worker_guided(m, nth);
         return;
@@ -513,8 +588,14 @@ static void many_run(hl_pool *pool, many_job *m) {
         if (m->items[k].gemm_many) m->tok_block = KERN_TOK_BLOCK_MANY;
     m->n_chunks = m->n_row_chunks * ((m->n_tok + m->tok_block - 1) / m->tok_block);
     atomic_store_explicit(&m->next_chunk, 0, memory_order_relaxed);
-    m->guided = m->n_tok <= KERN_TOK_TILE;
+    const bool decode = m->n_tok <= KERN_TOK_TILE;
+    const int64_t units = (m->total_rows + KERN_ROW_ALIGN - 1) / KERN_ROW_ALIGN;
+    m->owned = decode && nth <= KERN_OWNED_MAX_THREADS && units < INT32_MAX;
+    m->guided = decode && !m->owned;
     atomic_store_explicit(&m->next_row, 0, memory_order_relaxed);
+    for (int64_t t = 0; m->owned && t < nth; t++)
+        atomic_store_explicit(&m->ranges[t].lohi, lohi(units * t / nth, units * (t + 1) / nth),
+                              memory_order_relaxed);
     quantize_activations(pool, &m->items[0]); /* the items share x's quantized rows */
     hl_pool_run_any(pool, many_worker, m); /* a late worker skips instead of stalling it */
 }
