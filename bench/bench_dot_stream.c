@@ -19,9 +19,15 @@
  * With 2+ threads, each pass splits the buffer into one contiguous part per thread (the
  * threads then compete for the memory bus, as in a decode).
  *
- * Usage: bench_dot_stream [passes] [MiB] [threads] [types] (MiB may be a fraction: 0.25
- * stays in L2; types: a comma list such as q4_K,q6_K, default all). HEARTH_CPU caps the
- * kernel variant.
+ * cols, a comma list of row lengths (multiples of 256, default 2048), runs the matmul
+ * once per length on a buffer of its own, the lengths taking turns inside every pass,
+ * and then prints their medians side by side: a row's activations are read once per
+ * group of 8 rows, and past ~4096 columns the weights streamed in between push them
+ * out of L1 (bench/README, "long rows").
+ *
+ * Usage: bench_dot_stream [passes] [MiB] [threads] [types|all] [cols] (MiB may be a
+ * fraction: 0.25 stays in L2; types: a comma list such as q4_K,q6_K, default all).
+ * HEARTH_CPU caps the kernel variant.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -92,11 +98,109 @@ static int name_in_list(const char *list, const char *name) {
     return 0;
 }
 
+/* A bank of 64 quantized rows of `cols` columns, repeated over `rows`: speed does not
+ * depend on the values. row: scratch of `cols` floats. */
+static void fill_rows(hl_type t, uint8_t *buf, int64_t rows, int64_t cols, float *row) {
+    const size_t row_bytes = hl_row_size(t, cols);
+    for (int64_t r = 0; r < 64; r++) {
+        for (int64_t c = 0; c < cols; c++)
+            row[c] = (float)((r * 31 + c * 17) % 200) / 100.0f - 1.0f;
+        if (hl_type_traits_get(t)->can_quantize) {
+            hl_quantize_row(t, row, buf + (size_t)r * row_bytes, cols);
+            continue;
+        }
+        /* MXFP4 has no quantizer: pattern codes with normal-range shared exponents */
+        block_mxfp4 *b = (block_mxfp4 *)(buf + (size_t)r * row_bytes);
+        for (int64_t k = 0; k < cols / QK_MXFP4; k++) {
+            b[k].e = (uint8_t)(120 + (r + k) % 8);
+            for (int j = 0; j < QK_MXFP4 / 2; j++)
+                b[k].qs[j] = (uint8_t)((r * 31 + k * 17 + j * 7) & 0xff);
+        }
+    }
+    for (int64_t r = 64; r < rows; r += 64)
+        memcpy(buf + (size_t)r * row_bytes, buf, 64 * row_bytes);
+}
+
+/* A matrix of ~mib MiB with rows of `cols` columns, in the layout decode runs it in. */
+typedef struct matmul_buf {
+    hl_type packed;
+    uint8_t *buf;
+    int64_t rows, cols;
+    size_t bytes;
+    float *out;
+    void *scratch;
+} matmul_buf;
+
+static void matmul_buf_free(matmul_buf *m) {
+    free(m->buf);
+    free(m->out);
+    free(m->scratch);
+}
+
+/* x: the activations (cols floats), also the scratch of fill_rows */
+static int matmul_buf_make(matmul_buf *m, hl_type t, double mib, int64_t cols, float *x) {
+    const size_t row_bytes = hl_row_size(t, cols);
+    const int64_t rows = (int64_t)(mib * (1 << 20) / (double)row_bytes) / 64 * 64;
+    *m = (matmul_buf){.packed = kern_packed_type(t, rows), .rows = rows, .cols = cols,
+                      .bytes = row_bytes * (size_t)rows};
+    m->buf = bench_stream_alloc(m->bytes);
+    m->out = malloc(sizeof(float) * (size_t)rows);
+    m->scratch = malloc(kern_matmul_scratch_size(m->packed, cols, 1) + 1);
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    void *tmp = malloc(8 * row_bytes);
+    int ok = m->buf && m->out && m->scratch && row && tmp;
+    if (ok) {
+        fill_rows(t, m->buf, rows, cols, row);
+        ok = m->packed == t || kern_repack(m->packed, m->buf, rows, cols, tmp);
+    }
+    for (int64_t i = 0; i < cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
+    free(row);
+    free(tmp);
+    if (!ok) matmul_buf_free(m);
+    return ok;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n) {
+    double s[1000];
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
 int main(int argc, char **argv) {
     const int passes = argc > 1 ? atoi(argv[1]) : 5;
     const double mib = argc > 2 ? atof(argv[2]) : 512; /* fractions: e.g. 0.25 stays in L2 */
     const int threads = argc > 3 ? atoi(argv[3]) : 1;
-    const char *only = argc > 4 ? argv[4] : NULL;
+    const char *only = argc > 4 && strcmp(argv[4], "all") != 0 ? argv[4] : NULL;
+    const char *cols_arg = argc > 5 ? argv[5] : "2048";
+    if (passes < 1 || passes > 1000) {
+        fprintf(stderr, "bench_dot_stream: passes must be 1..1000\n");
+        return 2;
+    }
+    /* the matmul's row lengths: the first also serves the read and dot passes */
+    enum { MAX_COLS = 8 };
+    int64_t cols_list[MAX_COLS] = {0}, max_cols = 0;
+    int n_cols = 0;
+    for (const char *p = cols_arg; *p && n_cols < MAX_COLS;) {
+        char *e;
+        const long long c = strtoll(p, &e, 10);
+        if (e == p || c < 256 || c % 256 != 0 || c > (1 << 20)) {
+            fprintf(stderr, "bench_dot_stream: columns must be multiples of 256: %s\n", cols_arg);
+            return 2;
+        }
+        cols_list[n_cols++] = c;
+        if (c > max_cols) max_cols = c;
+        p = *e == ',' ? e + 1 : e;
+    }
+    if (n_cols == 0) {
+        fprintf(stderr, "bench_dot_stream: no columns in %s\n", cols_arg);
+        return 2;
+    }
     hl_pool *pool = NULL;
     hl_err err;
     if (hl_pool_create(threads, &pool, &err) != HL_OK) {
@@ -112,10 +216,11 @@ int main(int argc, char **argv) {
     const hl_type types[] = {HL_TYPE_Q8_0, HL_TYPE_Q4_0, HL_TYPE_Q4_K, HL_TYPE_Q6_K, HL_TYPE_Q4_1,
                              HL_TYPE_Q5_0, HL_TYPE_Q5_1, HL_TYPE_Q2_K, HL_TYPE_Q3_K, HL_TYPE_Q5_K,
                              HL_TYPE_MXFP4};
-    const int64_t cols = 2048;
-    float *x = malloc(sizeof(float) * (size_t)cols);
+    const int64_t cols = cols_list[0];
+    float *x = malloc(sizeof(float) * (size_t)max_cols);
     float *out = malloc(sizeof(float) * 4096 * (size_t)threads);
-    for (int64_t i = 0; i < cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
+    if (!x || !out) return 1;
+    for (int64_t i = 0; i < max_cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const hl_type t = types[ti];
         if (only && !name_in_list(only, hl_type_name(t))) continue;
@@ -124,58 +229,53 @@ int main(int argc, char **argv) {
         const size_t bytes = row_bytes * (size_t)rows;
         uint8_t *buf = bench_stream_alloc(bytes);
         if (!buf) return 1;
-        /* a bank of 64 quantized rows, repeated: speed does not depend on the values */
-        float *row = malloc(sizeof(float) * (size_t)cols);
-        for (int64_t r = 0; r < 64; r++) {
-            for (int64_t c = 0; c < cols; c++)
-                row[c] = (float)((r * 31 + c * 17) % 200) / 100.0f - 1.0f;
-            if (hl_type_traits_get(t)->can_quantize) {
-                hl_quantize_row(t, row, buf + (size_t)r * row_bytes, cols);
-                continue;
-            }
-            /* MXFP4 has no quantizer: pattern codes with normal-range shared exponents */
-            block_mxfp4 *b = (block_mxfp4 *)(buf + (size_t)r * row_bytes);
-            for (int64_t k = 0; k < cols / QK_MXFP4; k++) {
-                b[k].e = (uint8_t)(120 + (r + k) % 8);
-                for (int j = 0; j < QK_MXFP4 / 2; j++) b[k].qs[j] = (uint8_t)((r * 31 + k * 17 + j * 7) & 0xff);
-            }
-        }
-        for (int64_t r = 64; r < rows; r += 64) memcpy(buf + (size_t)r * row_bytes, buf, 64 * row_bytes);
-        free(row);
+        fill_rows(t, buf, rows, cols, x);
         const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
         void *xq = malloc(hl_row_size(vdt, cols));
+        for (int64_t i = 0; i < cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
         hl_quantize_row(vdt, x, xq, cols);
-        /* the same rows in the layout decode runs them in */
-        const hl_type packed = kern_packed_type(t, rows);
-        uint8_t *pbuf = bench_stream_alloc(bytes);
-        float *mout = malloc(sizeof(float) * (size_t)rows);
-        void *scratch = malloc(kern_matmul_scratch_size(packed, cols, 1) + 1);
-        void *tmp = malloc(8 * row_bytes);
-        if (!pbuf || !mout || !scratch || !tmp) return 1;
-        memcpy(pbuf, buf, bytes);
-        if (packed != t && !kern_repack(packed, pbuf, rows, cols, tmp)) return 1;
-        double best[3] = {0, 0, 0};
+        /* per row length, the same bytes in the layout decode runs them in */
+        matmul_buf mm[MAX_COLS];
+        for (int c = 0; c < n_cols; c++)
+            if (!matmul_buf_make(&mm[c], t, mib, cols_list[c], x)) return 1;
+        double best[2 + MAX_COLS] = {0}, *gbs[2 + MAX_COLS];
+        for (int k = 0; k < 2 + n_cols; k++)
+            if (!(gbs[k] = calloc((size_t)passes, sizeof(double)))) return 1;
         for (int p = 0; p < passes; p++) {
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < 2 + n_cols; k++) {
                 pass_job job = {.tab = tab, .type = t, .kind = k, .streams = 1 + p % 2,
                                 .buf = buf, .rows = rows, .cols = cols, .row_bytes = row_bytes,
                                 .xq = xq, .out = out};
+                const matmul_buf *m = k >= 2 ? &mm[k - 2] : NULL;
                 const double t0 = now_s();
-                if (k < 2)
+                if (!m)
                     hl_pool_run(pool, pass_worker, &job);
                 else
-                    kern_matmul(pool, packed, pbuf, rows, cols, x, 1, mout, scratch);
-                const double gbs = (double)bytes / (now_s() - t0) / 1e9;
-                if (gbs > best[k]) best[k] = gbs;
+                    kern_matmul(pool, m->packed, m->buf, m->rows, m->cols, x, 1, m->out,
+                                m->scratch);
+                gbs[k][p] = (double)(m ? m->bytes : bytes) / (now_s() - t0) / 1e9;
+                if (gbs[k][p] > best[k]) best[k] = gbs[k][p];
             }
         }
-        printf("%-6s read %6.2f | dot %6.2f (%3.0f%% of read) | matmul %-7s %6.2f (%3.0f%%)\n",
-               hl_type_name(t), best[0], best[1], 100 * best[1] / best[0], hl_type_name(packed),
-               best[2], 100 * best[2] / best[0]);
-        free(tmp);
-        free(scratch);
-        free(mout);
-        free(pbuf);
+        printf("%-6s read %6.2f | dot %6.2f (%3.0f%% of read) | matmul %-7s", hl_type_name(t),
+               best[0], best[1], 100 * best[1] / best[0], hl_type_name(mm[0].packed));
+        for (int c = 0; c < n_cols; c++) {
+            if (n_cols > 1) printf(" %lld cols", (long long)cols_list[c]);
+            printf(" %6.2f (%3.0f%%)%s", best[2 + c], 100 * best[2 + c] / best[0],
+                   c + 1 < n_cols ? " |" : "");
+        }
+        printf("\n");
+        if (n_cols > 1) {
+            /* the row lengths took turns in every pass: their medians compare directly */
+            printf("%-6s medians: read %6.2f", "", median(gbs[0], passes));
+            for (int c = 0; c < n_cols; c++)
+                printf(" | %lld cols %6.2f (%3.0f%%)", (long long)cols_list[c],
+                       median(gbs[2 + c], passes),
+                       100 * median(gbs[2 + c], passes) / median(gbs[0], passes));
+            printf("\n");
+        }
+        for (int k = 0; k < 2 + n_cols; k++) free(gbs[k]);
+        for (int c = 0; c < n_cols; c++) matmul_buf_free(&mm[c]);
         free(xq);
         free(buf);
     }
