@@ -1207,6 +1207,27 @@ TEST(kernels_x8_long_rows_many_tokens) {
     hl_pool_destroy(pool);
 }
 
+/* Rows of KERN_WIDE_LONG_COLS columns and more: decode of the Q8_0-activation layouts
+ * takes 64 rows a call everywhere (kernels.c, wide_long), with the reference's bits. */
+TEST(kernels_x8_wide_long_rows_decode) {
+    enum { ROWS = 136, COLS = 4096, TOK = 4 };
+    hl_pool *pool = NULL;
+    hl_err err;
+    CHECK_OK(hl_pool_create(2, &pool, &err), &err);
+    const hl_type files[2] = {HL_TYPE_Q4_0, HL_TYPE_Q8_0};
+    float *x = malloc(sizeof(float) * TOK * COLS);
+    for (int i = 0; i < TOK * COLS; i++) x[i] = frand();
+    for (int f = 0; f < 2; f++) {
+        const size_t rb = hl_row_size(files[f], COLS);
+        uint8_t *w = malloc(rb * ROWS);
+        for (int r = 0; r < ROWS; r++) random_weights(files[f], w + r * rb, COLS);
+        check_x8(pool, files[f], w, ROWS, COLS, x, TOK);
+        free(w);
+    }
+    free(x);
+    hl_pool_destroy(pool);
+}
+
 /* The X8 kernels measured faster than the AVX-512 and AVX-VNNI file-layout tiles on Zen 5
  * (kern_avx2.c), so every SIMD table repacks; the fills only set pointers, so this holds
  * on any CPU. */

@@ -34,6 +34,7 @@ enum {
      * call for all the chunk's tokens */
     KERN_TOK_BLOCK_MANY = 256,
     KERN_ROW_ALIGN = 16,       /* chunk rows are a multiple of this (no shared out lines) */
+    KERN_WIDE_LONG_COLS = 4096, /* rows this long decode in wide calls (matmul_groups) */
     KERN_PREFILL_ROWS = 64,    /* at most this many rows per prefill chunk (stay in L2) */
     KERN_CHUNKS_PER_THREAD = 8, /* prefill: row chunks per thread before the L2 cap */
     KERN_INLINE_QUANT_TOKS = 16 /* up to this many tokens the caller quantizes alone */
@@ -42,6 +43,7 @@ enum {
 static kern_table g_active;
 static bool g_prefetch_next_group; /* see prefetch_rows */
 static bool g_wide_decode;         /* see matmul_groups */
+static bool g_wide_long = true;    /* the same, only for long rows of Q8_0 activations */
 static bool g_repack = true; /* HEARTH_REPACK=0/off keeps weights in their file layout */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -109,6 +111,7 @@ static void init_once(void) {
     g_prefetch_next_group = pf && *pf ? strcmp(pf, "0") != 0 : kern_cpu_is_intel();
     const char *wd = getenv("HEARTH_WIDE_DECODE");
     g_wide_decode = wd && *wd ? strcmp(wd, "0") != 0 : kern_cpu_is_intel();
+    g_wide_long = !(wd && *wd && strcmp(wd, "0") == 0);
     const char *v = kern_choose_variant(getenv("HEARTH_CPU"));
     if (strcmp(v, "ref") == 0) return;
     kern_avx2_fill(&g_active);
@@ -169,6 +172,7 @@ typedef struct matmul_job {
     kern_gemm8_fn gemm16;      /* optional: two groups per call */
     kern_gemm8_fn gemm32;      /* optional: four groups per call */
     kern_gemm8_fn gemm64;      /* optional: eight groups per call */
+    bool wide_long;            /* decode takes the widest calls too (matmul_groups) */
     /* two groups x every token of the chunk per call (AMX); NULL when the table has none
      * or the matmul has fewer tokens than the table's gemm_many_min */
     kern_gemm8_fn gemm_many;
@@ -256,9 +260,18 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
      * faster on a Xeon (Emerald Rapids: decode Q4_K_M +14%, Q8_0 +17%, Q4_0 +40%, forward
      * passes of 2-4 sequences +15-35%), and 32 rows, then 64 per call (gemm64, decode
      * only) faster still there: each group is a stream of its own, more of them in flight
-     * per core (bench/README). */
+     * per core (bench/README). On Zen 5 too for the layouts of Q8_0 activations (Q8_0_X8,
+     * Q4_0_X8) once a row has KERN_WIDE_LONG_COLS columns or more (wide_long): a group of
+     * 8 rows streams so many bytes between two reads of the same activation block that
+     * the activations leave L1, and 64 rows a call read each block once for 8 groups.
+     * Decode 128 (TinyLlama: the down projection's 5632 columns), switched run by run in
+     * one process, in two sittings: Q8_0 +7.9% and +5.4% (8 of 8 pairs each), Q4_0 +5.6%
+     * (4 of 4) and +2.3% (6 of 8); every row wide, 2048 columns too: Q8_0 -2% (0 of 4).
+     * The K-quants' wide kernels lost end to end (Q4_K_M -4%, 0 of 12), though q4_K_x8
+     * alone streamed 5632-column rows faster wide (bench_dot_stream). */
     const bool decode = j->n_tok <= KERN_GEMM8_TOKS;
-    const bool wide = !decode || g_wide_decode, wide_decode = decode && g_wide_decode;
+    const bool wide_decode = decode && (g_wide_decode || j->wide_long);
+    const bool wide = !decode || wide_decode;
     const kern_gemm8_fn by_width[4] = {j->gemm8, wide ? j->gemm16 : NULL,
                                        wide ? j->gemm32 : NULL, wide_decode ? j->gemm64 : NULL};
     if (j->gemm_many) { /* AMX: 16 rows x all the tokens */
@@ -394,6 +407,8 @@ static matmul_job matmul_job_for(const kern_table *tab, const kern_matmul_item *
         .gemm16 = tab->gemm16[it->type],
         .gemm32 = tab->gemm32[it->type],
         .gemm64 = tab->gemm64[it->type],
+        .wide_long = g_wide_long && tr->internal && tr->vec_dot_type == HL_TYPE_Q8_0 &&
+                     n_cols >= KERN_WIDE_LONG_COLS,
         .gemm_many = n_tok >= tab->gemm_many_min[it->type] ? tab->gemm_many[it->type] : NULL,
         .quantize = tab->quantize[tr->vec_dot_type],
         .w = it->w,
@@ -447,7 +462,7 @@ static void quantize_activations(hl_pool *pool, matmul_job *j) {
  * step's 88 matmul runs (bench_stream_runs); guided self-scheduling (each claim 1/(2 *
  * threads) of the rows left) evened the ends but restarted a thread's stream at every
  * claim, ~20 per run. Owned parts with stealing, in one process run by run against
- * guided: Q4_K_M decode +3.5% (faster in 7 of 8), Q8_0 +1.4% (7 of 8). */
+ * guided: Q4_K_M decode +3.8% (per pair median, faster in 7 of 8), Q8_0 +1.4% (7 of 8). */
 enum { KERN_OWNED_MAX_THREADS = 64, KERN_OWNED_CLAIM = 4 /* units per claim */ };
 /* A thread's part, row units [lo, hi) of KERN_ROW_ALIGN rows packed as lo << 32 | hi,
  * on a cache line of its own: its owner claims from the front, a thief from the back. */
