@@ -7,7 +7,7 @@
  * the model a run's rows lie together and the threads split each run, so a thread's
  * stream jumps at every run. This walks the 88 Q4_K runs of 22 layers (545 MB, repacked
  * to Q4_K_X8 as the model runs them, one token) in turns of:
- *   model     kern_matmul per run over the runs laid out as in the model (the guided split,
+ *   model     kern_matmul per run over the runs laid out as in the model (its split,
  *             the activations quantized per run: what a decode step does),
  *   runs      the same layout, each thread one contiguous half of every run (static
  *             split, a pool run and its barrier per matmul run),
