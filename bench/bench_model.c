@@ -8,13 +8,17 @@
  *
  *   bench_model [--type Q8_0,Q4_K_M] [--threads 2] [--runs 5] [--model FILE.gguf]
  *               [--prefill 512] [--decode 128] [--decode-at 0] [--dir build/bench]
- *               [--kv-type f16] [--layers 22] [--moe] [--batch 1,2,4,8]
+ *               [--kv-type f16] [--shape tinyllama] [--layers 22] [--moe] [--batch 1,2,4,8]
  * --decode-at N decodes after N positions of context (filled untimed before each decode
  * run) instead of from empty: what a long conversation costs, where the KV cache is read
  * for every token as well as the weights. --kv-type: the cache's element type (f32, f16,
  * q8_0; default f16, the server's default). --layers N keeps only the first N of the 22
  * layers (a smaller model, DIR/synth-tinyllama-TYPE-LN.gguf), so a long context fills in
  * reasonable time on a small machine.
+ * --shape 8b: Llama-3-8B's proportions instead (4096 embd, 32 heads, 8 KV heads, 14336
+ * ff; the 32000 vocabulary kept), 4 of its 32 layers unless --layers, about TinyLlama's
+ * bytes per token: every matmul row 4096 columns or more, as in the models people run,
+ * where TinyLlama has them only in its down projection. DIR/synth-8b-TYPE-LN.gguf.
  * --moe: a mixture-of-experts model instead (Mixtral-style llama GGUF, the TinyLlama
  * attention with 32 experts of 768 per layer, 4 used per token, 8 layers unless --layers:
  * the proportions of Qwen3-30B-A3B's FFN), DIR/synth-moe-TYPE-LN.gguf. For any model with
@@ -66,12 +70,29 @@
 #include "quant/quantize.h"
 
 enum {
-    N_LAYER = 22, N_EMBD = 2048, N_HEAD = 32, N_HEAD_KV = 4, N_FF = 5632, N_VOCAB = 32000,
-    HEAD_DIM = N_EMBD / N_HEAD, BANK_ROWS = 64, MAX_RUNS = 32,
+    N_LAYER = 32, N_VOCAB = 32000, BANK_ROWS = 64, MAX_RUNS = 32,
     MOE_EXPERTS = 32, MOE_USED = 4, MOE_FF = 768, MOE_LAYERS = 8
 };
 
-static int g_layers = N_LAYER;     /* --layers */
+/* --shape: the dense model's proportions (the vocabulary stays 32000) */
+typedef struct model_shape {
+    const char *name, *desc;
+    int embd, head, head_kv, ff, layers; /* layers: the default of --layers */
+} model_shape;
+static const model_shape g_shapes[] = {
+    {"tinyllama", "TinyLlama-1.1B", 2048, 32, 4, 5632, 22},
+    /* Llama-3-8B's matmuls: every row 4096 columns or more; 4 of its 32 layers by default,
+     * about TinyLlama's bytes per token */
+    {"8b", "Llama-3-8B", 4096, 32, 8, 14336, 4},
+};
+static const model_shape *g_shape = &g_shapes[0];
+#define N_EMBD (g_shape->embd)
+#define N_HEAD (g_shape->head)
+#define N_HEAD_KV (g_shape->head_kv)
+#define N_FF (g_shape->ff)
+#define HEAD_DIM (g_shape->embd / g_shape->head)
+
+static int g_layers = 22;          /* --layers */
 static bool g_moe;                 /* --moe */
 static hl_type g_kv_type = HL_TYPE_F16; /* --kv-type */
 
@@ -159,8 +180,10 @@ static hl_status generate_model(const char *path, quant_ftype ftype, hl_pool *po
     gguf_writer *w = gguf_writer_create();
     if (!w) return hl_fail(err, HL_ERR_NOMEM, "out of memory");
     gguf_writer_set_str(w, "general.architecture", "llama");
-    gguf_writer_set_str(w, "general.name", g_moe ? "synthetic MoE, TinyLlama attention (hearth bench)"
-                                                 : "synthetic TinyLlama-1.1B shape (hearth bench)");
+    char name[128];
+    snprintf(name, sizeof name, "synthetic %s shape (hearth bench)", g_shape->desc);
+    gguf_writer_set_str(w, "general.name",
+                        g_moe ? "synthetic MoE, TinyLlama attention (hearth bench)" : name);
     gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftype);
     gguf_writer_set_u32(w, "general.quantization_version", 2);
     gguf_writer_set_u32(w, "llama.context_length", 2048);
@@ -464,8 +487,17 @@ int main(int argc, char **argv) {
         batch_n[n_levels++] = (int)v;
         p = *end ? end + 1 : end;
     }
-    g_layers = atoi(arg_or_env(argc, argv, "--layers", "HEARTH_BENCH_LAYERS",
-                               g_moe ? "8" : "22"));
+    const char *shape_arg = arg_or_env(argc, argv, "--shape", "HEARTH_BENCH_SHAPE", "tinyllama");
+    g_shape = NULL;
+    for (size_t i = 0; i < sizeof g_shapes / sizeof g_shapes[0]; i++)
+        if (strcmp(shape_arg, g_shapes[i].name) == 0) g_shape = &g_shapes[i];
+    if (!g_shape || (g_moe && g_shape != &g_shapes[0])) {
+        fprintf(stderr, "bench_model: bad --shape (tinyllama, 8b; --moe takes tinyllama)\n");
+        return 2;
+    }
+    char default_layers[16];
+    snprintf(default_layers, sizeof default_layers, "%d", g_moe ? MOE_LAYERS : g_shape->layers);
+    g_layers = atoi(arg_or_env(argc, argv, "--layers", "HEARTH_BENCH_LAYERS", default_layers));
     if (!kv_type_parse(arg_or_env(argc, argv, "--kv-type", "HEARTH_BENCH_KV_TYPE", "f16"),
                        &g_kv_type) ||
         g_layers < 1 || g_layers > N_LAYER) {
@@ -499,8 +531,9 @@ int main(int argc, char **argv) {
     }
     const double bw = read_bandwidth(pool, bw_buf, 8, &bw_median);
     printf("bench_model: kernels %s, %d threads, %d runs (medians), load average %.2f, %s KV "
-           "cache, %d layers\n",
-           kern_variant(), threads, runs, load[0], hl_type_name(g_kv_type), g_layers);
+           "cache, %s shape, %d layers\n",
+           kern_variant(), threads, runs, load[0], hl_type_name(g_kv_type),
+           g_moe ? "MoE" : g_shape->name, g_layers);
     const char *bw_name = bench_read_variant();
     printf("read bandwidth: %.2f GB/s best, %.2f GB/s median (%d threads, 1 GiB buffer, %s "
            "loads, 1 and 2 streams per thread)\n",
@@ -526,11 +559,11 @@ int main(int argc, char **argv) {
             if (g_moe)
                 snprintf(path, sizeof path, "%s/synth-moe-%s-L%d.gguf", dir,
                          quant_ftype_name(ft), g_layers);
-            else if (g_layers == N_LAYER)
+            else if (g_shape == &g_shapes[0] && g_layers == g_shape->layers)
                 snprintf(path, sizeof path, "%s/synth-tinyllama-%s.gguf", dir,
                          quant_ftype_name(ft));
             else
-                snprintf(path, sizeof path, "%s/synth-tinyllama-%s-L%d.gguf", dir,
+                snprintf(path, sizeof path, "%s/synth-%s-%s-L%d.gguf", dir, g_shape->name,
                          quant_ftype_name(ft), g_layers);
             struct stat stt;
             if (stat(path, &stt) != 0) {
