@@ -266,9 +266,12 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
      * the activations leave L1, and 64 rows a call read each block once for 8 groups.
      * Decode 128 (TinyLlama: the down projection's 5632 columns), switched run by run in
      * one process, in two sittings: Q8_0 +7.9% and +5.4% (8 of 8 pairs each), Q4_0 +5.6%
-     * (4 of 4) and +2.3% (7 of 8); every row wide, 2048 columns too: Q8_0 -2% (0 of 4).
-     * The K-quants' wide kernels lost end to end (Q4_K_M -4%, 0 of 12), though q4_K_x8
-     * alone streamed 5632-column rows faster wide (bench_dot_stream). */
+     * (4 of 4) and +2.3% (7 of 8); at Llama-3-8B's proportions (bench_model --shape 8b,
+     * every row 4096+ columns) Q8_0 +22% (8 of 8); every row wide, 2048 columns too:
+     * Q8_0 -2% (0 of 4).
+     * The K-quants' wide kernels lost end to end (Q4_K_M -4%, 0 of 12; at --shape 8b
+     * Q4_K's -8%, Q6_K's -14%), though q4_K_x8 alone streamed 5632-column rows faster
+     * wide (bench_dot_stream). */
     const bool decode = j->n_tok <= KERN_GEMM8_TOKS;
     const bool wide_decode = decode && (g_wide_decode || j->wide_long);
     const bool wide = !decode || wide_decode;
