@@ -30,6 +30,7 @@
  * HEARTH_CPU caps the kernel variant.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,9 +100,11 @@ static int name_in_list(const char *list, const char *name) {
 }
 
 /* A bank of 64 quantized rows of `cols` columns, repeated over `rows`: speed does not
- * depend on the values. row: scratch of `cols` floats. */
-static void fill_rows(hl_type t, uint8_t *buf, int64_t rows, int64_t cols, float *row) {
+ * depend on the values. False when out of memory. */
+static bool fill_rows(hl_type t, uint8_t *buf, int64_t rows, int64_t cols) {
     const size_t row_bytes = hl_row_size(t, cols);
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    if (!row) return false;
     for (int64_t r = 0; r < 64; r++) {
         for (int64_t c = 0; c < cols; c++)
             row[c] = (float)((r * 31 + c * 17) % 200) / 100.0f - 1.0f;
@@ -119,6 +122,8 @@ static void fill_rows(hl_type t, uint8_t *buf, int64_t rows, int64_t cols, float
     }
     for (int64_t r = 64; r < rows; r += 64)
         memcpy(buf + (size_t)r * row_bytes, buf, 64 * row_bytes);
+    free(row);
+    return true;
 }
 
 /* A matrix of ~mib MiB with rows of `cols` columns, in the layout decode runs it in. */
@@ -137,8 +142,7 @@ static void matmul_buf_free(matmul_buf *m) {
     free(m->scratch);
 }
 
-/* x: the activations (cols floats), also the scratch of fill_rows */
-static int matmul_buf_make(matmul_buf *m, hl_type t, double mib, int64_t cols, float *x) {
+static bool matmul_buf_make(matmul_buf *m, hl_type t, double mib, int64_t cols) {
     const size_t row_bytes = hl_row_size(t, cols);
     const int64_t rows = (int64_t)(mib * (1 << 20) / (double)row_bytes) / 64 * 64;
     *m = (matmul_buf){.packed = kern_packed_type(t, rows), .rows = rows, .cols = cols,
@@ -146,15 +150,9 @@ static int matmul_buf_make(matmul_buf *m, hl_type t, double mib, int64_t cols, f
     m->buf = bench_stream_alloc(m->bytes);
     m->out = malloc(sizeof(float) * (size_t)rows);
     m->scratch = malloc(kern_matmul_scratch_size(m->packed, cols, 1) + 1);
-    float *row = malloc(sizeof(float) * (size_t)cols);
     void *tmp = malloc(8 * row_bytes);
-    int ok = m->buf && m->out && m->scratch && row && tmp;
-    if (ok) {
-        fill_rows(t, m->buf, rows, cols, row);
-        ok = m->packed == t || kern_repack(m->packed, m->buf, rows, cols, tmp);
-    }
-    for (int64_t i = 0; i < cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
-    free(row);
+    bool ok = m->buf && m->out && m->scratch && tmp && fill_rows(t, m->buf, rows, cols);
+    ok = ok && (m->packed == t || kern_repack(m->packed, m->buf, rows, cols, tmp));
     free(tmp);
     if (!ok) matmul_buf_free(m);
     return ok;
@@ -229,15 +227,14 @@ int main(int argc, char **argv) {
         const size_t bytes = row_bytes * (size_t)rows;
         uint8_t *buf = bench_stream_alloc(bytes);
         if (!buf) return 1;
-        fill_rows(t, buf, rows, cols, x);
+        if (!fill_rows(t, buf, rows, cols)) return 1;
         const hl_type vdt = hl_type_traits_get(t)->vec_dot_type;
         void *xq = malloc(hl_row_size(vdt, cols));
-        for (int64_t i = 0; i < cols; i++) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
         hl_quantize_row(vdt, x, xq, cols);
         /* per row length, the same bytes in the layout decode runs them in */
         matmul_buf mm[MAX_COLS];
         for (int c = 0; c < n_cols; c++)
-            if (!matmul_buf_make(&mm[c], t, mib, cols_list[c], x)) return 1;
+            if (!matmul_buf_make(&mm[c], t, mib, cols_list[c])) return 1;
         double best[2 + MAX_COLS] = {0}, *gbs[2 + MAX_COLS];
         for (int k = 0; k < 2 + n_cols; k++)
             if (!(gbs[k] = calloc((size_t)passes, sizeof(double)))) return 1;
