@@ -41,10 +41,10 @@ enum {
 };
 
 static kern_table g_active;
-static bool g_prefetch_next_group; /* see prefetch_rows */
 static bool g_wide_decode;         /* see matmul_groups */
 static bool g_wide_long = true;    /* the same, only for long rows of Q8_0 activations */
 static bool g_repack = true; /* HEARTH_REPACK=0/off keeps weights in their file layout */
+bool kern_wide_prefetch;      /* kern_internal.h */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 bool kern_cpu_has_avx2(void) {
@@ -108,7 +108,7 @@ static void init_once(void) {
     g_repack = !(rp && (!strcmp(rp, "0") || !strcmp(rp, "off") || !strcmp(rp, "false")));
     g_active = *kern_table_ref();
     const char *pf = getenv("HEARTH_PREFETCH");
-    g_prefetch_next_group = pf && *pf ? strcmp(pf, "0") != 0 : kern_cpu_is_intel();
+    kern_wide_prefetch = pf && *pf ? strcmp(pf, "0") != 0 : kern_cpu_is_intel();
     const char *wd = getenv("HEARTH_WIDE_DECODE");
     g_wide_decode = wd && *wd ? strcmp(wd, "0") != 0 : kern_cpu_is_intel();
     g_wide_long = !(wd && *wd && strcmp(wd, "0") == 0);
@@ -234,19 +234,6 @@ static void matmul_row(const matmul_job *j, int64_t r, int64_t t0, int64_t t1) {
         j->out[t * j->n_rows + r] = j->dot(j->n_cols, row, j->xq + (size_t)t * j->xq_row_bytes);
 }
 
-/* perf: the weights of `groups` X8 groups from row r (before r1) into L1, while the current
- * groups are computed. Intel's L2 streamer does not cross a 4 KiB page, and a decode
- * matmul's groups (9-17 KiB each) span several: on a Xeon (Emerald Rapids, 2 threads)
- * decode rose in 7 of 7 pairs at Q4_K_M (+2-24%) and 5 of 7 at Q8_0 (bench/README). On
- * Zen 3 an in-kernel prefetch was mixed, so AMD keeps its prefetchers' (HEARTH_PREFETCH=0/1
- * overrides either way). */
-static void prefetch_rows(const matmul_job *j, int64_t r, int groups, int64_t r1) {
-    const uint8_t *p = j->w + (size_t)r * j->w_row_bytes;
-    const int64_t rows = r + groups * KERN_GEMM8_ROWS < r1 ? groups * KERN_GEMM8_ROWS : r1 - r;
-    const size_t len = rows > 0 ? (size_t)rows * j->w_row_bytes : 0;
-    for (size_t o = 0; o < len; o += 64) __builtin_prefetch(p + o, 0, 3);
-}
-
 /* Packed rows [r0, r1) (multiples of 8) x tokens [tb0, tb1): one, two or four groups of 8
  * rows at a time, over KERN_TOK_TILE tokens (the groups stay in L1) in calls of up to
  * KERN_GEMM8_TOKS. */
@@ -292,8 +279,6 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
             while (k > 0 && !(by_width[k] && r + (KERN_GEMM8_ROWS << k) <= r1)) k--;
             const int groups = 1 << k;
             const kern_gemm8_fn fn = by_width[k];
-            if (g_prefetch_next_group && t0 == tb0)
-                prefetch_rows(j, r + groups * KERN_GEMM8_ROWS, groups, r1);
             for (int64_t t = t0; t < t1; t += KERN_GEMM8_TOKS)
                 fn(j->n_cols, j->w + (size_t)r * j->w_row_bytes,
                    j->xq + (size_t)t * j->xq_row_bytes, j->xq_row_bytes,
