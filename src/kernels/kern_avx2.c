@@ -166,10 +166,13 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
  * read, Q8_0_X8 at 88-92%, Q6_K_X8 at 83-85%, Q4_0_X8 at 82-83%; 384-896 bytes ahead,
  * 86-93%, 95-104%, 87-95%, 92-96% (bench_dot_stream; 2304 and more gained less, and L2
  * hints (T1) less still). Decode 128, switched run by run in one process: Q4_K_M +15%
- * (per pair median, 16 of 16 pairs faster), Q8_0 +8% (14 of 14) (bench/README). It replaces a prefetch of each
- * next call's rows into L1 before the call (up to 200 KiB into a 48 KiB L1), which
- * changed nothing next to it (Q4_K_M, 8 pairs). Intel only for now (kern_wide_prefetch):
- * AMD decodes wide only on long Q8_0 and Q4_0 rows, and that was not measured with it. */
+ * (per pair median, 16 of 16 pairs faster), Q8_0 +8% (14 of 14); a batched step of 2,
+ * 4 and 8 sequences 11%, 10% and 2% shorter (bench/README). Only where a matmul reads
+ * its weights once (kern_stream_prefetch): in prefill, whose calls find the groups in
+ * cache, it cost up to 10%. It replaces a prefetch of each next call's rows into L1
+ * before the call (up to 200 KiB into a 48 KiB L1), which changed nothing next to it
+ * (Q4_K_M, 8 pairs). Intel only for now: AMD decodes wide only on long Q8_0 and Q4_0
+ * rows, and that was not measured with it. */
 #define STREAM_AHEAD_WIDE 512
 /* The prefetch of a loop step of an nt-token call: nothing for 3 or 4 tokens. */
 ROWS_INLINE void prefetch_at(int nt, const void *p, size_t ahead, int lines) {
@@ -183,10 +186,13 @@ ROWS_INLINE void prefetch_ahead(int nt, const void *p, int lines) {
 ROWS_INLINE void prefetch_ahead_vnni(int nt, const void *p, int lines) {
     prefetch_at(nt, p, STREAM_AHEAD_VNNI, lines);
 }
-/* A wide kernel's loop step reads `bytes` of each of its groups: the lines as far ahead */
+/* A wide kernel's loop step reads `bytes` of each of its groups: the lines as far ahead,
+ * for any token count (a batch's 3-4 tokens stream the weights as one token does) */
 #define WIDE_STEP_LINES(bytes) ((int)(((bytes) + 63) / 64))
-ROWS_INLINE void prefetch_group_ahead(int nt, const void *p, int lines) {
-    if (kern_wide_prefetch) prefetch_at(nt, p, STREAM_AHEAD_WIDE, lines);
+ROWS_INLINE void prefetch_group_ahead(const void *p, int lines) {
+    if (!kern_stream_prefetch) return;
+    const char *a = (const char *)p + STREAM_AHEAD_WIDE;
+    UNROLL for (int l = 0; l < lines; l++) _mm_prefetch(a + 64 * l, _MM_HINT_T0);
 }
 /* A kern_gemm8_fn over an inline kernel of 1-4 tokens: the switch makes the token count a
  * constant, so the kernel's loops unroll and its sums stay in registers. The kernel takes
@@ -619,7 +625,7 @@ X16_INLINE void q4_0_xg_tokens(int64_t n, const block_q4_0_x8 *x, const uint8_t 
         const int8_t *y[KERN_GEMM8_TOKS];
         __m512i s[4][KERN_GEMM8_TOKS];
         UNROLL for (int h = 0; h < 2 * ng; h++)
-            prefetch_group_ahead(nt, (const uint8_t *)&xg[h / 2][i] + h % 2 * gs,
+            prefetch_group_ahead((const uint8_t *)&xg[h / 2][i] + h % 2 * gs,
                                  WIDE_STEP_LINES(sizeof *x));
         UNROLL for (int t = 0; t < nt; t++) {
             y[t] = ((const block_q8_0 *)(vec + (size_t)t * stride) + i)->qs;
@@ -684,7 +690,7 @@ X16_INLINE void q8_0_xg_tokens(int64_t n, const block_q8_0_x8 *x, const uint8_t 
         const int8_t *y[KERN_GEMM8_TOKS];
         __m512i s[4][2][KERN_GEMM8_TOKS];
         UNROLL for (int h = 0; h < 2 * ng; h++)
-            prefetch_group_ahead(nt, (const uint8_t *)&xg[h / 2][i] + h % 2 * gs,
+            prefetch_group_ahead((const uint8_t *)&xg[h / 2][i] + h % 2 * gs,
                                  WIDE_STEP_LINES(sizeof *x));
         UNROLL for (int t = 0; t < nt; t++) {
             y[t] = ((const block_q8_0 *)(vec + (size_t)t * stride) + i)->qs;
@@ -747,7 +753,7 @@ X16_INLINE void q4_K_xg_tokens(int64_t n, const block_q4_K_x8 *x, const uint8_t 
         _Pragma("GCC unroll 1") for (int j = 0; j < 4; j++) {
             __m512i a_lo[4][KERN_GEMM8_TOKS], a_hi[4][KERN_GEMM8_TOKS];
             UNROLL for (int h = 0; h < 2 * ng; h++)
-                prefetch_group_ahead(nt, (const uint8_t *)xh[h] + j * (sizeof *x / 4),
+                prefetch_group_ahead((const uint8_t *)xh[h] + j * (sizeof *x / 4),
                                      WIDE_STEP_LINES(sizeof *x / 4));
             UNROLL for (int g = 0; g < ng; g++) UNROLL for (int t = 0; t < nt; t++) a_lo[g][t] =
                 a_hi[g][t] = _mm512_setzero_si512();
@@ -906,7 +912,7 @@ X16_INLINE void q6_K_xg_tokens(int64_t n, const block_q6_K_x8 *x, const uint8_t 
         _Pragma("GCC unroll 1") for (int hh = 0; hh < 4; hh++) {
             const int h = hh >> 1, half = hh & 1;
             UNROLL for (int q = 0; q < 2 * ng; q++)
-                prefetch_group_ahead(nt, (const uint8_t *)xh[q] + hh * (sizeof *x / 4),
+                prefetch_group_ahead((const uint8_t *)xh[q] + hh * (sizeof *x / 4),
                                      WIDE_STEP_LINES(sizeof *x / 4));
             __m512i s[4][4][KERN_GEMM8_TOKS];
             UNROLL for (int p = 0; p < ng; p++) UNROLL for (int g = 0; g < 4; g++)

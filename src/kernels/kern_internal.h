@@ -48,10 +48,13 @@ enum { KERN_GEMM8_ROWS = 8, KERN_GEMM8_TOKS = 4 };
 typedef void (*kern_gemm8_fn)(int64_t n, const void *w, const void *vec, size_t stride,
                               const float *ad, const int32_t *as, int nt, float *out,
                               size_t out_stride);
-/* Whether the wide X8 kernels (16-64 rows a call) of a 1- or 2-token call prefetch each
- * group's stream a few lines ahead (kern_avx2.c, STREAM_AHEAD_WIDE): on by default for
- * Intel CPUs, HEARTH_PREFETCH=0/1 overrides. Set once by kern_init, read by the kernels. */
-extern bool kern_wide_prefetch;
+/* Whether the wide X8 kernels (16-64 rows a call) that this thread calls next prefetch
+ * each group's stream a few lines ahead (kern_avx2.c, STREAM_AHEAD_WIDE). matmul_groups
+ * sets it for its calls: on where a matmul reads its weights once for all its tokens (at
+ * most KERN_TOK_TILE: decode, small batches) and the CPU gains by it (Intel by default,
+ * HEARTH_PREFETCH=0/1 overrides); off for prefill, whose calls read each group for many
+ * tokens from cache. */
+extern _Thread_local bool kern_stream_prefetch;
 /* Converts n f32 activations to a row of the table slot's type. */
 typedef void (*kern_quantize_fn)(const float *x, void *dst, int64_t n);
 
