@@ -167,7 +167,7 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
  * 86-93%, 95-104%, 87-95%, 92-96% (bench_dot_stream; 2304 and more gained less, and L2
  * hints (T1) less still). Decode 128, switched run by run in one process: Q4_K_M +15%
  * (per pair median, 16 of 16 pairs faster), Q8_0 +8% (14 of 14); a batched step of 2,
- * 4 and 8 sequences 11%, 10% and 2% shorter (bench/README). Only where a matmul reads
+ * 4 and 8 sequences 11%, 11% and 7% shorter (bench/README). Only where a matmul reads
  * its weights once (kern_stream_prefetch): in prefill, whose calls find the groups in
  * cache, it cost up to 10%. It replaces a prefetch of each next call's rows into L1
  * before the call (up to 200 KiB into a 48 KiB L1), which changed nothing next to it
