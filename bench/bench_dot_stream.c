@@ -264,11 +264,13 @@ int main(int argc, char **argv) {
         printf("\n");
         if (n_cols > 1) {
             /* the row lengths took turns in every pass: their medians compare directly */
-            printf("%-6s medians: read %6.2f", "", median(gbs[0], passes));
-            for (int c = 0; c < n_cols; c++)
-                printf(" | %lld cols %6.2f (%3.0f%%)", (long long)cols_list[c],
-                       median(gbs[2 + c], passes),
-                       100 * median(gbs[2 + c], passes) / median(gbs[0], passes));
+            const double read = median(gbs[0], passes);
+            printf("%-6s medians: read %6.2f", "", read);
+            for (int c = 0; c < n_cols; c++) {
+                const double mm_gbs = median(gbs[2 + c], passes);
+                printf(" | %lld cols %6.2f (%3.0f%%)", (long long)cols_list[c], mm_gbs,
+                       100 * mm_gbs / read);
+            }
             printf("\n");
         }
         for (int k = 0; k < 2 + n_cols; k++) free(gbs[k]);
