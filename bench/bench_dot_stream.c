@@ -40,6 +40,7 @@
 #include "kernels/kern_internal.h"
 #include "base/pool.h"
 #include "common/readprobe.h"
+#include "common/stats.h"
 #include "kernels/kernels.h"
 
 static double now_s(void) {
@@ -158,17 +159,6 @@ static bool matmul_buf_make(matmul_buf *m, hl_type t, double mib, int64_t cols) 
     return ok;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n) {
-    double s[1000];
-    memcpy(s, v, sizeof(double) * (size_t)n);
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
 
 int main(int argc, char **argv) {
     const int passes = argc > 1 ? atoi(argv[1]) : 5;
@@ -264,10 +254,10 @@ int main(int argc, char **argv) {
         printf("\n");
         if (n_cols > 1) {
             /* the row lengths took turns in every pass: their medians compare directly */
-            const double read = median(gbs[0], passes);
+            const double read = bench_median(gbs[0], passes);
             printf("%-6s medians: read %6.2f", "", read);
             for (int c = 0; c < n_cols; c++) {
-                const double mm_gbs = median(gbs[2 + c], passes);
+                const double mm_gbs = bench_median(gbs[2 + c], passes);
                 printf(" | %lld cols %6.2f (%3.0f%%)", (long long)cols_list[c], mm_gbs,
                        100 * mm_gbs / read);
             }

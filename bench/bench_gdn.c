@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/stats.h"
 #include "common/synth.h"
 #include "model/model.h"
 #include "model_synth.h"
@@ -36,15 +37,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static int write_qwen35(const char *path) {
     gguf_writer *w = gguf_writer_create();
@@ -145,8 +137,8 @@ static int measure(model *m, int threads, int runs, int n, int n_decode, double 
     }
     if (rc) fprintf(stderr, "eval: %s\n", err.msg);
     else {
-        *pp = median(p, runs);
-        *tg = median(t, runs);
+        *pp = bench_median(p, runs);
+        *tg = bench_median(t, runs);
     }
     model_ctx_free(c);
     model_kv_free(kv);

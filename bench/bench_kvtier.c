@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "base/file.h"
+#include "common/stats.h"
 #include "common/synth.h"
 #include "runner/runner.h"
 
@@ -87,15 +88,6 @@ static void rm_dir(const char *dir) {
     rmdir(dir);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* ---- a redis-server of our own ---- */
 
@@ -203,17 +195,17 @@ int main(int argc, char **argv) {
             runner_destroy(r);
         }
     }
-    double cold = median(t_cold, runs);
+    double cold = bench_median(t_cold, runs);
     printf("cold prefill          TTFT %8.1f ms\n", cold);
-    double ram = median(t_ram, runs);
+    double ram = bench_median(t_ram, runs);
     printf("RAM (prefix trie)     TTFT %8.1f ms  %6.1fx\n", ram, cold / ram);
-    double disk = median(t_disk, runs);
+    double disk = bench_median(t_disk, runs);
     printf("disk (after restart)  TTFT %8.1f ms  %6.1fx  (cached %d from disk; %.1f MiB of "
            "block files, %.1f KiB per block)\n",
            disk, cold / disk, st_disk.cached_disk, disk_bytes / 1048576.0,
            disk_bytes / 1024.0 / (PREFIX / 32));
     if (redis) {
-        double rd = median(t_redis, runs);
+        double rd = bench_median(t_redis, runs);
         printf("Redis (other server)  TTFT %8.1f ms  %6.1fx  (cached %d from Redis)\n", rd,
                cold / rd, st_redis.cached_remote);
     }

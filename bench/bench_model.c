@@ -61,6 +61,7 @@
 
 #include "base/pool.h"
 #include "common/readprobe.h"
+#include "common/stats.h"
 #include "model_synth.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
@@ -110,15 +111,6 @@ static uint64_t rng_next(void) {
     return g_rng;
 }
 static float rng_unit(void) { return (float)(rng_next() >> 40) / 16777216.0f * 2.0f - 1.0f; }
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ---- synthetic model ---------------------------------------------------------------- */
 
@@ -281,7 +273,7 @@ static double read_bandwidth(hl_pool *pool, const uint8_t *buf, int passes, doub
         all[p] = bw;
         if (bw > best) best = bw;
     }
-    *median_out = median(all, passes);
+    *median_out = bench_median(all, passes);
     return best;
 }
 
@@ -379,16 +371,16 @@ static hl_status measure(const char *path, int threads, int runs, int n_prefill,
                 run + 1, pp[run], tg[run], 100 * paired[run], bw / 1e9);
     }
     if (s == HL_OK) {
-        r->pp = median(pp, runs);
+        r->pp = bench_median(pp, runs);
         r->tg_min = r->tg_max = tg[0];
         for (int i = 1; i < runs; i++) {
             if (tg[i] < r->tg_min) r->tg_min = tg[i];
             if (tg[i] > r->tg_max) r->tg_max = tg[i];
         }
-        r->tg = median(tg, runs);
-        r->pp_cpu_ms = median(ppc, runs);
-        r->tg_cpu_ms = median(tgc, runs);
-        r->tg_paired = median(paired, runs);
+        r->tg = bench_median(tg, runs);
+        r->pp_cpu_ms = bench_median(ppc, runs);
+        r->tg_cpu_ms = bench_median(tgc, runs);
+        r->tg_paired = bench_median(paired, runs);
     }
     model_ctx_free(c);
     model_kv_free(kv);
@@ -446,7 +438,7 @@ static hl_status measure_batch(const char *path, int threads, int runs, const in
                     (now_s(CLOCK_MONOTONIC) - t0) * 1e3;
             }
     for (int k = 0; s == HL_OK && k < n_levels; k++)
-        ms_out[k] = median(ms + (size_t)k * runs * BATCH_STEPS, runs * BATCH_STEPS);
+        ms_out[k] = bench_median(ms + (size_t)k * runs * BATCH_STEPS, runs * BATCH_STEPS);
     for (int i = 0; i < n_tables; i++) kv_table_free(&t[i]);
     kv_pool_destroy(pool);
     model_ctx_free(c);
