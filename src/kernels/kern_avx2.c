@@ -154,9 +154,14 @@ static inline __m256i unpack_nibbles(const uint8_t *qs) {
 /* The same for the vpdpbusd kernels (AVX-VNNI, AVX-512 VNNI), further ahead: they spend
  * about half the time per byte. On Zen 5 (a bus reading 30-75 GB/s from minute to
  * minute), one process switching it run by run, 8 pairs each: Q4_K_M decode +2.5% and
- * +4.5% (15 of 16 faster; 2304 bytes: +1.5%, 5 of 8), Q4_0 +12% (8 of 8). Q8_0_X8 does
- * without: its lean loop ran 7% slower with it (0 of 8), and x0.93 in the kernel alone
- * (bench/README, "Zen 5: the decode prefetch in the vpdpbusd kernels"). */
+ * +4.5% (15 of 16 faster; 2304 bytes: +1.5%, 5 of 8), Q4_0 +12% (8 of 8). Q8_0_X8's lean
+ * loop ran 7% slower with it there (0 of 8), and x0.93 in the kernel alone (bench/README,
+ * "Zen 5: the decode prefetch in the vpdpbusd kernels"), so it prefetches only where
+ * kern_stream_prefetch is set (Intel by default): on a Xeon (Emerald Rapids) running the
+ * AVX-VNNI kernels (HEARTH_CPU=avx2-vnni, as on Intel's client CPUs without AVX-512), one
+ * kern_matmul of one token streamed Q8_0_X8 at 69-75% of a plain read without it and
+ * 87-92% with it (3456-6912 bytes ahead alike), and Q8_0 decode ran 25% faster (per pair
+ * median, 8 of 8 pairs; bench/README). */
 #define STREAM_AHEAD_VNNI 4608
 /* The same for each group of the wide AVX-512 kernels (16-64 rows a call, 2-8 streams
  * side by side), much nearer: a 64-row call has 8 streams, so 512 bytes each is 4 KiB

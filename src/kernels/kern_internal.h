@@ -49,7 +49,9 @@ typedef void (*kern_gemm8_fn)(int64_t n, const void *w, const void *vec, size_t 
                               const float *ad, const int32_t *as, int nt, float *out,
                               size_t out_stride);
 /* Whether the wide X8 kernels (16-64 rows a call) that this thread calls next prefetch
- * each group's stream a few lines ahead (kern_avx2.c, STREAM_AHEAD_WIDE). matmul_groups
+ * each group's stream a few lines ahead (kern_avx2.c, STREAM_AHEAD_WIDE), and the 8-row
+ * vpdpbusd Q8_0_X8 kernel its stream (STREAM_AHEAD_VNNI; the other 8-row kernels always
+ * prefetch in decode, and Q8_0_X8 lost by it on Zen 5). matmul_groups
  * sets it for its calls: on where a matmul reads its weights once for all its tokens (at
  * most KERN_TOK_TILE: decode, small batches) and the CPU gains by it (Intel by default,
  * HEARTH_PREFETCH=0/1 overrides); off for prefill, whose calls read each group for many

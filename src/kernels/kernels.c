@@ -44,7 +44,7 @@ static kern_table g_active;
 static bool g_wide_decode;         /* see matmul_groups */
 static bool g_wide_long = true;    /* the same, only for long rows of Q8_0 activations */
 static bool g_repack = true; /* HEARTH_REPACK=0/off keeps weights in their file layout */
-static bool g_wide_prefetch;  /* HEARTH_PREFETCH; see kern_stream_prefetch */
+static bool g_stream_prefetch;     /* HEARTH_PREFETCH; see kern_stream_prefetch */
 _Thread_local bool kern_stream_prefetch;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -109,7 +109,7 @@ static void init_once(void) {
     g_repack = !(rp && (!strcmp(rp, "0") || !strcmp(rp, "off") || !strcmp(rp, "false")));
     g_active = *kern_table_ref();
     const char *pf = getenv("HEARTH_PREFETCH");
-    g_wide_prefetch = pf && *pf ? strcmp(pf, "0") != 0 : kern_cpu_is_intel();
+    g_stream_prefetch = pf && *pf ? strcmp(pf, "0") != 0 : kern_cpu_is_intel();
     const char *wd = getenv("HEARTH_WIDE_DECODE");
     g_wide_decode = wd && *wd ? strcmp(wd, "0") != 0 : kern_cpu_is_intel();
     g_wide_long = !(wd && *wd && strcmp(wd, "0") == 0);
@@ -262,7 +262,7 @@ static void matmul_groups(const matmul_job *j, int64_t r0, int64_t r1, int64_t t
      * wide (bench_dot_stream). */
     const bool decode = j->n_tok <= KERN_GEMM8_TOKS;
     const bool wide_decode = decode && (g_wide_decode || j->wide_long);
-    kern_stream_prefetch = g_wide_prefetch && j->n_tok <= KERN_TOK_TILE;
+    kern_stream_prefetch = g_stream_prefetch && j->n_tok <= KERN_TOK_TILE;
     const bool wide = !decode || wide_decode;
     const kern_gemm8_fn by_width[4] = {j->gemm8, wide ? j->gemm16 : NULL,
                                        wide ? j->gemm32 : NULL, wide_decode ? j->gemm64 : NULL};
